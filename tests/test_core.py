@@ -1,0 +1,182 @@
+"Fault matrix, known costs and invariants of the profiler pair on real fastai Learners"
+import math, time, warnings, gc
+import numpy as np, pandas as pd, pytest, torch
+from torch import nn
+from torch.utils.data import Dataset
+from fastai.basics import *
+from fastai.callback.all import *
+from fastai.test_utils import synth_learner, synth_dbunch, RegModel
+from fastprofile.all import *
+
+def _noreport(learn, **kw):
+    kw.setdefault('show_report', False); kw.setdefault('logger_callback', None)
+    return learn.profile(**kw)
+
+def _rows(learn): return learn.simple_profile_results.set_index(['Phase','Action','Step'])
+
+def check_sums(res, tol=1e-6):
+    "Children sum to their parents in a results frame"
+    T = res['Total Time']
+    get = lambda k: T.get(k, 0.)
+    assert math.isclose(get(('fit','train',''))+get(('fit','valid',''))+get(('fit','other','')), get(('fit','fit','')), abs_tol=tol)
+    for p,steps in (('train',['forward','loss','backward','opt_step','zero_grad','other']),('valid',['predict','loss','other'])):
+        if ('fit',p,'') not in T: continue
+        assert math.isclose(sum(get((p,'batch',s)) for s in steps), get((p,'batch','')), abs_tol=tol)
+        assert math.isclose(get((p,'warmup',''))+get((p,'draw',''))+get((p,'batch',''))+get((p,'other','')), get(('fit',p,'')), abs_tol=tol)
+    assert (res['Samples/Second'].dropna() >= 0).all()
+
+def _losses(make, profile, n_epoch=2, **fit_kw):
+    set_seed(7, reproducible=True)
+    learn = make()
+    if profile: _noreport(learn)
+    learn.fit(n_epoch, 1e-2, **fit_kw)
+    return learn, [float(v) for v in L(learn.recorder.losses)], [list(map(float, v)) for v in learn.recorder.values]
+
+# ---- the fault matrix: every Cancel*Exception at its event ----
+class Raiser(Callback):
+    "Raise `exc` at `event` on training batch `at` (or once per phase for phase events)"
+    order = 5
+    def __init__(self, event, exc, at=2, train=True): self.event,self.exc,self.at,self.train_only = event,exc,at,train
+    def __call__(self, event_name):
+        if event_name == self.event and (not self.train_only or getattr(self.learn, 'training', True)) \
+           and getattr(self.learn, 'iter', 0) == self.at: raise self.exc()
+        return super().__call__(event_name)
+
+CASES = [('before_batch', CancelBatchException), ('after_pred', CancelBatchException), ('after_loss', CancelBatchException),
+         ('before_backward', CancelBackwardException), ('after_backward', CancelBatchException),
+         ('before_step', CancelStepException), ('after_step', CancelBatchException), ('after_batch', CancelTrainException),
+         ('before_draw', CancelTrainException), ('after_batch', CancelEpochException), ('after_batch', CancelFitException),
+         ('before_train', CancelTrainException), ('before_validate', CancelValidException), ('after_train', CancelEpochException)]
+
+@pytest.mark.parametrize('event,exc', CASES, ids=[f'{e}-{x.__name__}' for e,x in CASES])
+def test_cancel_matrix(event, exc):
+    make = lambda: synth_learner(n_trn=6, n_val=3, cbs=Raiser(event, exc, train=event not in ('before_validate',)))
+    _,l0,v0 = _losses(make, False)
+    learn,l1,v1 = _losses(make, True)
+    assert l1 == l0 and v1 == v0                       # same training with and without the profiler
+    res = learn.simple_profile_results
+    check_sums(res.set_index(['Phase','Action','Step']))
+    assert not any(isinstance(cb, (SimpleProfilerCallback, SimpleProfilerPostCallback)) for cb in learn.cbs)
+
+def test_cancel_backward_skips_backward_only():
+    learn = synth_learner(n_trn=6, n_val=2, cbs=Raiser('before_backward', CancelBackwardException, at=3))
+    _noreport(learn).fit(1)
+    r = _rows(learn)
+    assert r.loc[('train','batch','backward'),'Number of Calls'] == 6-1-1   # warm-up and the cancelled one left out
+    assert r.loc[('train','batch','opt_step'),'Number of Calls'] == 6-1
+
+def test_keyboard_interrupt_keeps_partial_report_and_closes_loader():
+    class Stop(Callback):
+        def after_pred(self):
+            if self.training and self.iter == 4: raise KeyboardInterrupt
+    learn = synth_learner(n_trn=10, n_val=2, cbs=Stop())
+    with pytest.raises(KeyboardInterrupt): _noreport(learn).fit(1)
+    r = _rows(learn)
+    assert r.loc[('train','draw',''),'Number of Calls'] == 3
+    assert 'Partial profile' in learn.simple_profile_report.plain()
+
+# ---- fastai entry points ----
+def test_lr_find_fine_tune_get_preds_validate():
+    learn = synth_learner(n_trn=8, n_val=2)
+    _noreport(learn)
+    learn.lr_find(num_it=6, show_plot=False)
+    preds,targs = learn.get_preds()
+    assert len(preds) == 32
+    learn.validate()
+    assert 'simple_profile_record' not in learn.__dict__
+    learn.fine_tune(1, 1e-2, freeze_epochs=1)   # two fits: the first profiled, then the pair is gone
+    r = _rows(learn)
+    assert r.loc[('train','draw',''),'Number of Calls'] == 8-1
+    assert not any(isinstance(cb, SimpleProfilerCallback) for cb in learn.cbs)
+
+def test_gradient_accumulation():
+    make = lambda: synth_learner(data=synth_dbunch(bs=4, n_train=8, n_valid=2), cbs=GradientAccumulation(n_acc=8))
+    _,l0,v0 = _losses(make, False)
+    learn,l1,v1 = _losses(make, True)
+    assert l1 == l0 and v1 == v0
+    r = _rows(learn)
+    # the optimizer steps every other batch: opt_step is timed only where it ran
+    assert 0 < r.loc[('train','batch','opt_step'),'Number of Calls'] < r.loc[('train','batch','forward'),'Number of Calls']
+    check_sums(r)
+
+def test_empty_validation_set_and_bs1():
+    learn = synth_learner(data=synth_dbunch(bs=1, n_train=5, n_valid=1))
+    learn.dls.valid = learn.dls.valid.new(torch.utils.data.TensorDataset(*[t[:0] for t in learn.dls.valid_ds.tensors]))
+    _noreport(learn).fit(1)
+    r = _rows(learn)
+    assert ('valid','draw','') not in r.index
+    assert r.loc[('train','draw',''),'Samples/Second'] > 0
+    check_sums(r)
+
+class SlowDS(Dataset):
+    "Items that take `delay` seconds each to load"
+    def __init__(self, n, delay=0., fail_at=None): self.n,self.delay,self.fail_at = n,delay,fail_at
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        if i == self.fail_at: raise RuntimeError(f'bad item {i}')
+        if self.delay: time.sleep(self.delay)
+        x = torch.full((1,), float(i%7)); return x, 2*x+1
+
+def _learner(ds_train, ds_valid, bs=4, workers=0, **kw):
+    dls = DataLoaders.from_dsets(ds_train, ds_valid, bs=bs, num_workers=workers)
+    return Learner(dls, RegModel(), loss_func=MSELossFlat(), lr=1e-2, **kw)
+
+def test_loader_that_raises_reaches_user():
+    learn = _learner(SlowDS(32, fail_at=9), SlowDS(8))
+    with pytest.raises(RuntimeError, match='bad item 9'): _noreport(learn).fit(1)
+
+@pytest.mark.slow
+def test_num_workers_draw_is_the_wait():
+    "With 2 workers the draw per batch is about half the loading time; all loader processes end"
+    import multiprocessing as mp
+    res = {}
+    for w in (0, 2):
+        learn = _learner(SlowDS(96, delay=0.004), SlowDS(16), bs=8, workers=w)
+        _noreport(learn).fit(1)
+        res[w] = _rows(learn).loc[('train','draw',''),'Mean Duration']
+    assert res[0] > 8*0.004*0.9            # 8 items of 4 ms
+    assert res[2] < res[0]*0.8             # workers load in parallel
+    gc.collect(); time.sleep(0.5)
+    assert not [p for p in mp.active_children() if p.is_alive()]
+
+# ---- known costs ----
+class SleepModel(nn.Module):
+    def __init__(self, t): super().__init__(); self.t,self.lin = t,nn.Linear(1,1)
+    def forward(self, x): time.sleep(self.t); return self.lin(x)
+
+class SleepBackward(torch.autograd.Function):
+    t = 0.
+    @staticmethod
+    def forward(ctx, x): return x.clone()
+    @staticmethod
+    def backward(ctx, g): time.sleep(SleepBackward.t); return g
+
+def test_known_costs_recovered():
+    "Each phase sleeps a known time; the profiler recovers it within max(10%, 1.5 ms)"
+    cost = dict(draw=.006, forward=.008, loss=.004, backward=.010, opt_step=.005, zero_grad=.003)
+    SleepBackward.t = cost['backward']
+    def loss_func(pred, y):
+        time.sleep(cost['loss']); return SleepBackward.apply(((pred-y)**2).mean())
+    class SleepyOpt(OptimWrapper):
+        def step(self):  time.sleep(cost['opt_step']); self.opt.step()
+        def zero_grad(self): time.sleep(cost['zero_grad']); self.opt.zero_grad()
+    bs = 4
+    learn = _learner(SlowDS(10*bs, delay=cost['draw']/bs), SlowDS(3*bs, delay=cost['draw']/bs), bs=bs)
+    learn.model = SleepModel(cost['forward'])
+    learn.loss_func = loss_func
+    learn.opt_func = lambda params, lr: SleepyOpt(params, torch.optim.SGD, lr=lr)
+    _noreport(learn).fit(1)
+    r = _rows(learn)
+    got = dict(draw=r.loc[('train','draw',''),'Mean Duration'], **{k: r.loc[('train','batch',k),'Mean Duration']
+               for k in ('forward','loss','backward','opt_step','zero_grad')})
+    for k,want in cost.items():
+        assert abs(got[k]-want) <= max(0.10*want, 0.0015), (k, got[k], want)
+    assert abs(r.loc[('valid','batch','predict'),'Mean Duration'] - cost['forward']) <= max(0.1*cost['forward'], 0.0015)
+
+# ---- bounded memory, driven directly ----
+def test_record_memory_bounded():
+    def size(n):
+        clock = FakeClock(); rec = ProfileRecord(clock=clock)
+        drive_record(rec, clock, n_epochs=1, n_train=n, n_valid=0)
+        return rec.nbytes
+    assert size(100_000) <= size(1_000)
