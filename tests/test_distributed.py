@@ -1,0 +1,85 @@
+"Profiling a real 2-process DDP fit on CPU (gloo): gather to rank 0, spread across ranks, straggler, merged trace"
+import json, os, subprocess, sys
+from pathlib import Path
+import pandas as pd, pytest
+
+pytest.importorskip('accelerate', reason="fastai's distrib_ctx needs accelerate (pip install accelerate)")
+SCRIPT = Path(__file__).with_name('ddp_script.py')
+ROOT = SCRIPT.parent.parent
+
+def launch(out:Path, *args, timeout=120):
+    "Run tests/ddp_script.py on 2 CPU ranks with torchrun (free port via --standalone); its rank JSONs and output"
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]), OMP_NUM_THREADS='1')
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', str(SCRIPT), str(out), *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    ranks = [json.loads((out/f'rank{r}.json').read_text()) for r in (0, 1)]
+    return ranks,p.stdout
+
+@pytest.fixture(scope='module')
+def slow_run(tmp_path_factory):
+    "Rank 1's items sleep 2 ms (16 ms a batch); rank 1's profiler clock reads 1000 s ahead"
+    out = tmp_path_factory.mktemp('ddp')
+    ranks,stdout = launch(out, '--slow-rank', '1', '--clock-shift', '1000')
+    return out,ranks,stdout
+
+@pytest.fixture(scope='module')
+def prefetch_run(tmp_path_factory):
+    "The same slow rank, with CudaPrefetchCallback staging batches (on CPU) in a callback"
+    out = tmp_path_factory.mktemp('ddp_prefetch')
+    ranks,stdout = launch(out, '--slow-rank', '1', '--prefetch', '--epochs', '1')
+    return out,ranks,stdout
+
+def test_gathered_on_rank_0(slow_run):
+    out,(r0,r1),stdout = slow_run
+    assert r0['world'] == 2 and r0['gathered'] and r0['ranks'] == [0, 1]
+    assert not r1['gathered'] and 'Distributed:' not in r1['report']
+    # the merged record counts both ranks' batches and samples
+    assert r0['calls'] == sum(r0['rank_calls']) and min(r0['rank_calls']) > 0
+    assert r0['samples'] == sum(r0['rank_samples']) == 2*r0['rank_samples'][0]
+    assert 'Distributed:' in r0['report'] and '2 ranks on 1 host' in r0['report']
+    # only rank 0 prints and writes; rank 0 wrote one CSV per rank on request
+    assert stdout.count('Simple Profiler Results') == 1
+    assert sorted(p.name for p in (out/'rank0').glob('*.csv')) == \
+        ['simple_profile.csv', 'simple_profile_rank0.csv', 'simple_profile_rank1.csv']
+    assert not (out/'rank1').exists()
+
+def test_spread_and_per_rank_csv(slow_run):
+    out,_,_ = slow_run
+    sp = pd.read_csv(out/'spread.csv', keep_default_na=False).set_index(['Phase','Action','Step'])
+    draw = sp.loc[('train','draw','')]
+    assert draw['Slowest Rank'] == 1 and draw['Max'] == draw['Rank 1'] and draw['Min'] == draw['Rank 0']
+    assert draw['Rank 1'] > draw['Rank 0'] + .010  # 16 ms of sleeping per batch
+    rows = {r: pd.read_csv(out/'rank0'/f'simple_profile_rank{r}.csv', keep_default_na=False)
+              .set_index(['Phase','Action','Step']).loc[('train','draw',''),'Mean Duration'] for r in (0, 1)}
+    assert rows[0] == pytest.approx(draw['Rank 0']) and rows[1] == pytest.approx(draw['Rank 1'])
+
+def test_slow_rank_named_straggler(slow_run):
+    _,(r0,_),_ = slow_run
+    named = [(s['rank'], s['phase'], s['interval']) for s in r0['stragglers']]
+    assert (1, 'train', 'draw') in named and (1, 'valid', 'draw') in named, named
+    assert all(r == 1 for r,_,_ in named), named
+    train = next(s for s in r0['stragglers'] if s['phase'] == 'train')
+    assert train['waits']['0'][0] == 'backward'  # rank 0 waits in the gradient all-reduce
+    assert 'Straggler: rank 1 in train draw' in r0['report'] and 'rank 0 waits in backward' in r0['report']
+
+def test_clocks_aligned_in_merged_trace(slow_run):
+    out,(r0,_),_ = slow_run
+    assert r0['offsets'][0] == 0 and r0['offsets'][1] == pytest.approx(-1000, abs=.05)
+    ev = json.loads((out/'trace.json').read_text())['traceEvents']
+    assert {e['args']['name'].split(' (')[0] for e in ev if e['name'] == 'process_name'} == {'rank 0', 'rank 1'}
+    # the gradient all-reduce ends both ranks' backward together: the same batch's ends line up on rank 0's clock
+    ends = {}
+    for e in ev:
+        if e['name'] == 'backward': ends.setdefault((e['args']['epoch'], e['args']['iter']), {})[e['pid']] = e['ts'] + e['dur']
+    gaps = sorted(abs(v[0] - v[1]) for v in ends.values() if len(v) == 2)
+    assert len(gaps) >= 10 and gaps[len(gaps)//2] < 5_000, gaps  # µs
+
+def test_straggler_with_prefetch(prefetch_run):
+    _,(r0,_),_ = prefetch_run
+    named = [(s['rank'], s['phase'], s['interval']) for s in r0['stragglers']]
+    # the prefetcher draws the next batch in its after_step (training) and after_loss (validation) callbacks
+    assert (1, 'train', 'callbacks at after_step') in named and (1, 'valid', 'callbacks at after_loss') in named, named
+    assert all(r == 1 for r,_,_ in named), named
+    assert 'CudaPrefetchCallback was active' in r0['report']
