@@ -1,0 +1,1 @@
+"Test helpers for fastprofile's test suite"
