@@ -7,7 +7,7 @@ Docs: https://fastprofile.github.io/fastprofile/all.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_all.ipynb #16ec75f1
+# %% ../nbs/99_all.ipynb #a80aad7f
 from .loop import *
 from .stats import *
 from .record import *
@@ -15,9 +15,10 @@ from .report import *
 from .callback import *
 from .gpu_timing import *
 from .distributed import *
+from .prefetch import *
 from .demo import *
 
-# %% ../nbs/99_all.ipynb #117ee7f4
-import fastprofile.loop, fastprofile.stats, fastprofile.record, fastprofile.report, fastprofile.callback, fastprofile.gpu_timing, fastprofile.distributed, fastprofile.demo
+# %% ../nbs/99_all.ipynb #3c466f28
+import fastprofile.loop, fastprofile.stats, fastprofile.record, fastprofile.report, fastprofile.callback, fastprofile.gpu_timing, fastprofile.distributed, fastprofile.prefetch, fastprofile.demo
 __all__ = [n for m in (fastprofile.loop, fastprofile.stats, fastprofile.record, fastprofile.report, fastprofile.callback,
-                       fastprofile.gpu_timing, fastprofile.distributed, fastprofile.demo) for n in m.__all__]
+                       fastprofile.gpu_timing, fastprofile.distributed, fastprofile.prefetch, fastprofile.demo) for n in m.__all__]

@@ -180,3 +180,15 @@ def test_record_memory_bounded():
         drive_record(rec, clock, n_epochs=1, n_train=n, n_valid=0)
         return rec.nbytes
     assert size(100_000) <= size(1_000)
+
+def test_report_says_prefetch_was_active():
+    "With CudaPrefetchCallback staging batches (its CPU stand-in ops here), the report says so; the pair still attributes every second"
+    from fastprofile.prefetch import CudaPrefetchCallback, LoggingOps
+    learn = synth_learner(n_trn=8, n_val=2, cbs=CudaPrefetchCallback(ops=LoggingOps()))
+    _noreport(learn).fit(1)
+    assert learn.cuda_prefetch.active
+    assert 'CudaPrefetchCallback was active' in learn.simple_profile_report.plain()
+    check_sums(_rows(learn))
+    learn = synth_learner(n_trn=8, n_val=2)
+    _noreport(learn).fit(1)
+    assert 'CudaPrefetchCallback' not in learn.simple_profile_report.plain()

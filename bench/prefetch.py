@@ -1,0 +1,168 @@
+"""Throughput of `CudaPrefetchCallback` against the plain fastai loop and against the ideal bound (GPU only).
+
+    python -m bench.prefetch                      # the three regimes below (from the repository root)
+    python -m bench.prefetch --regime balanced --batches 60 --json out.json
+
+Synthetic pinned uint8 image batches come from a fastai `DataLoader` whose `W` workers each take `t_load`
+seconds per batch; the GPU `after_batch` is `IntToFloatTensor` + `Normalize`; a conv net has tunable compute.
+Each part is first measured alone:
+
+- `T_load` = t_load / W (and the loader's measured rate, without any GPU work),
+- `T_h2d`: copying one pinned batch to the GPU; `T_tfm`: `after_batch` on the GPU (CUDA events),
+- `T_comp`: forward, backward and optimizer step on a staged batch (CUDA events),
+- `T_host`: fastai's per-batch host work (callbacks, the Recorder's sync) with the data already staged and a
+  model that does no work.
+
+Then the training throughput without (R0) and with (R1) the callback, in batches/s over the training batches
+after `--skip` warm-up batches, and the ideal bound B1 = 1 / max(T_load, T_h2d + T_tfm, T_comp + T_host).
+The regimes' settings were chosen for a recent datacenter GPU: the printed component times say which bound
+actually holds on yours (tune with --t-load, --workers, --size, --channels, --depth).
+"""
+import argparse, json, sys, time
+import torch
+from torch import nn
+from fastai.basics import *
+from fastai.data.core import TfmdDL
+from fastai.data.transforms import IntToFloatTensor, Normalize
+
+REGIMES = {
+    # t_load: seconds per batch in one worker; size: image side; channels/depth: the model's compute
+    'balanced':      dict(t_load=0.060, workers=6, size=192, channels=128, depth=4),
+    'load-bound':    dict(t_load=0.300, workers=4, size=192, channels=128, depth=4),
+    'compute-bound': dict(t_load=0.020, workers=6, size=128, channels=256, depth=10),
+}
+
+
+class SlowBatch:
+    "A `create_batch` that takes `t_load` seconds and returns a fresh uint8 image batch with labels"
+    def __init__(self, bs, size, t_load):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randint(0, 256, (bs, 3, size, size), dtype=torch.uint8, generator=g)
+        self.y = torch.randint(0, 10, (bs,), generator=g)
+        self.t_load = t_load
+    def __call__(self, items):
+        t0 = time.perf_counter()
+        x,y = TensorImage(self.x.clone()),TensorCategory(self.y.clone())
+        time.sleep(max(0., self.t_load - (time.perf_counter()-t0)))
+        return (x, y)
+
+
+def make_dls(bs, size, t_load, workers, n_batches, device='cuda'):
+    "Pinned train loader of `n_batches` slow batches (and a one-batch valid loader) with GPU transforms"
+    tfms = [IntToFloatTensor(), Normalize.from_stats([0.485, 0.456, 0.406], [0.229, 0.224, 0.225], cuda=device=='cuda')]
+    mk = lambda n, w: TfmdDL(list(range(n*bs)), bs=bs, num_workers=w, pin_memory=device=='cuda', after_batch=tfms,
+                              create_batch=SlowBatch(bs, size, t_load), persistent_workers=False)
+    return DataLoaders(mk(n_batches, workers), mk(1, 0), device=device)
+
+
+def make_model(channels, depth):
+    layers = [nn.Conv2d(3, channels, 4, stride=4), nn.ReLU()]
+    for _ in range(depth): layers += [nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU()]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10))
+
+
+def cuda_time(f, n=20, warmup=3):
+    "Mean seconds of `f()` on the current stream, by CUDA events"
+    for _ in range(warmup): f()
+    s,e = torch.cuda.Event(enable_timing=True),torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(); s.record()
+    for _ in range(n): f()
+    e.record(); torch.cuda.synchronize()
+    return s.elapsed_time(e)/1e3/n
+
+
+class Rate(Callback):
+    "Training batches per second after `skip` warm-up batches"
+    order = 100
+    def __init__(self, skip=5): self.skip = skip
+    def before_train(self): self.t0,self.n = None,0
+    def after_batch(self):
+        if not self.training: return
+        if self.iter==self.skip-1: torch.cuda.synchronize(); self.t0 = time.perf_counter()
+        elif self.iter>=self.skip: self.n += 1
+    def after_train(self):
+        torch.cuda.synchronize()
+        self.rate = self.n/(time.perf_counter()-self.t0) if self.t0 and self.n else float('nan')
+
+
+class StagedBatches:
+    "A loader of `n` copies of one batch already on the GPU"
+    def __init__(self, b, n): self.b,self.n = b,n
+    def __len__(self): return self.n
+    def __iter__(self): return (self.b for _ in range(self.n))
+
+
+def learner(dls, model, cbs=None):
+    return Learner(dls, model, loss_func=CrossEntropyLossFlat(), opt_func=partial(SGD, mom=0.9), lr=1e-3, cbs=cbs)
+
+
+def measure(regime, bs, n_batches, skip, t_load, workers, size, channels, depth):
+    from fastprofile.prefetch import CudaPrefetchCallback
+    dls = make_dls(bs, size, t_load, workers, n_batches)
+    dl = dls.train
+    model = make_model(channels, depth).cuda()
+    # the loader alone, without GPU work: its own rate
+    host_dl = dl.new(device=None, after_batch=None)
+    it = iter(host_dl); b = next(it); t0 = time.perf_counter(); k = 0
+    for b in it: k += 1
+    t_load_measured = (time.perf_counter()-t0)/max(k, 1)
+    # copy and transforms alone
+    hb = tuple(o.pin_memory() for o in b)
+    t_h2d = cuda_time(lambda: [o.to('cuda', non_blocking=True) for o in hb])
+    gb = tuple(o.to('cuda') for o in hb)
+    t_tfm = cuda_time(lambda: dl.after_batch(gb))
+    xb,yb = dl.after_batch(gb)
+    # compute alone
+    learn = learner(dls, model); learn.create_opt()
+    def step():
+        loss = learn.loss_func(model(xb), yb); loss.backward(); learn.opt.step(); learn.opt.zero_grad()
+    t_comp = cuda_time(step)
+    # fastai's host work alone: staged data, a model that does no work
+    idle = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, 10)).cuda()
+    hl = learner(DataLoaders(StagedBatches((xb, yb), n_batches), StagedBatches((xb, yb), 1), device='cuda'), idle,
+                 cbs=Rate(skip))
+    with hl.no_logging(): hl.fit(1)
+    t_host = 1/hl.rate.rate
+    # the loop without and with prefetch
+    rates = {}
+    for name,cbs in (('R0', [Rate(skip)]), ('R1', [Rate(skip), CudaPrefetchCallback()])):
+        l = learner(dls, make_model(channels, depth).cuda(), cbs=cbs)
+        with l.no_logging(): l.fit(1)
+        rates[name] = l.rate.rate
+        if name=='R1': assert l.cuda_prefetch.active
+    T_load = t_load/workers
+    b1 = 1/max(T_load, t_h2d+t_tfm, t_comp+t_host)
+    return dict(regime=regime, bs=bs, T_load=T_load, T_load_measured=t_load_measured, T_h2d=t_h2d, T_tfm=t_tfm,
+                T_comp=t_comp, T_host=t_host, R0=rates['R0'], R1=rates['R1'], B1=b1,
+                R1_R0=rates['R1']/rates['R0'], R1_B1=rates['R1']/b1)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--regime', default='all', choices=['all', *REGIMES])
+    p.add_argument('--bs', type=int, default=64)
+    p.add_argument('--batches', type=int, default=50, help='training batches per run')
+    p.add_argument('--skip', type=int, default=5, help='warm-up batches left out of the rates')
+    for k in ('t_load', 'workers', 'size', 'channels', 'depth'):
+        p.add_argument('--'+k.replace('_','-'), type=type(REGIMES['balanced'][k]), default=None,
+                       help='override the regime setting')
+    p.add_argument('--json', default=None, help='also write the results to this file')
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench.prefetch needs a CUDA GPU: prefetching is a pass-through on CPU, so there is nothing to measure")
+    res = []
+    for name in (REGIMES if a.regime=='all' else [a.regime]):
+        cfg = {k: (getattr(a, k) if getattr(a, k) is not None else v) for k,v in REGIMES[name].items()}
+        res.append(measure(name, a.bs, a.batches, a.skip, **cfg))
+    ms = lambda s: f"{s*1e3:.1f} ms"
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, bs {a.bs}, {a.batches} batches\n")
+    print("| regime | T_load | T_h2d | T_tfm | T_comp | T_host | R0 | R1 | B1 | R1/R0 | R1/B1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in res:
+        print(f"| {r['regime']} | {ms(r['T_load'])} (measured {ms(r['T_load_measured'])}) | {ms(r['T_h2d'])} | "
+              f"{ms(r['T_tfm'])} | {ms(r['T_comp'])} | {ms(r['T_host'])} | {r['R0']:.1f} batches/s | "
+              f"{r['R1']:.1f} batches/s | {r['B1']:.1f} batches/s | {r['R1_R0']:.2f}x | {r['R1_B1']:.0%} |")
+    if a.json: Path(a.json).write_text(json.dumps(res, indent=2))
+
+
+if __name__ == '__main__': main()

@@ -1,0 +1,478 @@
+"Fault-injection and cross-cutting tests for `fastprofile.prefetch` (CPU with `LoggingOps`; CUDA where lent)"
+import gc, json, weakref, warnings
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+from fastai.basics import *
+from fastai.data.core import TfmdDL
+from fastai.test_utils import synth_learner
+from fastprofile.prefetch import *
+import fastprofile.prefetch as prefetch_mod
+from fastcore.test import test_eq as eq, test_fail as fails
+# fastai's star import brings fastcore's `test_*` helpers, which pytest would collect as tests
+for _n in [n for n in list(globals()) if n.startswith('test')]: del globals()[_n]
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+# ---------------------------------------------------------------- helpers
+
+class RecordingOps(LoggingOps):
+    "`LoggingOps` that copies and keeps a weakref to the first tensor of each staged batch"
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, copy=True, **kwargs)
+        self.refs = []
+    def stage(self, b, tfm=None):
+        b = super().stage(b, tfm)
+        self.refs.append(weakref.ref(next(tensor_leaves(b))))
+        return b
+
+
+class Seen(Callback):
+    "Record `(training, iter, xb, yb)` at each `before_batch`, the event log, and optionally cancel"
+    order = 60
+    def __init__(self, log=None, cancel_batch=False): self.log,self.cancel_batch,self.seen = ifnone(log, []),cancel_batch,[]
+    def before_batch(self):
+        self.seen.append((self.training, self.iter, self.xb, self.yb))
+        self.log.append(('before_batch', self.training, self.iter))
+        if self.cancel_batch: raise CancelBatchException()
+    def after_batch(self): self.log.append(('after_batch', self.training, self.iter))
+
+
+class RaiseAt(Callback):
+    "Raise `exc` at `after_batch` of batch `i` of the training (or validation) epoch, once"
+    order = 60
+    def __init__(self, exc, i=1, training=True): self.exc,self.i,self.training_,self.done = exc,i,training,False
+    def after_batch(self):
+        if self.done or self.training!=self.training_ or self.iter!=self.i: return
+        self.done = True
+        it = self.learn.cuda_prefetch._stager.it
+        self.iters = getattr(it, 'it', it)           # the fastai loader's generator, to check it gets closed
+        raise self.exc()
+
+
+def tensor_data(n=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return TensorDataset(x, x.sum(1, keepdim=True) + 0.1*torch.randn(n, 1, generator=g))
+
+
+def noisy(x):
+    "A random GPU-style batch transform (applied to each part of the batch): it consumes the global RNG"
+    return x + 0.01*torch.randn_like(x)
+
+
+def make_learner(prefetch=False, ops=None, num_workers=0, bs=8, n_trn=48, n_val=16, after_batch=noisy, cbs=None, **kw):
+    "A seeded learner on a small MLP with dropout and a random `after_batch`"
+    set_seed(7)
+    dls = DataLoaders(TfmdDL(tensor_data(n_trn, 1), bs=bs, shuffle=True, num_workers=num_workers, after_batch=after_batch),
+                      TfmdDL(tensor_data(n_val, 2), bs=bs, num_workers=num_workers, after_batch=after_batch))
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
+    cbs = L(cbs)
+    if prefetch: cbs.append(CudaPrefetchCallback(ops=ifnone(ops, LoggingOps(copy=True)), **kw))
+    return Learner(dls, model, loss_func=MSELossFlat(), opt_func=partial(SGD, mom=0.9), lr=0.05, cbs=cbs)
+
+
+def state(learn): return {k: v.clone() for k,v in learn.model.state_dict().items()}
+
+
+def assert_same_state(a, b):
+    assert a.keys()==b.keys()
+    for k in a: assert torch.equal(a[k], b[k]), k
+
+
+def loader_state(dl):
+    "What the prefetcher switches while it draws: the loader's `after_batch`, device and pinning"
+    return dl.__dict__.get('after_batch'),dl.device,dl.pin_memory,dl.fake_l.pin_memory
+
+
+def assert_loader_whole(dl, before):
+    "The loader's own `after_batch`, device and pinning are back as they were"
+    now = loader_state(dl)
+    assert now[0] is before[0] and now[1:]==before[1:], (now, before)
+
+
+# ---------------------------------------------------------------- the engine
+
+def test_stager_one_ahead_and_error_turn():
+    log = []
+    def src():
+        for i in range(2):
+            log.append(('next', i)); yield (torch.tensor([i]),)
+        log.append(('raise',)); raise RuntimeError('disk gone')
+    st = BatchStager(src(), LoggingOps(log))
+    eq(st.take()[0], tensor([0]))
+    st.stage(); st.stage()
+    eq([o for o in log if o[0]=='next'], [('next',0), ('next',1)])
+    eq(st.take()[0], tensor([1]))
+    st.stage()                                   # batch 2 fails while staging...
+    assert ('raise',) in log
+    fails(st.take, contains='disk gone')     # ...and surfaces when batch 2 is taken
+    fails(st.take, exc=StopIteration)
+
+
+def test_stager_close_drops_staged_batch_and_closes_iterator():
+    closed = []
+    def src():
+        try:
+            for i in range(5): yield (torch.full((1000,), float(i)),)
+        finally: closed.append(True)
+    ops = RecordingOps()
+    st = BatchStager(src(), ops)
+    st.take(); st.stage()
+    ref = ops.refs[-1]
+    assert ref() is not None
+    st.close()
+    gc.collect()
+    assert ref() is None and closed==[True]
+    fails(st.take, exc=StopIteration)
+
+
+def test_stager_types_preserved():
+    x = TensorBase(torch.arange(4.)); x.foo = 'bar'
+    b = ((x, [torch.ones(2), 'name', 3]), {'y': TensorCategory(tensor([1, 0])), 'meta': None})
+    st = BatchStager(iter([b]), LoggingOps(copy=True), tfm=lambda b: b)
+    s = st.take()
+    eq(type(s), tuple); eq(type(s[0]), tuple); eq(type(s[0][1]), list); eq(type(s[1]), dict)
+    eq(type(s[0][0]), TensorBase); eq(s[0][0].foo, 'bar'); eq(s[0][0], x)
+    assert s[0][0] is not x                      # a staged copy, not the host tensor
+    eq(type(s[1]['y']), TensorCategory)
+    eq(s[0][1][1:], ['name', 3]); assert s[1]['meta'] is None
+
+
+def test_unpinned_warns_once():
+    class PinOps(LoggingOps): pins = True       # on CPU nothing is pinned, so this must warn
+    learn = make_learner(True, ops=PinOps())
+    before = loader_state(learn.dls.train)
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter('always')
+        learn.fit(1); learn.fit(1)
+    eq(len([w for w in ws if 'not in pinned memory' in str(w.message)]), 1)
+    assert_loader_whole(learn.dls.train, before)
+
+
+@pytest.mark.parametrize('pins,pin,expect', [(True, True, True), (True, False, False), (False, True, False)])
+def test_pin_turns_on_loader_pinning_while_iterating(pins, pin, expect):
+    "Pinning is turned on while drawing only for ops that want pinned batches, and only with `pin=True`"
+    class PinOps(LoggingOps): pass
+    PinOps.pins = pins
+    pins = []
+    learn = make_learner(True, ops=PinOps(), pin=pin)
+    dl = learn.dls.train
+    learn.dls.n_inp                              # fastai's `_one_pass`, outside any draw, done now
+    def create_batch(b):                         # runs inside the draw
+        pins.append((dl.pin_memory, dl.fake_l.pin_memory))
+        return fa_collate(b)
+    dl.create_batch = create_batch
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        learn.fit(1)
+    eq(set(pins), {(expect, expect)})
+    eq((learn.dls.train.pin_memory, learn.dls.train.fake_l.pin_memory), (False, False))
+
+
+def test_ops_created_once_per_device(monkeypatch):
+    made = []
+    class FakeCudaOps(LoggingOps):
+        def __init__(self, device): super().__init__(); made.append(device)
+    monkeypatch.setattr(prefetch_mod, 'CudaStreamOps', FakeCudaOps)
+    cb = CudaPrefetchCallback()
+    ops = [cb._ops_for(torch.device('cuda', 0)) for _ in range(3)]
+    assert ops[0] is ops[1] is ops[2]
+    cb._ops_for(torch.device('cuda', 1))
+    eq(made, [torch.device('cuda', 0), torch.device('cuda', 1)])
+
+
+# ---------------------------------------------------------------- in fastai's loop
+
+def test_callback_name_order_and_shortcut():
+    learn = synth_learner().prefetch(ops=LoggingOps())
+    assert isinstance(learn.cuda_prefetch, CudaPrefetchCallback)
+    assert 11 < CudaPrefetchCallback.order < Recorder.order   # after DistributedTrainer, before Recorder's sync
+
+
+def test_bit_identical_and_deterministic():
+    a = make_learner(False); a.fit(2)
+    b = make_learner(True);  b.fit(2)
+    c = make_learner(True);  c.fit(2)
+    assert b.cuda_prefetch.active
+    assert_same_state(state(a), state(b))
+    assert_same_state(state(b), state(c))
+    eq(a.recorder.values, b.recorder.values)
+    eq(a.recorder.losses, b.recorder.losses)
+
+
+def test_order_and_content():
+    a = make_learner(False, cbs=Seen()); a.fit(1)
+    b = make_learner(True, cbs=Seen());  b.fit(1)
+    sa,sb = a.seen.seen,b.seen.seen
+    eq([o[:2] for o in sb], [o[:2] for o in sa])
+    eq(len(sb), len(a.dls.train)+len(a.dls.valid))
+    for x,y in zip(sa, sb):
+        eq(x[2], y[2]); eq(x[3], y[3])
+
+
+def test_staged_right_after_step_or_loss():
+    "Batch k+1 is staged once step k's work is enqueued: `after_step` in training, `after_loss` in validation"
+    class Events(Callback):
+        order = 11                               # just before the prefetcher
+        def __init__(self, log): self.log = log
+        def after_step(self): self.log.append(('after_step',))
+        def after_loss(self): self.log.append(('after_loss', self.training))
+        def after_batch(self): self.log.append(('after_batch',))
+    log = []
+    learn = make_learner(True, ops=LoggingOps(log), cbs=Events(log))
+    learn.fit(1)
+    n_trn,n_val = len(learn.dls.train),len(learn.dls.valid)
+    nxt = [log[i+1] for i,o in enumerate(log[:-1]) if o==('stage',)]
+    eq(nxt.count(('hand_off',)), 2)              # only each epoch's first batch is staged at draw time
+    staged_after = [log[i-1] for i,o in enumerate(log) if o==('stage',) and i and log[i-1]!=('reset',)]
+    eq(staged_after.count(('after_step',)), n_trn-1)
+    eq(staged_after.count(('after_loss', False)), n_val-1)
+
+
+def test_cancelled_train_epoch_shows_the_loader_at_after_train():
+    "A `CancelTrainException` before any draw still leaves callbacks the user's loader at `after_train`"
+    class Cancel(Callback):
+        order = 13
+        def before_train(self): raise CancelTrainException()
+        def after_train(self): self.dl_type = type(self.dl)
+    learn = make_learner(True, cbs=Cancel())
+    learn.fit(1)
+    assert learn.cancel.dl_type is TfmdDL
+
+
+def test_exactly_one_batch_ahead():
+    log = []
+    def create_batch(b):
+        log.append(('next',))
+        return fa_collate(b)
+    learn = make_learner(True, cbs=Seen(log))
+    learn.dls.n_inp                              # fastai's one-item `_one_pass` now, so it is not counted below
+    learn.dls.train.create_batch = create_batch
+    learn.fit(1)
+    n = len(learn.dls.train)
+    drawn = 0
+    for o in log:
+        if o==('next',): drawn += 1
+        elif o[0]=='before_batch' and o[1]: eq(drawn, o[2]+1)           # batch k and nothing more
+        elif o[0]=='after_batch' and o[1]:  eq(drawn, min(o[2]+2, n))   # k+1 staged, not k+2
+    eq(drawn, n)
+
+
+def test_loader_error_raised_when_its_batch_is_drawn():
+    log, count = [], [0]
+    def create_batch(b):
+        count[0] += 1
+        if count[0]==3: log.append(('raise',)); raise ValueError('broken batch')
+        return fa_collate(b)
+    learn = make_learner(True, cbs=Seen(log))
+    learn.dls.n_inp                              # fastai's one-item `_one_pass` now, so it is not counted below
+    learn.dls.train.create_batch = create_batch
+    before = loader_state(learn.dls.train)
+    with pytest.raises(ValueError, match='broken batch'): learn.fit(1)
+    # the error happened while batch 1 computed, but batch 1 finished and batch 2 never started
+    eq(log, [('before_batch',True,0), ('after_batch',True,0), ('before_batch',True,1), ('raise',),
+                  ('after_batch',True,1)])
+    assert not isinstance(learn.dl, StagedLoader)
+    assert_loader_whole(learn.dls.train, before)
+
+
+def test_generic_loader_error_and_close():
+    "A loader that is not a fastai `DataLoader` is staged too; its iterator is closed"
+    class BadDL:
+        def __init__(self, dl): self.dl,self.closed = dl,False
+        def __len__(self): return len(self.dl)
+        def __iter__(self):
+            try:
+                for i,b in enumerate(self.dl):
+                    if i==2: raise ValueError('broken batch')
+                    yield b
+            finally: self.closed = True
+    learn = make_learner(True, cbs=Seen())
+    bad = learn.dls.train = BadDL(learn.dls.train)
+    with pytest.raises(ValueError, match='broken batch'): learn.fit(1)
+    assert bad.closed
+    eq([o[1] for o in learn.seen.seen], [0, 1])
+
+
+def test_cancel_batch_keeps_staged_batch():
+    class CancelPred(Callback):
+        order = 60
+        def after_pred(self):
+            if self.training and self.iter in (0, 3): raise CancelBatchException()
+    a = make_learner(False, cbs=[Seen(), CancelPred()]); a.fit(1)
+    b = make_learner(True,  cbs=[Seen(), CancelPred()]); b.fit(1)
+    eq([o[:2] for o in b.seen.seen], [o[:2] for o in a.seen.seen])
+    for x,y in zip(a.seen.seen, b.seen.seen): eq(x[2], y[2])
+    assert_same_state(state(a), state(b))
+
+
+@pytest.mark.parametrize('exc,training', [(CancelTrainException, True), (CancelValidException, False),
+                                          (CancelEpochException, True), (CancelFitException, True)])
+def test_cancel_drops_staged_batch_and_closes_iterator(exc, training):
+    ops = RecordingOps()
+    learn = make_learner(True, ops=ops, cbs=RaiseAt(exc, 1, training))
+    before = loader_state(learn.dls.train),loader_state(learn.dls.valid)
+    learn.fit(1)
+    it = learn.raise_at.iters
+    assert it.gi_frame is None                   # the loader's iterator was closed
+    gc.collect()
+    assert all(r() is None for r in ops.refs)    # nothing staged is kept alive
+    assert learn.cuda_prefetch._stager is None
+    assert not isinstance(learn.dl, StagedLoader)
+    assert_loader_whole(learn.dls.train, before[0]); assert_loader_whole(learn.dls.valid, before[1])
+    learn.fit(1)                                 # and the learner trains again
+    eq(len(learn.recorder.values), 1)
+
+
+def test_keyboard_interrupt_mid_epoch():
+    ops = RecordingOps()
+    learn = make_learner(True, ops=ops, cbs=RaiseAt(KeyboardInterrupt, 1))
+    before = loader_state(learn.dls.train)
+    with pytest.raises(KeyboardInterrupt): learn.fit(1)
+    assert learn.raise_at.iters.gi_frame is None
+    gc.collect()
+    eq(len(ops.refs), 3)                         # batches 0 and 1 ran (the traceback keeps 1), 2 was staged
+    assert ops.refs[-1]() is None
+    assert not isinstance(learn.dl, StagedLoader)
+    assert_loader_whole(learn.dls.train, before)
+
+
+def test_empty_loaders():
+    learn = make_learner(True, cbs=Seen())
+    learn.dls.valid = learn.dls.valid.new(TensorDataset(*[t[:0] for t in learn.dls.valid_ds.tensors]))
+    learn.fit(1)
+    eq(len(learn.dls.valid), 0)
+    eq(len([o for o in learn.seen.seen if not o[0]]), 0)
+    learn.dls.train = learn.dls.valid
+    learn.fit(1)
+    eq(len(learn.seen.seen), len(make_learner().dls.train))
+
+
+def test_get_preds_and_validate_identical():
+    def run(prefetch):
+        learn = make_learner(prefetch)      # seeds: each run starts from the same RNG state
+        return learn.get_preds(with_input=True),learn.validate()
+    (pa,va),(pb,vb) = run(False),run(True)
+    for x,y in zip(pa, pb): eq(x, y)
+    eq(va, vb)
+
+
+def test_num_workers():
+    a = make_learner(False, num_workers=2, after_batch=None); a.fit(1)
+    b = make_learner(True,  num_workers=2, after_batch=None); b.fit(1)
+    assert_same_state(state(a), state(b))
+    c = make_learner(True, num_workers=2, after_batch=None, cbs=RaiseAt(CancelTrainException, 1)); c.fit(1)
+    assert c.raise_at.iters.gi_frame is None
+    assert not isinstance(c.dl, StagedLoader)
+
+
+def test_cpu_pass_through():
+    class Check(Callback):
+        def before_fit(self): self.types = set()
+        def before_batch(self): self.types.add(type(self.dl))
+    a = make_learner(False); a.fit(1)
+    learn = make_learner(cbs=Check())
+    learn.add_cb(CudaPrefetchCallback())
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter('always')
+        learn.fit(1)
+        learn.fit(0)
+    assert not learn.cuda_prefetch.active
+    eq(len([w for w in ws if 'pass through' in str(w.message)]), 1)
+    assert StagedLoader not in learn.check.types
+    make_learner(False)   # same seed for the comparison below
+    b = make_learner(cbs=CudaPrefetchCallback())
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        b.fit(1)
+    assert_same_state(state(a), state(b))
+
+
+# ---------------------------------------------------------------- on a GPU
+
+def gpu_learner(prefetch, n_trn=40, bs=256, width=2048, depth=4, cbs=None):
+    "A pinned uint8 'image' loader with a GPU `after_batch` and an MLP heavy enough to hide the copy"
+    set_seed(3)
+    def ds(n):
+        g = torch.Generator().manual_seed(n)
+        return TensorDataset(torch.randint(0, 255, (n, 3, 32, 32), dtype=torch.uint8, generator=g),
+                             torch.randint(0, 10, (n,), generator=g))
+    tfm = lambda x: (x.float()/255 - 0.5).flatten(1) if x.dtype==torch.uint8 else x   # on each part of the batch
+    dls = DataLoaders(TfmdDL(ds(n_trn*bs), bs=bs, shuffle=True, num_workers=2, pin_memory=True, after_batch=tfm),
+                      TfmdDL(ds(4*bs), bs=bs, num_workers=2, pin_memory=True, after_batch=tfm), device='cuda')
+    layers = [nn.Linear(3*32*32, width), nn.ReLU()]
+    for _ in range(depth): layers += [nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(width, 10))
+    cbs = L(cbs) + ([CudaPrefetchCallback()] if prefetch else [])
+    return Learner(dls, model, loss_func=CrossEntropyLossFlat(), opt_func=partial(SGD, mom=0.9), lr=1e-3, cbs=cbs)
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_results_equal_plain_loop():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = gpu_learner(False, n_trn=8); a.fit(2)
+    b = gpu_learner(True, n_trn=8);  b.fit(2)
+    assert b.cuda_prefetch.active
+    for (k,x),(_,y) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=k)
+
+
+def _intervals(events, pred):
+    return sorted((e['ts'], e['ts']+e['dur'], e.get('args', {}).get('stream')) for e in events if pred(e))
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_copy_overlaps_compute(tmp_path):
+    from torch.profiler import profile, ProfilerActivity
+    learn = gpu_learner(True, n_trn=24)
+    learn.fit(1)                                        # warm-up: workers, cuBLAS, the allocator
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        learn.fit(1)
+    p = tmp_path/'trace.json'
+    prof.export_chrome_trace(str(p))
+    evs = [e for e in json.loads(p.read_text())['traceEvents'] if e.get('ph')=='X' and 'dur' in e]
+    copies = _intervals(evs, lambda e: e.get('name','').startswith('Memcpy HtoD (Pinned -> Device)'))
+    kernels = _intervals(evs, lambda e: e.get('cat')=='kernel')
+    assert copies and kernels
+    tot = ovl = 0.
+    for s,e,stream in copies:
+        tot += e-s
+        busy = sorted((max(s,ks),min(e,ke)) for ks,ke,kst in kernels if kst!=stream and ks<e and ke>s)
+        cur = s                                         # union of the overlapping kernel intervals
+        for a,b in busy:
+            if b>cur: ovl += b-max(a,cur); cur = b
+    assert ovl/tot >= 0.8, f"only {ovl/tot:.0%} of the copy time overlapped compute"
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_peak_memory_at_most_one_staged_batch():
+    def peak(prefetch):
+        learn = gpu_learner(prefetch, n_trn=8)
+        learn.fit(1)
+        torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+        learn.fit(1)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+    base,staged = peak(False),peak(True)
+    bs = 256
+    batch = bs*3*32*32*(1+4) + bs*8*2               # the raw uint8 copy, its float transform, the targets
+    assert staged <= base + batch + 2**20, (base, staged, batch)
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_reserved_memory_flat():
+    class Reserved(Callback):
+        def before_fit(self): self.res = []
+        def after_epoch(self): torch.cuda.synchronize(); self.res.append(torch.cuda.memory_reserved())
+    learn = gpu_learner(True, n_trn=8, cbs=Reserved())
+    learn.fit(4)
+    r = learn.reserved.res
+    assert max(r[1:]) <= r[1], r                    # no growth after the first epoch
+    eq(len(learn.cuda_prefetch._ops_by_device), 1)
