@@ -7,7 +7,7 @@ Docs: https://fastprofile.github.io/fastprofile/all.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_all.ipynb #a80aad7f
+# %% ../nbs/99_all.ipynb #07faa944
 from .loop import *
 from .stats import *
 from .record import *
@@ -16,9 +16,14 @@ from .callback import *
 from .gpu_timing import *
 from .distributed import *
 from .prefetch import *
+from .diagnosis import *
+from .breakdown import *
+from .plots import *
+from .trace import *
 from .demo import *
 
-# %% ../nbs/99_all.ipynb #3c466f28
-import fastprofile.loop, fastprofile.stats, fastprofile.record, fastprofile.report, fastprofile.callback, fastprofile.gpu_timing, fastprofile.distributed, fastprofile.prefetch, fastprofile.demo
+# %% ../nbs/99_all.ipynb #60a32fe3
+import fastprofile.loop, fastprofile.stats, fastprofile.record, fastprofile.report, fastprofile.callback, fastprofile.gpu_timing, fastprofile.distributed, fastprofile.prefetch, fastprofile.diagnosis, fastprofile.breakdown, fastprofile.plots, fastprofile.trace, fastprofile.demo
 __all__ = [n for m in (fastprofile.loop, fastprofile.stats, fastprofile.record, fastprofile.report, fastprofile.callback,
-                       fastprofile.gpu_timing, fastprofile.distributed, fastprofile.prefetch, fastprofile.demo) for n in m.__all__]
+                       fastprofile.gpu_timing, fastprofile.distributed, fastprofile.prefetch, fastprofile.diagnosis,
+                       fastprofile.breakdown, fastprofile.plots, fastprofile.trace, fastprofile.demo) for n in m.__all__]
