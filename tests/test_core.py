@@ -33,13 +33,18 @@ def _losses(make, profile, n_epoch=2, **fit_kw):
     return learn, [float(v) for v in L(learn.recorder.losses)], [list(map(float, v)) for v in learn.recorder.values]
 
 # ---- the fault matrix: every Cancel*Exception at its event ----
+_PHASE_EVENTS = ('before_epoch','before_train','after_train','before_validate','after_validate','after_epoch')
+
 class Raiser(Callback):
-    "Raise `exc` at `event` on training batch `at` (or once per phase for phase events)"
-    order = 5
+    "Raise `exc` at `event`: on batch `at` of each training phase, or in the second epoch for phase events"
+    order = 65  # among the other callbacks, after fastai's ProgressCallback (which crashes on a cancelled before_train)
     def __init__(self, event, exc, at=2, train=True): self.event,self.exc,self.at,self.train_only = event,exc,at,train
+    def before_fit(self): self.raised = 0
     def __call__(self, event_name):
-        if event_name == self.event and (not self.train_only or getattr(self.learn, 'training', True)) \
-           and getattr(self.learn, 'iter', 0) == self.at: raise self.exc()
+        if event_name == self.event:
+            hit = (getattr(self.learn, 'epoch', 0) == 1 if event_name in _PHASE_EVENTS else
+                   (not self.train_only or self.learn.training) and getattr(self.learn, 'iter', -1) == self.at)
+            if hit: self.raised += 1; raise self.exc()
         return super().__call__(event_name)
 
 CASES = [('before_batch', CancelBatchException), ('after_pred', CancelBatchException), ('after_loss', CancelBatchException),
@@ -53,6 +58,7 @@ def test_cancel_matrix(event, exc):
     make = lambda: synth_learner(n_trn=6, n_val=3, cbs=Raiser(event, exc, train=event not in ('before_validate',)))
     _,l0,v0 = _losses(make, False)
     learn,l1,v1 = _losses(make, True)
+    assert learn.raiser.raised >= 1                    # the exception really was raised
     assert l1 == l0 and v1 == v0                       # same training with and without the profiler
     res = learn.simple_profile_results
     check_sums(res.set_index(['Phase','Action','Step']))

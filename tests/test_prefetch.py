@@ -235,7 +235,7 @@ def test_staged_right_after_step_or_loss():
 def test_cancelled_train_epoch_shows_the_loader_at_after_train():
     "A `CancelTrainException` before any draw still leaves callbacks the user's loader at `after_train`"
     class Cancel(Callback):
-        order = 13
+        order = 61  # after ProgressCallback (60): fastai's own progress bar crashes if before_train is cancelled before it
         def before_train(self): raise CancelTrainException()
         def after_train(self): self.dl_type = type(self.dl)
     learn = make_learner(True, cbs=Cancel())
