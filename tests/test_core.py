@@ -198,3 +198,38 @@ def test_report_says_prefetch_was_active():
     learn = synth_learner(n_trn=8, n_val=2)
     _noreport(learn).fit(1)
     assert 'CudaPrefetchCallback' not in learn.simple_profile_report.plain()
+
+# ---- the patched loop is fastai's loop plus before_draw ----
+class EventLog(Callback):
+    "Every event with fastai's loop state at that moment"
+    order = 1
+    def before_fit(self): self.log = []
+    def __call__(self, event_name):
+        if event_name != 'before_draw' and hasattr(self, 'log'):
+            self.log.append((event_name, getattr(self.learn, 'iter', None), getattr(self.learn, 'n_iter', None),
+                             getattr(self.learn, 'training', None)))
+        return super().__call__(event_name)
+
+@pytest.mark.parametrize('extra', ['plain', 'short_epoch', 'empty_valid'])
+def test_patched_loop_matches_fastai(extra):
+    "Same events, iter and n_iter as fastai's own `all_batches` (ShortEpochCallback, zero-length loaders included)"
+    import fastprofile.loop as fl
+    def run(patched):
+        set_seed(3, reproducible=True)
+        learn = synth_learner(n_trn=7, n_val=3, cbs=EventLog())
+        if extra == 'empty_valid':
+            learn.dls.valid = learn.dls.valid.new(torch.utils.data.TensorDataset(*[t[:0] for t in learn.dls.valid_ds.tensors]))
+        cbs = [ShortEpochCallback(pct=0.5)] if extra == 'short_epoch' else []
+        saved = Learner.all_batches
+        if not patched: Learner.all_batches = fl._fastai_all_batches
+        try: learn.fit(2, 1e-2, cbs=cbs)
+        finally: Learner.all_batches = saved
+        return learn.event_log.log, [float(v) for v in L(learn.recorder.losses)]
+    assert run(True) == run(False)
+
+def test_short_epoch_profiled():
+    learn = synth_learner(n_trn=10, n_val=4)
+    _noreport(learn).fit(1, cbs=ShortEpochCallback(pct=0.5))
+    r = _rows(learn)
+    check_sums(r)
+    assert r.loc[('train','draw',''),'Number of Calls'] + r.loc[('train','warmup',''),'Number of Calls'] == 6  # iters 0..5

@@ -88,3 +88,18 @@ def test_events_overhead_under_one_percent():
     rec = learn.simple_profile_record
     step = rec.stats[('train','draw')].mean + rec.stats[('train','batch')].mean
     assert rec.overhead_per_batch < 0.01*step, (rec.overhead_per_batch, step)
+
+def test_gpu_times_merge_across_ranks():
+    "A record gathered from several ranks keeps the GPU columns, merged like the wall times"
+    from fastprofile.distributed import RankProfile, merge_records, record_state, record_from_state
+    recs = []
+    for r,bwd in enumerate((.030, .050)):
+        clock = FakeClock(); fs = FakeStream(clock)
+        rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3, warmup=0)
+        rec.start_fit(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=10, gpu=dict(backward=bwd)); rec.end_epoch(); rec.end_fit()
+        recs.append(RankProfile(r, record_from_state(record_state(rec))))  # what the gather sends
+    m = merge_records(recs)
+    r = m.results().set_index(['Phase','Action','Step'])
+    assert r.loc[('train','batch','backward'),'Number of Calls'] == 20
+    assert abs(r.loc[('train','batch','backward'),'GPU Mean Duration'] - .040) < 1e-9
+    assert 'GPU idle:' in make_report(m).plain()
