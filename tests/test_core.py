@@ -71,12 +71,23 @@ def test_cancel_backward_skips_backward_only():
     assert r.loc[('train','batch','backward'),'Number of Calls'] == 6-1-1   # warm-up and the cancelled one left out
     assert r.loc[('train','batch','opt_step'),'Number of Calls'] == 6-1
 
+class ClosingDL:
+    "Wraps a loader; records whether its iterator was closed"
+    def __init__(self, dl): self.dl,self.closed = dl,False
+    def __len__(self): return len(self.dl)
+    def __getattr__(self, k): return getattr(self.dl, k)
+    def __iter__(self):
+        try: yield from self.dl
+        finally: self.closed = True
+
 def test_keyboard_interrupt_keeps_partial_report_and_closes_loader():
     class Stop(Callback):
         def after_pred(self):
             if self.training and self.iter == 4: raise KeyboardInterrupt
     learn = synth_learner(n_trn=10, n_val=2, cbs=Stop())
+    dl = learn.dls.train = ClosingDL(learn.dls.train)
     with pytest.raises(KeyboardInterrupt): _noreport(learn).fit(1)
+    assert dl.closed
     r = _rows(learn)
     assert r.loc[('train','draw',''),'Number of Calls'] == 3
     assert 'Partial profile' in learn.simple_profile_report.plain()
@@ -181,11 +192,21 @@ def test_known_costs_recovered():
 
 # ---- bounded memory, driven directly ----
 def test_record_memory_bounded():
-    def size(n):
-        clock = FakeClock(); rec = ProfileRecord(clock=clock)
+    "Memory held after 10^5 batches (tracemalloc, everything the record allocated) is no more than after 10^3"
+    import tracemalloc
+    def held(n):
+        clock = FakeClock()
+        tracemalloc.start()
+        rec = ProfileRecord(clock=clock)
         drive_record(rec, clock, n_epochs=1, n_train=n, n_valid=0)
-        return rec.nbytes
-    assert size(100_000) <= size(1_000)
+        rec.fold()
+        size = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert len(rec._queue) < rec.fold_every and len(rec.epochs) <= 1
+        return size, rec
+    (small,_),(big,rec) = held(1_000),held(100_000)
+    assert rec.stats[('train','draw')].n == 100_000-1
+    assert big <= small*1.05 + 16_384, (small, big)
 
 def test_report_says_prefetch_was_active():
     "With CudaPrefetchCallback staging batches (its CPU stand-in ops here), the report says so; the pair still attributes every second"

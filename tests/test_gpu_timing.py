@@ -82,7 +82,6 @@ def test_events_match_sync_and_wall_misattributes():
 @pytest.mark.cuda
 def test_events_overhead_under_one_percent():
     "The events' own cost per batch (self-measured at fit start) is under 1% of a mean training step"
-    per_ms = None
     learn = _known_cost_learner(dict(forward=2_000_000, backward=4_000_000, opt_step=1_000_000))
     learn.profile(timing='events', show_report=False, logger_callback=None).fit(1)
     rec = learn.simple_profile_record
