@@ -254,3 +254,17 @@ def test_short_epoch_profiled():
     r = _rows(learn)
     check_sums(r)
     assert r.loc[('train','draw',''),'Number of Calls'] + r.loc[('train','warmup',''),'Number of Calls'] == 6  # iters 0..5
+
+def test_failing_report_hook_warns_and_keeps_the_report():
+    "A report section (e.g. the diagnosis) that fails warns; the fit, results and the rest of the report are kept"
+    import fastprofile.callback as fc
+    def broken_section(rep, rec, learn): raise RuntimeError('boom')
+    fc.REPORT_HOOKS.append(broken_section)
+    try:
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter('always')
+            learn = synth_learner(n_trn=4, n_val=2)
+            _noreport(learn).fit(1)
+    finally: fc.REPORT_HOOKS.remove(broken_section)
+    assert [w for w in ws if 'broken_section failed' in str(w.message)]
+    assert 'Simple Profiler Results' in learn.simple_profile_report.plain()

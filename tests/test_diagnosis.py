@@ -140,3 +140,34 @@ def _best_of(f, tries=2):
         warnings.warn(f"check_advice missed by {chk.error:+.0%} on the first try; measuring again")
         chk = f()
     return chk
+
+
+def test_breakdown_leftovers_after_interrupt_are_inert():
+    "After a KeyboardInterrupt (no after_fit), the breakdown's wrappers time nothing and change nothing once it is removed"
+    from fastai.test_utils import synth_learner
+    class Stop(Callback):
+        def after_pred(self):
+            if self.training and self.iter == 2: raise KeyboardInterrupt
+    learn = synth_learner(n_trn=6, n_val=2, cbs=Stop())
+    learn.profile_breakdown()
+    with pytest.raises(KeyboardInterrupt): learn.fit(1)
+    bd = learn.breakdown
+    learn.remove_cbs([Stop, bd])
+    n = bd.result.batches['train']
+    learn.fit(1)                       # untimed: the left-over wrappers pass straight through
+    assert bd.result.batches['train'] == n
+
+def test_breakdown_survives_nested_validate():
+    "A callback that calls learn.validate() mid-fit does not end the breakdown of the outer fit"
+    from fastai.test_utils import synth_learner
+    class Val(Callback):
+        order = 70
+        def before_fit(self): self.done = getattr(self, 'done', False)
+        def after_epoch(self):
+            if self.epoch == 0 and not self.done:  # validate() fires after_epoch too: once only
+                self.done = True
+                self.learn.validate()
+    learn = synth_learner(n_trn=5, n_val=2, cbs=Val())
+    learn.profile_breakdown()
+    learn.fit(3)
+    assert learn.simple_profile_breakdown.batches['train'] == 3*5

@@ -476,3 +476,18 @@ def test_cuda_reserved_memory_flat():
     r = learn.reserved.res
     assert max(r[1:]) <= r[1], r                    # no growth after the first epoch
     eq(len(learn.cuda_prefetch._ops_by_device), 1)
+
+
+def test_staging_device_is_where_fastai_runs_batch_transforms():
+    "fastai loaders: their own `device` (None: batches stay on the CPU, so no prefetch); other loaders: the model's"
+    import torch.utils.data as tud
+    from fastai.test_utils import synth_learner
+    learn = synth_learner(n_trn=2, n_val=1, cbs=CudaPrefetchCallback())
+    cb = learn.cuda_prefetch
+    learn.dl = learn.dls.train
+    learn.dls.train.device = None
+    assert cb._staging_device() is None
+    learn.dls.train.device = torch.device('cpu')
+    assert cb._staging_device() == torch.device('cpu')
+    learn.dl = tud.DataLoader(tud.TensorDataset(torch.zeros(4, 1), torch.zeros(4, 1)), batch_size=2)
+    assert cb._staging_device() == next(learn.model.parameters()).device
