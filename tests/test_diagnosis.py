@@ -171,3 +171,21 @@ def test_breakdown_survives_nested_validate():
     learn.profile_breakdown()
     learn.fit(3)
     assert learn.simple_profile_breakdown.batches['train'] == 3*5
+
+
+def test_check_advice_leaves_the_learner_as_it_was(tmp_path):
+    "Callbacks (the user's profiler pair included), Recorder history and RNG are restored; saving callbacks sit the windows out"
+    from fastai.test_utils import synth_learner
+    from fastai.callback.tracker import SaveModelCallback
+    learn = synth_learner(n_trn=6, n_val=2, path=tmp_path)
+    learn.fit(2)
+    learn.profile(show_report=False, logger_callback=None)
+    learn.add_cb(SaveModelCallback())
+    cbs = [type(cb).__name__ for cb in learn.cbs]
+    losses,values = list(learn.recorder.losses),[list(v) for v in learn.recorder.values]
+    torch.manual_seed(5); state = torch.get_rng_state()
+    check_advice(learn, n_batches=3)
+    assert [type(cb).__name__ for cb in learn.cbs] == cbs
+    assert list(learn.recorder.losses) == losses and [list(v) for v in learn.recorder.values] == values
+    assert torch.equal(torch.get_rng_state(), state)
+    assert not (tmp_path/'models').exists()     # SaveModelCallback did not run in the windows
