@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/callback.html.md"""
 
 # %% ../nbs/04_callback.ipynb #dbb3569a
 from __future__ import annotations
-import math, time, types, warnings, importlib
+import math, sys, time, types, warnings, importlib
 from pathlib import Path
 from fastai.basics import *
 from fastai.callback.core import TrainEvalCallback
@@ -131,9 +131,11 @@ class SimpleProfilerCallback(_TableDispatch):
         rec.start_fit()
 
     def _device(self):
-        "The model's device (its first parameter's), else the DataLoaders'"
-        p = next(iter(self.learn.model.parameters()), None)
-        return p.device if p is not None else getattr(self.learn.dls, 'device', None) or torch.device('cpu')
+        "Where the model will train: fastai's `TrainEvalCallback` moves it to the DataLoaders' device after this `before_fit`"
+        dev = getattr(self.learn.dls, 'device', default_device())  # what `TrainEvalCallback.before_fit` moves the model to
+        if dev is not None: return torch.device(dev)
+        p = next(iter(self.learn.model.parameters()), None)  # `model.to(None)` leaves the model where it is
+        return p.device if p is not None else torch.device('cpu')
 
     def _new_record(self, pool_batches=64, **kwargs):
         "A record for the timing mode of this fit"
@@ -141,6 +143,7 @@ class SimpleProfilerCallback(_TableDispatch):
         elif self._timing == 'sync':
             dev,clock = self._device(),time.perf_counter
             def synced(): torch.cuda.synchronize(dev); return clock()
+            synced.__wrapped__ = clock  # perf_counter after a synchronize: traces can still align ranks by wall clock
             rec = ProfileRecord(clock=synced, **kwargs)
         else: rec = GpuProfileRecord(stream=torch.cuda.current_stream(self._device()), pool_batches=pool_batches, **kwargs)
         rec.timing = self._timing
@@ -188,6 +191,8 @@ class SimpleProfilerCallback(_TableDispatch):
         "The logger's per-batch and after-fit methods, importing its module if needed; None if unavailable"
         name = self.logger_callback
         if name is None: return None,None
+        # the default logger (wandb) is used only when its library is in use, i.e. already imported: it costs no import otherwise
+        if not self.logger_explicit and sys.modules.get(name) is None: return None,None
         if not hasattr(self, f'_{name}_log_after_fit') and name in LOGGER_MODULES:
             try: importlib.import_module(LOGGER_MODULES[name])
             except Exception as e:

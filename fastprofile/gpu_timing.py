@@ -175,14 +175,16 @@ class FakeStream:
         if self.busy_until > self.clock(): self.clock.tick(self.busy_until - self.clock())
 
 class FakeEvent:
-    "A CUDA-event stand-in on a `FakeStream` (same methods as `torch.cuda.Event`)"
+    "A CUDA-event stand-in on a `FakeStream`, with `torch.cuda.Event`'s methods and its rules for unrecorded and unfinished events"
     def __init__(self, fs:FakeStream): self.fs,self.t = fs,None
     def record(self, stream=None): self.t = max(self.fs.busy_until, self.fs.clock())
-    def query(self): return self.t is not None and self.t <= self.fs.clock()
+    def query(self): return self.t is None or self.t <= self.fs.clock()  # as CUDA: an unrecorded event counts as done
     def synchronize(self):
         if self.t is not None and self.t > self.fs.clock(): self.fs.clock.tick(self.t - self.fs.clock())
-    def elapsed_time(self, end): 
-        if self.t is None or end.t is None: raise RuntimeError('event not recorded')
+    def elapsed_time(self, end):
+        "Milliseconds from this event to `end`; like CUDA, an error unless both were recorded and have completed"
+        if self.t is None or end.t is None: raise RuntimeError('Both events must be recorded before calculating elapsed time')
+        if not (self.query() and end.query()): raise RuntimeError('CUDA error: device not ready')
         return (end.t - self.t)*1e3
 
 # %% ../nbs/15_gpu_timing.ipynb #722ff8e5

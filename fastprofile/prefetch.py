@@ -32,18 +32,28 @@ class CudaStreamOps:
     pins = True # Batches should come from pinned host memory for the copy to overlap compute
     def __init__(self,
         device, # The CUDA device of the model
+        api=None, # The streams and events to use: `torch.cuda` (default), or a stand-in with the same names for tests
     ):
-        self.device = torch.device(device)
-        self.side = torch.cuda.Stream(self.device)
-        self.staged_ev,self.handed_ev,self.handed = torch.cuda.Event(),torch.cuda.Event(),False
+        self.device,self.api = torch.device(device),ifnone(api, torch.cuda)
+        self.side = self.api.Stream(self.device)
+        self.staged_ev,self.handed_ev,self.handed = self.api.Event(),self.api.Event(),False
+
+    def on_device(self, t) -> bool:
+        "True if the tensor `t` is on this ops' kind of device (made by work on a stream)"
+        return t.device.type == self.device.type
+
+    def protect(self, t, stream):
+        "Keep `t`'s memory from reuse until the work queued on `stream` by then is done"
+        t.record_stream(stream)
 
     def stage(self, b, tfm=None):
         "Copy `b` to the device and run `tfm` on it, on the side stream"
-        if self.handed: self.side.wait_event(self.handed_ev)
-        else: self.side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self.side):
-            for t in tensor_leaves(b):  # inputs already on the GPU were made on another stream: keep them alive for this one
-                if t.is_cuda: t.record_stream(self.side)
+        on_dev = [t for t in tensor_leaves(b) if self.on_device(t)]
+        # inputs already on the GPU were written on the current stream during the draw: wait for all of it
+        if on_dev or not self.handed: self.side.wait_stream(self.api.current_stream(self.device))
+        else: self.side.wait_event(self.handed_ev)
+        with self.api.stream(self.side):
+            for t in on_dev: self.protect(t, self.side)  # read on the side stream: keep them alive for it
             b = to_device(b, self.device, non_blocking=True)
             if tfm is not None: b = tfm(b)
             self.staged_ev.record(self.side)
@@ -51,10 +61,10 @@ class CudaStreamOps:
 
     def hand_off(self, b):
         "Make the current stream wait for the staging of `b` and protect `b`'s memory until it is done with it"
-        main = torch.cuda.current_stream(self.device)
+        main = self.api.current_stream(self.device)
         main.wait_event(self.staged_ev)
         for t in tensor_leaves(b):
-            if t.is_cuda: t.record_stream(main)
+            if self.on_device(t): self.protect(t, main)
         self.handed_ev.record(main)
         self.handed = True
         return b
@@ -141,7 +151,8 @@ def device_tfms_off(dl, pin=False):
     d = dl.__dict__
     saved = {k:d[k] for k in _switched if k in d}
     tfm,fake_pin = dl.after_batch,dl.fake_l.pin_memory
-    dl._device,dl.after_batch = None,noop
+    stand_in = Pipeline()  # identity; `TfmdDL.before_iter` sets the split on it (train-only transforms need it)
+    dl._device,dl.after_batch = None,stand_in
     if pin: dl.pin_memory = dl.fake_l.pin_memory = True
     try: yield tfm
     finally:
@@ -149,6 +160,7 @@ def device_tfms_off(dl, pin=False):
             if k in saved: d[k] = saved[k]
             else: d.pop(k, None)
         dl.fake_l.pin_memory = fake_pin
+        if stand_in.split_idx is not None and isinstance(tfm, Pipeline): tfm.split_idx = stand_in.split_idx
 
 # %% ../nbs/07_prefetch.ipynb #6cdea4c0
 class HostBatches:

@@ -81,7 +81,8 @@ def chrome_trace(src, rank:int=0) -> dict:
     "A Chrome trace (a dict ready for `json.dump`) of the recorded batches of `src` for `rank`"
     df,rec = _recent(src)
     other = {'rank':rank, 'source':'fastprofile'}
-    if rec is not None and rec.fit_start is not None and rec.clock is time.perf_counter:
+    # `timing='sync'` wraps perf_counter (synchronize, then read it): the same clock, marked by `__wrapped__`
+    if rec is not None and rec.fit_start is not None and getattr(rec.clock, '__wrapped__', rec.clock) is time.perf_counter:
         other['wall_start'] = rec.fit_start + (time.time() - time.perf_counter())
     return {'traceEvents':trace_events(src, rank), 'displayTimeUnit':'ms', 'otherData':other}
 
@@ -110,6 +111,11 @@ def merge_traces(traces, # Traces of several ranks: dicts from `chrome_trace` or
     if align == 'wall' and all(w is not None for w in walls):
         w0 = min(walls)
         shift = [(w - w0)*1e6 for w in walls]
+    elif align == 'wall':
+        missing = [r for r,w in zip(ranks, walls) if w is None]
+        warnings.warn(f"merge_traces: the traces of rank(s) {missing} carry no wall-clock start (recorded on another clock), "
+                      "so every rank starts at 0 (align='start')")
+        align = 'start'
     evs = []
     for t,r,s in zip(ts, ranks, shift):
         for ev in t['traceEvents']:

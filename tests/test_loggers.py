@@ -163,6 +163,27 @@ def test_wandb_not_installed():
     assert asked.startswith('True [') and asked.count('not installed') == 1 and asked.endswith('True')
 
 
+NOT_IMPORTED = """
+import sys
+from fastai.test_utils import synth_learner
+from fastprofile.all import *
+learn = synth_learner(n_trn=6, n_val=2).profile(show_report=False)
+learn.fit(1)
+print('default', 'wandb' in sys.modules, hasattr(learn, 'simple_profile_results'))
+learn = synth_learner(n_trn=6, n_val=2).profile(show_report=False, logger_callback='wandb')
+learn.fit(1)
+print('asked', 'wandb' in sys.modules)
+"""
+
+def test_default_logger_does_not_import_wandb():
+    "A program that does not use wandb pays no wandb import for the default logger; asked for by name, it is imported"
+    r = subprocess.run([sys.executable, '-c', NOT_IMPORTED], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env={**os.environ, 'WANDB_MODE': 'disabled'})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = [l for l in r.stdout.splitlines() if l.startswith(('default', 'asked'))]
+    assert out == ['default False True', 'asked True'], r.stdout[-2000:]
+
+
 # ---------------------------------------------------------------- fastai issue 4173
 
 BUG_4173 = """

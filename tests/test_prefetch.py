@@ -95,6 +95,45 @@ def assert_loader_whole(dl, before):
 
 # ---------------------------------------------------------------- the engine
 
+class _LoggedStreamOps(CudaStreamOps):
+    "The real `CudaStreamOps` logic on a stand-in `torch.cuda` ('meta' tensors play the GPU's), logging `protect`"
+    def protect(self, t, stream): self.api.log.append(('protect', tuple(t.shape), stream.name))
+
+
+def test_stream_ops_waits_copies_and_protects_in_order():
+    "What the side stream waits for, where the copy and `tfm` run, and which leaves are protected on which stream"
+    from helpers.fake_cuda import FakeCudaApi
+    api = FakeCudaApi()
+    ops = _LoggedStreamOps('meta', api=api)
+    side,staged,handed = ops.side.name,ops.staged_ev.name,ops.handed_ev.name
+    x = TensorBase(torch.arange(6.).reshape(2, 3)); x.foo = 'bar'
+    host = lambda: (x, {'y': torch.ones(2)}, 'id')
+    double = lambda b: (b[0]*2, *b[1:])
+    b = ops.stage(host(), tfm=double)
+    # first staging of an epoch: wait for all of the compute stream; copy, transform and mark the end on the side stream
+    eq(api.log, [('wait_stream', side, 'main'), ('enter', side), ('record', staged, side), ('exit', side)])
+    eq(b[0].device.type, 'meta'); eq(type(b[0]), TensorBase); eq(b[0].foo, 'bar'); eq(b[1]['y'].device.type, 'meta'); eq(b[2], 'id')
+    api.log.clear(); ops.hand_off(b)
+    # the compute stream waits for the staging; every device leaf is protected until the compute stream is done with it
+    eq(api.log, [('wait_event', 'main', staged), ('protect', (2, 3), 'main'), ('protect', (2,), 'main'), ('record', handed, 'main')])
+    api.log.clear(); ops.stage(host())
+    eq(api.log[0], ('wait_event', side, handed))        # later stagings wait only for the hand-off point: no wait for step k
+    api.log.clear(); ops.stage((torch.zeros(4, device='meta'), torch.ones(1)))
+    # a batch already on the device was written on the compute stream during the draw: wait for all of it, keep it for the side stream
+    eq(api.log[:3], [('wait_stream', side, 'main'), ('enter', side), ('protect', (4,), side)])
+    ops.reset(); api.log.clear(); ops.stage(host())
+    eq(api.log[0], ('wait_stream', side, 'main'))       # after `reset` (a new epoch, a cancel): all of it again
+
+
+def test_fake_cuda_checks_signatures():
+    "The stand-in refuses calls that the real torch.cuda would refuse, so the test above checks the calls too"
+    from helpers.fake_cuda import FakeCudaApi
+    api = FakeCudaApi()
+    with pytest.raises(TypeError): api.main.wait_event()
+    with pytest.raises(TypeError): api.Event(enable_timing=True).record(api.main, 1)
+    with pytest.raises(TypeError): api.current_stream('cuda', 0)
+
+
 def test_stager_one_ahead_and_error_turn():
     log = []
     def src():
@@ -211,6 +250,35 @@ def test_order_and_content():
     eq(len(sb), len(a.dls.train)+len(a.dls.valid))
     for x,y in zip(sa, sb):
         eq(x[2], y[2]); eq(x[3], y[3])
+
+
+class _SplitData(TensorDataset):
+    "A `TensorDataset` that says which split it is, as fastai's `Datasets` subsets do"
+    def __init__(self, split_idx, *tensors): super().__init__(*tensors); self.split_idx = split_idx
+
+class _TrainOnly(Transform):
+    split_idx,order = 0,1
+    def encodes(self, x:Tensor): return x + 1000 if x.shape[-1] == 4 else x
+
+class _ValidOnly(Transform):
+    split_idx,order = 1,2
+    def encodes(self, x:Tensor): return x - 1000 if x.shape[-1] == 4 else x
+
+def test_split_only_batch_transforms_keep_running():
+    "Train-only (`split_idx=0`, e.g. augmentation) and valid-only batch transforms run as they do without prefetch"
+    def learner(prefetch):
+        set_seed(7)
+        mk = lambda split, n: TfmdDL(_SplitData(split, *tensor_data(n, split+1).tensors), bs=8, shuffle=split==0,
+                                     after_batch=[_TrainOnly(), _ValidOnly()])
+        cbs = [Seen()] + ([CudaPrefetchCallback(ops=LoggingOps(copy=True))] if prefetch else [])
+        return Learner(DataLoaders(mk(0, 32), mk(1, 16)), nn.Linear(4, 1), loss_func=MSELossFlat(), lr=1e-3, cbs=cbs)
+    a,b = learner(False),learner(True)
+    a.fit(1); b.fit(1)
+    assert b.cuda_prefetch.active
+    train,valid = [x for t,_,x,_ in a.seen.seen if t],[x for t,_,x,_ in a.seen.seen if not t]
+    assert all(x[0].min() > 900 for x in train) and all(x[0].max() < -900 for x in valid)  # each ran in its split
+    eq(len(b.seen.seen), len(a.seen.seen))
+    for (t1,i1,x1,y1),(t2,i2,x2,y2) in zip(a.seen.seen, b.seen.seen): eq((t1,i1), (t2,i2)); eq(x1, x2); eq(y1, y2)
 
 
 def test_staged_right_after_step_or_loss():
@@ -393,8 +461,13 @@ def test_cpu_pass_through():
 
 # ---------------------------------------------------------------- on a GPU
 
-def gpu_learner(prefetch, n_trn=40, bs=256, width=2048, depth=4, cbs=None):
-    "A pinned uint8 'image' loader with a GPU `after_batch` and an MLP heavy enough to hide the copy"
+def gpu_learner(prefetch, n_trn=40, bs=256, width=2048, depth=4, cbs=None, spin_ms=0.):
+    "A pinned uint8 'image' loader with a GPU `after_batch` and an MLP (plus `spin_ms` of GPU work in forward and backward)"
+    spin = []
+    if spin_ms:
+        from bench.gpu_timing import cycles_for, SpinLayer
+        c = cycles_for(dict(f=spin_ms))['f']
+        spin = [SpinLayer(c, c)]
     set_seed(3)
     def ds(n):
         g = torch.Generator().manual_seed(n)
@@ -403,7 +476,7 @@ def gpu_learner(prefetch, n_trn=40, bs=256, width=2048, depth=4, cbs=None):
     tfm = lambda x: (x.float()/255 - 0.5).flatten(1) if x.dtype==torch.uint8 else x   # on each part of the batch
     dls = DataLoaders(TfmdDL(ds(n_trn*bs), bs=bs, shuffle=True, num_workers=2, pin_memory=True, after_batch=tfm),
                       TfmdDL(ds(4*bs), bs=bs, num_workers=2, pin_memory=True, after_batch=tfm), device='cuda')
-    layers = [nn.Linear(3*32*32, width), nn.ReLU()]
+    layers = [nn.Linear(3*32*32, width), nn.ReLU(), *spin]
     for _ in range(depth): layers += [nn.Linear(width, width), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(width, 10))
     cbs = L(cbs) + ([CudaPrefetchCallback()] if prefetch else [])
@@ -429,7 +502,9 @@ def _intervals(events, pred):
 @cuda
 def test_cuda_copy_overlaps_compute(tmp_path):
     from torch.profiler import profile, ProfilerActivity
-    learn = gpu_learner(True, n_trn=24)
+    # GPU-bound by construction (2 ms of GPU work in forward and in backward): fastai's per-batch host work (~1-2 ms)
+    # must not drain the compute stream before the next batch is staged, or there is nothing to overlap with
+    learn = gpu_learner(True, n_trn=24, spin_ms=2.)
     learn.fit(1)                                        # warm-up: workers, cuBLAS, the allocator
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         learn.fit(1)
@@ -453,12 +528,16 @@ def test_cuda_copy_overlaps_compute(tmp_path):
 @cuda
 def test_cuda_peak_memory_at_most_one_staged_batch():
     def peak(prefetch):
+        gc.collect(); torch.cuda.empty_cache()          # a Learner is a reference cycle: free the previous one's weights now
         learn = gpu_learner(prefetch, n_trn=8)
         learn.fit(1)
         torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()            # weights, gradients, optimizer state
         learn.fit(1)
         torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated()
+        p = torch.cuda.max_memory_allocated() - base
+        del learn
+        return p
     base,staged = peak(False),peak(True)
     bs = 256
     batch = bs*3*32*32*(1+4) + bs*8*2               # the raw uint8 copy, its float transform, the targets
