@@ -1,6 +1,7 @@
 "GPU-true timings: mode selection on CPU; on a CUDA GPU, events recover known GPU costs within 5% of sync"
 import math, time, warnings, pytest, torch
 from torch import nn
+import pandas as pd
 from fastai.basics import *
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
@@ -26,6 +27,54 @@ def test_timing_follows_the_device_fastai_trains_on():
     learn.dls.device = None                        # fastai leaves the model where it is
     assert cb._device() == torch.device('cpu') and resolve_timing('auto', cb._device()) == 'wall'
     with pytest.raises(ValueError, match="needs a model on a CUDA device"): resolve_timing('events', cb._device())
+
+class _WallEvent:
+    "`torch.cuda.Event` stand-in on a CPU: records `perf_counter`, always complete; CUDA's errors for unrecorded events"
+    made = 0
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        assert enable_timing, "timing events must be created with enable_timing=True"
+        self.t = None; _WallEvent.made += 1
+    def record(self, stream=None): self.t = time.perf_counter()
+    def query(self): return True
+    def synchronize(self): pass
+    def elapsed_time(self, end):
+        if self.t is None or end.t is None: raise RuntimeError('Both events must be recorded before calculating elapsed time')
+        return (end.t - self.t)*1e3
+
+def test_events_mode_end_to_end_in_a_real_fit(monkeypatch, tmp_path):
+    "`timing='events'` through a real fastai fit, CUDA events stood in by wall-clock ones: GPU columns everywhere, same losses"
+    import pickle, fastprofile.callback as fcb
+    from fastprofile.trace import trace_events, GPU_TID
+    def losses(timing):
+        set_seed(0); learn = synth_learner(n_trn=300, n_val=4, path=tmp_path)
+        learn.profile(timing=timing, show_report=False, logger_callback=None, save_csv=True, keep_batches=50).fit(2, 1e-2)
+        return learn,[float(v) for v in learn.recorder.losses]
+    _,plain = losses('wall')
+    monkeypatch.setattr(fcb, 'resolve_timing', lambda timing, device: 'events')
+    monkeypatch.setattr(torch.cuda, 'Event', _WallEvent)
+    monkeypatch.setattr(torch.cuda, 'current_stream', lambda device=None: None)
+    _WallEvent.made = 0
+    learn,ev = losses('events')
+    assert ev == plain                                            # timing never changes training
+    rec = learn.simple_profile_record
+    assert isinstance(rec, GpuProfileRecord) and rec.timing == 'events'
+    assert _WallEvent.made == 64*13 + 4*13                        # the pool and the calibration's: none per batch
+    assert rec.n_waits == 0 and not rec._pending                  # every batch resolved by the end of the fit
+    r = learn.simple_profile_results.set_index(['Phase','Action','Step'])
+    for k in [('train','draw',''),('train','batch',''),('train','batch','forward'),('train','batch','backward'),
+              ('train','batch','opt_step'),('valid','batch','predict')]:
+        w,g = r.loc[k,'Mean Duration'],r.loc[k,'GPU Mean Duration']
+        assert abs(g - w) <= 0.2*w + 20e-6, (k, w, g)            # events read right after each wall mark
+    assert r.loc[('train','batch','backward'),'Number of Calls'] == 2*299
+    assert rec.gpu_stats[('train','backward')].n == 2*299
+    assert 'CUDA events' in learn.simple_profile_report.plain() and 'GPU idle' in learn.simple_profile_report.plain()
+    csv = pd.read_csv(tmp_path/'simple_profile.csv')
+    assert 'GPU Mean Duration' in csv.columns
+    df = rec.recent()
+    assert len(df) == 50 and df[df.phase=='train'].backward_gpu.notna().all() and df.predict_gpu.notna().sum() == 4
+    assert any(e.get('tid') == GPU_TID and e['ph'] == 'X' for e in trace_events(learn))
+    back = pickle.loads(pickle.dumps(rec))                        # learn.export pickles the record: no events in it
+    assert back.pool is None and back.results().equals(rec.results())
 
 def test_report_layout_with_both_clocks():
     clock = FakeClock(); fs = FakeStream(clock)
