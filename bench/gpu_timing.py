@@ -61,12 +61,21 @@ def main(argv=None):
         print("bench.gpu_timing: no CUDA GPU here; this benchmark measures GPU timing modes and needs one."); return 0
     import fastprofile.all  # noqa: F401 (Learner.profile)
     cyc = cycles_for(WANT)
+    from fastai.basics import Callback
+    class Steady(Callback):
+        "Seconds per training batch after the first `skip` (the profiler's calibration and warm-up left out)"
+        order,skip = 2000,10
+        def after_batch(self):
+            if not self.training: return
+            if self.iter == self.skip-1: torch.cuda.synchronize(); self.t0 = time.perf_counter()
+        def after_train(self):
+            torch.cuda.synchronize(); self.per_batch = (time.perf_counter()-self.t0)/(self.n_iter-self.skip)
     def run(mode):
         learn = known_cost_learner(cyc, n_batches=a.batches, n_valid=2)
+        learn.add_cb(Steady())
         if mode != 'none': learn.profile(timing=mode, show_report=False, logger_callback=None)
-        torch.cuda.synchronize(); t0 = time.perf_counter()
         with learn.no_bar(): learn.fit(1)
-        torch.cuda.synchronize(); dt = (time.perf_counter()-t0)/a.batches
+        dt = learn.steady.per_batch
         res = learn.simple_profile_results.set_index(['Phase','Action','Step']) if mode != 'none' else None
         return dt, res, (learn.simple_profile_record.overhead_per_batch if mode != 'none' else 0.)
     modes = ['none','wall','sync','events']

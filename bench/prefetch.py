@@ -15,10 +15,12 @@ Each part is first measured alone:
 
 Then the training throughput without (R0) and with (R1) the callback, in batches/s over the training batches
 after `--skip` warm-up batches, and the ideal bound B1 = 1 / max(T_load, T_h2d + T_tfm, T_comp + T_host).
-The regimes' settings were chosen for a recent datacenter GPU: the printed component times say which bound
-actually holds on yours (tune with --t-load, --workers, --size, --channels, --depth).
+In the 'balanced' regime the model's depth is chosen at run time, the smallest whose T_comp reaches
+T_h2d + T_tfm on this GPU, and the workers' load time is set so that T_load is half of that; the other two
+regimes use fixed settings. The printed component times say which bound actually holds on your GPU (tune
+with --t-load, --workers, --size, --channels, --depth). R0 and R1 are interleaved over --trials runs (medians).
 """
-import argparse, json, sys, time
+import argparse, functools, json, math, statistics, sys, time
 import torch
 from torch import nn
 from fastai.basics import *
@@ -27,7 +29,7 @@ from fastai.data.transforms import IntToFloatTensor, Normalize
 
 REGIMES = {
     # t_load: seconds per batch in one worker; size: image side; channels/depth: the model's compute
-    'balanced':      dict(t_load=0.060, workers=6, size=192, channels=128, depth=4),
+    'balanced':      dict(t_load=None, workers=6, size=192, channels=64, depth=None),  # None: calibrated, see above
     'load-bound':    dict(t_load=0.300, workers=4, size=192, channels=128, depth=4),
     'compute-bound': dict(t_load=0.020, workers=6, size=128, channels=256, depth=10),
 }
@@ -61,11 +63,19 @@ def make_model(channels, depth):
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10))
 
 
+@functools.lru_cache(None)
+def _hold_cycles(ms=100.):
+    from bench.gpu_timing import cycles_for
+    return cycles_for(dict(hold=ms))['hold']
+
+
 def cuda_time(f, n=20, warmup=3):
-    "Mean seconds of `f()` on the current stream, by CUDA events"
+    "Mean GPU seconds of `f()` on the current stream, by CUDA events; the GPU starts only once all `n` calls are queued"
     for _ in range(warmup): f()
     s,e = torch.cuda.Event(enable_timing=True),torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize(); s.record()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(_hold_cycles())  # holds the GPU while the host queues: no host time in the span
+    s.record()
     for _ in range(n): f()
     e.record(); torch.cuda.synchronize()
     return s.elapsed_time(e)/1e3/n
@@ -82,7 +92,7 @@ class Rate(Callback):
         elif self.iter>=self.skip: self.n += 1
     def after_train(self):
         torch.cuda.synchronize()
-        self.rate = self.n/(time.perf_counter()-self.t0) if self.t0 and self.n else float('nan')
+        self.per_s = self.n/(time.perf_counter()-self.t0) if self.t0 and self.n else float("nan")
 
 
 class StagedBatches:
@@ -96,8 +106,9 @@ def learner(dls, model, cbs=None):
     return Learner(dls, model, loss_func=CrossEntropyLossFlat(), opt_func=partial(SGD, mom=0.9), lr=1e-3, cbs=cbs)
 
 
-def measure(regime, bs, n_batches, skip, t_load, workers, size, channels, depth):
+def measure(regime, bs, n_batches, skip, t_load, workers, size, channels, depth, trials=3):
     from fastprofile.prefetch import CudaPrefetchCallback
+    if t_load is None or depth is None: t_load,depth = balance(bs, size, workers, channels, t_load, depth)
     dls = make_dls(bs, size, t_load, workers, n_batches)
     dl = dls.train
     model = make_model(channels, depth).cuda()
@@ -122,19 +133,43 @@ def measure(regime, bs, n_batches, skip, t_load, workers, size, channels, depth)
     hl = learner(DataLoaders(StagedBatches((xb, yb), n_batches), StagedBatches((xb, yb), 1), device='cuda'), idle,
                  cbs=Rate(skip))
     with hl.no_logging(): hl.fit(1)
-    t_host = 1/hl.rate.rate
-    # the loop without and with prefetch
-    rates = {}
-    for name,cbs in (('R0', [Rate(skip)]), ('R1', [Rate(skip), CudaPrefetchCallback()])):
-        l = learner(dls, make_model(channels, depth).cuda(), cbs=cbs)
-        with l.no_logging(): l.fit(1)
-        rates[name] = l.rate.rate
-        if name=='R1': assert l.cuda_prefetch.active
+    t_host = 1/hl.rate.per_s
+    # the loop without and with prefetch, interleaved (R0 R1 R0 R1 ...): medians
+    rates = {'R0': [], 'R1': []}
+    for _ in range(trials):
+        for name in ('R0', 'R1'):
+            cbs = [Rate(skip)] + ([CudaPrefetchCallback()] if name == 'R1' else [])
+            l = learner(dls, make_model(channels, depth).cuda(), cbs=cbs)
+            with l.no_logging(): l.fit(1)
+            rates[name].append(l.rate.per_s)
+            if name=='R1': assert l.cuda_prefetch.active
+            del l; torch.cuda.empty_cache()
+    r0,r1 = statistics.median(rates['R0']),statistics.median(rates['R1'])
     T_load = t_load/workers
     b1 = 1/max(T_load, t_h2d+t_tfm, t_comp+t_host)
-    return dict(regime=regime, bs=bs, T_load=T_load, T_load_measured=t_load_measured, T_h2d=t_h2d, T_tfm=t_tfm,
-                T_comp=t_comp, T_host=t_host, R0=rates['R0'], R1=rates['R1'], B1=b1,
-                R1_R0=rates['R1']/rates['R0'], R1_B1=rates['R1']/b1)
+    return dict(regime=regime, bs=bs, t_load=t_load, workers=workers, depth=depth, T_load=T_load,
+                T_load_measured=t_load_measured, T_h2d=t_h2d, T_tfm=t_tfm, T_comp=t_comp, T_host=t_host,
+                R0=r0, R1=r1, R0_trials=rates['R0'], R1_trials=rates['R1'], B1=b1, R1_R0=r1/r0, R1_B1=r1/b1)
+
+
+def balance(bs, size, workers, channels, t_load=None, depth=None, max_depth=16):
+    "The smallest depth whose compute reaches the copy and transforms (T_h2d + T_tfm), and a t_load for T_load = half that"
+    dl = make_dls(bs, size, 0., 0, 2).train
+    b = next(iter(dl.new(device=None, after_batch=None)))
+    hb = tuple(o.pin_memory() for o in b)
+    gb = tuple(o.to('cuda') for o in hb)
+    xfer = cuda_time(lambda: [o.to('cuda', non_blocking=True) for o in hb]) + cuda_time(lambda: dl.after_batch(gb))
+    xb,yb = dl.after_batch(gb)
+    if depth is None:
+        loss_func = CrossEntropyLossFlat()
+        for depth in range(max_depth + 1):
+            model = make_model(channels, depth).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+            def step():
+                loss = loss_func(model(xb), yb); loss.backward(); opt.step(); opt.zero_grad()
+            if cuda_time(step, n=5) >= xfer: break
+    if t_load is None: t_load = workers*xfer/2
+    return t_load,depth
 
 
 def main():
@@ -144,8 +179,9 @@ def main():
     p.add_argument('--batches', type=int, default=50, help='training batches per run')
     p.add_argument('--skip', type=int, default=5, help='warm-up batches left out of the rates')
     for k in ('t_load', 'workers', 'size', 'channels', 'depth'):
-        p.add_argument('--'+k.replace('_','-'), type=type(REGIMES['balanced'][k]), default=None,
+        p.add_argument('--'+k.replace('_','-'), type=type(REGIMES['load-bound'][k]), default=None,
                        help='override the regime setting')
+    p.add_argument('--trials', type=int, default=3, help='interleaved runs of R0 and R1 (medians)')
     p.add_argument('--json', default=None, help='also write the results to this file')
     a = p.parse_args()
     if not torch.cuda.is_available():
@@ -153,7 +189,7 @@ def main():
     res = []
     for name in (REGIMES if a.regime=='all' else [a.regime]):
         cfg = {k: (getattr(a, k) if getattr(a, k) is not None else v) for k,v in REGIMES[name].items()}
-        res.append(measure(name, a.bs, a.batches, a.skip, **cfg))
+        res.append(measure(name, a.bs, a.batches, a.skip, trials=a.trials, **cfg))
     ms = lambda s: f"{s*1e3:.1f} ms"
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, bs {a.bs}, {a.batches} batches\n")
     print("| regime | T_load | T_h2d | T_tfm | T_comp | T_host | R0 | R1 | B1 | R1/R0 | R1/B1 |")
@@ -162,7 +198,11 @@ def main():
         print(f"| {r['regime']} | {ms(r['T_load'])} (measured {ms(r['T_load_measured'])}) | {ms(r['T_h2d'])} | "
               f"{ms(r['T_tfm'])} | {ms(r['T_comp'])} | {ms(r['T_host'])} | {r['R0']:.1f} batches/s | "
               f"{r['R1']:.1f} batches/s | {r['B1']:.1f} batches/s | {r['R1_R0']:.2f}x | {r['R1_B1']:.0%} |")
-    if a.json: Path(a.json).write_text(json.dumps(res, indent=2))
+    if a.json:
+        clean = lambda v: None if isinstance(v, float) and math.isnan(v) else v  # strict JSON: no NaN
+        out = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, bs=a.bs, batches=a.batches, trials=a.trials,
+                   results=[{k:(clean(v) if not isinstance(v, list) else [clean(x) for x in v]) for k,v in r.items()} for r in res])
+        Path(a.json).write_text(json.dumps(out, indent=2))
 
 
 if __name__ == '__main__': main()

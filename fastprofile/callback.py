@@ -304,7 +304,13 @@ def make_report(rec:ProfileRecord, learn=None) -> ProfileReport:
                      "start (the pair's events through fastai's dispatch); in a real loop, cache effects make it up to ~3x that (BENCHMARKS.md).")
     pf = getattr(learn, 'cuda_prefetch', None) if learn is not None else None
     if pf is not None and getattr(pf, 'active', False):
-        notes.append("CudaPrefetchCallback was active: `draw` is what is left of the wait for the next batch.")
+        note = "CudaPrefetchCallback was active: `draw` is what is left of the wait for the next batch."
+        staged = {p:v for p,v in getattr(pf, 'staging', {}).items() if v[1]}
+        if staged:
+            per = ', '.join(f"{fmt_time(t/n)} per {p} batch" for p,(t,n) in staged.items())
+            note += (f" The next batch is drawn from the loader and staged inside the current one (at `after_step`; "
+                     f"`after_loss` in validation), so that wait shows in the batch's `other`: {per}.")
+        notes.append(note)
     notes.append("P50/P90/P99 come from a log histogram (within 0.5%); Samples/Second is samples / total time.")
     rep = ProfileReport(res, notes)
     try: importlib.import_module('fastprofile.diagnosis')  # registers the diagnosis hook (it imports this module)

@@ -41,25 +41,38 @@ def _num_workers(learn):
     try: return int(learn.dls.train.fake_l.num_workers)
     except Exception: return None
 
-def _phase_numbers(rec, bd, p):
+def _phase_numbers(rec, bd, p, staged=0.):
     "Per-batch mean seconds of each resource in phase `p`, from the record (and breakdown `bd` if any)"
     st = rec.stats
     n = st[(p,'batch')].n
     if n == 0: return None
     mean = lambda a: st[(p,a)].mean if st[(p,a)].n else 0.
+    gs = getattr(rec, 'gpu_stats', None) or {}
+    gpu = lambda a: gs[(p,a)].mean if (p,a) in gs and gs[(p,a)].n else 0.
+    # on a GPU a step costs what is longer: its host work or its GPU span (CUDA events); the host waits for the GPU
+    # where it syncs (the Recorder's loss `.cpu()`, in the batch's `other`), which is not a callback's cost
+    cost = lambda a: max(mean(a), gpu(a))
     steps = [s for s,_,_ in STEPS[p]]
-    d = dict(n=n, draw=mean('draw'), copy=0., batch_tfms=0., tfms={})
+    d = dict(n=n, draw=mean('draw'), copy=0., batch_tfms=0., tfms={}, gpu=bool(gs) and any(gpu(s) > 0 for s in steps))
     if bd is not None:
         parts = bd.draw_parts(p)
         d['copy'] = parts.get('copy', 0.)
         d['tfms'] = {k:v for k,v in parts.items() if k not in ('wait','copy')}
         d['batch_tfms'] = sum(d['tfms'].values())
-    d['input'] = max(d['draw'] - d['copy'] - d['batch_tfms'], 0.)
-    d['compute'] = sum(mean(s) for s in steps if s not in ('opt_step','zero_grad'))
-    d['optimizer'] = sum(mean(s) for s in steps if s in ('opt_step','zero_grad'))
-    d['callbacks'] = mean('batch_other')
+    # with CudaPrefetchCallback the next batch is drawn inside this one (`staged`, in the batch's `other`): input
+    d['input'] = max(d['draw'] - d['copy'] - d['batch_tfms'], 0.) + staged
+    d['compute'] = sum(cost(s) for s in steps if s not in ('opt_step','zero_grad'))
+    d['optimizer'] = sum(cost(s) for s in steps if s in ('opt_step','zero_grad'))
+    other = mean('batch') - d['compute'] - d['optimizer'] if d['gpu'] else mean('batch_other')
+    d['callbacks'] = max(other - staged, 0.)
     d['main'] = d['copy'] + d['batch_tfms'] + d['compute'] + d['optimizer'] + d['callbacks']
     return d
+
+def _staged_per_batch(learn) -> dict:
+    "Mean seconds per batch that an active `CudaPrefetchCallback` spent drawing next batches inside the current ones"
+    pf = getattr(learn, 'cuda_prefetch', None) if learn is not None else None
+    if pf is None or not getattr(pf, 'active', False): return {}
+    return {p:t/n for p,(t,n) in getattr(pf, 'staging', {}).items() if n}
 
 def pipeline_step(load:float, main:float, workers:int) -> float:
     "Seconds per batch when a batch takes `load` to build serially and `main` in the main process, with `workers`"
@@ -128,7 +141,8 @@ def diagnose(src, # A `Learner` after a profiled fit, or a `ProfileRecord`
     st = rec.stats
     if rec.fit_start is None: raise ValueError("The profile holds no fit: nothing to diagnose")
     fit = st[('fit','fit')].total if rec.fit_end is not None else rec.clock() - rec.fit_start
-    ph = {p:_phase_numbers(rec, breakdown, p) for p in PHASES}
+    staged = _staged_per_batch(learn)
+    ph = {p:_phase_numbers(rec, breakdown, p, staged.get(p, 0.)) for p in PHASES}
     ph = {p:d for p,d in ph.items() if d is not None}
     if not ph or not fit > 0: raise ValueError("The profile holds no finished batch past the warm-up: nothing to diagnose")
 
@@ -220,10 +234,12 @@ def diagnose(src, # A `Learner` after a profiled fit, or a `ProfileRecord`
     best = cands[0]
     tds = st[('train','draw')]
     trs = st[('train','draw')].total + st[('train','batch')].total
-    draw_share = 100*tds.total/trs if trs > 0 else math.nan
+    waits = tds.total + staged.get('train', 0.)*tds.n  # with prefetch, part of the wait is inside the batch
+    draw_share = 100*waits/trs if trs > 0 else math.nan
     ib = 'highly' if draw_share >= HIGHLY_INPUT_BOUND else 'moderately' if draw_share >= MODERATELY_INPUT_BOUND else 'not'
     counts = ' + '.join(f"{d['n']} {p}" for p,d in ph.items())
-    basis = (f"wall-clock phases of {counts} batches past the warm-up, "
+    gpu_used = any(d['gpu'] for d in ph.values())
+    basis = (f"{'wall-clock phases and their GPU spans (CUDA events)' if gpu_used else 'wall-clock phases'} of {counts} batches past the warm-up, "
              f"{W if num_workers is not None else 'unknown (taken as 0)'} loader workers; ")
     basis += ("the breakdown split `draw` into loader wait, copy and transforms, and named the callbacks."
               if breakdown is not None else

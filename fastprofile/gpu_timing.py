@@ -190,16 +190,17 @@ class FakeEvent:
 # %% ../nbs/15_gpu_timing.ipynb #722ff8e5
 def drive_gpu_batches(rec:GpuProfileRecord, clock:FakeClock, fs:FakeStream, n:int=10, gpu=None, host=.001,
                       sync_every_mark=False):
-    "Run `n` training batches on a fake GPU: each step queues `gpu[step]` seconds of work in `host` seconds"
+    "Run `n` training batches on a fake GPU: each step queues `gpu[step]` seconds of work in `host` (or `host[step]`) seconds"
     g = dict(draw=.002, forward=.020, loss=.001, backward=.030, opt_step=.005, zero_grad=.0005); g.update(gpu or {})
+    h = {k:(host.get(k, .001) if isinstance(host, dict) else host) for k in g}
     def mk(slot):
         if sync_every_mark: fs.sync()
         rec.mark(slot)
     def step(name, s, e):
-        mk(s); clock.tick(host); fs.launch(g[name]); mk(e)
+        mk(s); clock.tick(h[name]); fs.launch(g[name]); mk(e)
     rec.start_phase('train')
     for i in range(n):
-        step('draw', 0, 1); mk(2); clock.tick(host); fs.launch(g['forward']); mk(3)
+        step('draw', 0, 1); step('forward', 2, 3)
         step('loss', 4, 5); step('backward', 6, 7); step('opt_step', 8, 9); step('zero_grad', 10, 11)
         fs.sync()  # Recorder's smoothed loss goes to the CPU: the host waits for the GPU
         mk(12); rec.end_batch(8)
@@ -213,26 +214,38 @@ def gpu_idle_share(rec:ProfileRecord, phase:str='train') -> float:
     busy = g[(phase,'draw')].total + sum(g[(phase,n)].total for n,_,_ in STEPS[phase])
     return max(0., 1 - busy/wall) if wall > 0 else math.nan
 
-def gpu_notes(rec:ProfileRecord, phase:str='train', ratio:float=2.) -> list:
+def _backlog_walk(rec, phase):
+    "Per phase in step order: (name, wall mean, GPU span mean, GPU backlog before, after, blamed phases) from the means"
+    order = ['draw'] + [n for n,_,_ in STEPS[phase]] + ['batch_other']
+    mean = lambda st: st.mean if st.n else math.nan
+    B,since,out = 0.,{},[]  # the draw starts after the last batch's sync: nothing queued
+    for cur in order:
+        w,g = mean(rec.stats[(phase,cur)]),mean(rec.gpu_stats[(phase,cur)])
+        if math.isnan(w) or math.isnan(g): continue
+        after = max(0., B + g - w)  # GPU work still queued when the host leaves the phase
+        out.append((cur, w, g, B, after, dict(since)))
+        if g > w: since[cur] = since.get(cur, 0.) + g - w  # this phase queued more GPU work than its host time
+        if after <= 0.25*B: since = {}                   # the queue drained here
+        B = after
+    return out
+
+def gpu_notes(rec:ProfileRecord, phase:str='train', ratio:float=2., material:float=.05) -> list:
     "Plain-words notes on GPU idle time and on phases whose wall time waits for earlier phases' GPU work"
     notes = []
     idle = gpu_idle_share(rec, phase)
     if not math.isnan(idle): notes.append(f"GPU idle: at least {fmt_pct(100*idle)} of the {phase} step (step wall time minus the GPU spans "
                                           "of its phases; a span also counts time the GPU waited inside the phase, so idle time can be higher).")
-    order = ['draw'] + [n for n,_,_ in STEPS[phase]] + ['batch_other']
+    walk = _backlog_walk(rec, phase)
+    step = sum(w for _,w,_,_,_,_ in walk if _ != 'batch_other') + (rec.stats[(phase,'batch_other')].mean if rec.stats[(phase,'batch_other')].n else 0.)
+    if walk and step > 0 and max(B for _,_,_,B,_,_ in walk) < 0.1*step:
+        notes.append("The GPU keeps pace with the host: its queue empties within each phase, so the GPU spans are mostly "
+                     "host time and the GPU is idle for much of them; the step is host-bound (Python, callbacks, loader).")
     name = lambda a: "the batch's `other` (callbacks; e.g. the Recorder copying the loss to the CPU)" if a=='batch_other' else a
-    mean = lambda st: st.mean if st.n else math.nan
-    for i,cur in enumerate(order):
-        w,g = mean(rec.stats[(phase,cur)]),mean(rec.gpu_stats[(phase,cur)])
-        if math.isnan(w) or math.isnan(g): continue
-        wait = w - g  # host time in `cur` beyond its own GPU work
-        if not (wait > 0.5*w and w > ratio*g + 1e-4): continue
-        # GPU work queued earlier in the step: phases whose GPU time exceeds their wall time
-        ahead = {p: mean(rec.gpu_stats[(phase,p)]) - mean(rec.stats[(phase,p)]) for p in order[:i]}
-        ahead = {p:v for p,v in ahead.items() if v > 0}
-        if sum(ahead.values()) < 0.5*wait: continue
-        top = max(ahead, key=ahead.get)
+    for cur,w,g,B,after,since in walk:
+        # a wait: enough queued GPU work to explain most of the wall time, drained in this phase, and material
+        if not (B >= 0.5*w and after <= 0.25*B and w > ratio*g + 1e-4 and w - g >= material*step and since): continue
+        top = max(since, key=since.get)
         notes.append(f"Warning: {name(cur)} wall time ({fmt_time(w)}) is mostly waiting for GPU work queued earlier, "
-                     f"mostly the {top} pass's ({fmt_time(ahead[top])} of GPU time beyond its wall time). "
+                     f"mostly the {top} pass's ({fmt_time(since[top])} of GPU time beyond its wall time). "
                      f"Read the GPU columns for where GPU time goes.")
     return notes

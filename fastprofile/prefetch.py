@@ -8,7 +8,7 @@ Docs: https://fastprofile.github.io/fastprofile/prefetch.html.md"""
 from __future__ import annotations
 from contextlib import contextmanager
 from collections.abc import Mapping
-import warnings
+import sys, time, warnings
 from fastai.basics import *
 from fastai.data.load import DataLoader
 from .loop import *
@@ -170,14 +170,21 @@ class HostBatches:
         pin:bool=False, # Turn on the loader's pinning (in its worker-side pin thread when `num_workers>0`)
     ):
         self.dl,self.pin,self.it,self.tfm = dl,pin,iter(dl),noop
+        # fastai's `DistributedDL.after_batch` also counts the samples handed out (`i`, which trims the padding when
+        # predictions are gathered): staging runs only the wrapped loader's transforms, the count moves at `handed`
+        ddl = getattr(sys.modules.get('fastai.distributed'), 'DistributedDL', None)
+        self.counts = ddl is not None and isinstance(dl, ddl)
     def __iter__(self): return self
     def __next__(self):
         with device_tfms_off(self.dl, self.pin) as tfm:
-            self.tfm = tfm
+            self.tfm = self.dl.dl.after_batch if self.counts else tfm
             return next(self.it)
     def after_batch(self, b):
         "Run the loader's `after_batch`, as it was at the last draw, on `b`"
         return self.tfm(b)
+    def handed(self, b):
+        "The batch `b` goes to the model now: count it where the loader counts what it hands out"
+        if self.counts: self.dl.i += find_bs(b)
     def close(self): self.it.close()
 
 # %% ../nbs/07_prefetch.ipynb #26b33d54
@@ -203,6 +210,7 @@ class StagedLoader(GetAttr):
             while True:
                 try: b = stager.take()
                 except StopIteration: return
+                if isinstance(src, HostBatches): src.handed(b)
                 yield b
         finally:
             stager.close()
@@ -221,6 +229,7 @@ class CudaPrefetchCallback(Callback):
     ):
         store_attr()
         self.active,self.cur_ops,self._stager,self._ops_by_device,self._warned = False,None,None,{},set()
+        self.staging = {}  # phase -> [seconds, batches]: host time drawing and staging next batches inside the current one
 
     def _ops_for(self, device):
         "The staging operations for `device` (created once per device), or None to pass batches through"
@@ -258,7 +267,15 @@ class CudaPrefetchCallback(Callback):
         if isinstance(self.learn.dl, StagedLoader): self.learn.dl = self.learn.dl.dl
 
     def _stage(self):
-        if self._stager is not None: self._stager.stage()
+        "Draw and stage the next batch now, inside the current batch: time it (the profiler shows it in the batch's `other`)"
+        st = self._stager
+        if st is None or st.staged is not _empty or st.done: return
+        t0 = time.perf_counter()
+        st.stage()
+        acc = self.staging.setdefault('train' if self.training else 'valid', [0., 0])
+        acc[0] += time.perf_counter() - t0; acc[1] += 1
+
+    def before_fit(self): self.staging = {}
 
     def before_train(self): self._wrap()
     def before_validate(self): self._wrap()

@@ -63,6 +63,34 @@ def test_slow_loader_is_input_bound():
     assert 'num_workers=' in d.knob and d.change['kind'] == 'num_workers' and d.change['value'] >= 1
     assert d.speedup_kind == 'model' and d.predicted_speedup > 1.3
 
+def test_slow_loader_is_input_bound_with_prefetch_too():
+    "With CudaPrefetchCallback the loader is drawn inside the batch (its `other`): still input, not callbacks"
+    from fastprofile.prefetch import CudaPrefetchCallback, LoggingOps
+    learn = make_learner(item_sleep=.001, cbs=CudaPrefetchCallback(ops=LoggingOps()))
+    d = profiled(learn)
+    assert learn.cuda_prefetch.active
+    assert d.verdict == 'input' and d.input_bound == 'highly', d
+    assert d.shares['callbacks'] < 10, d.shares
+    staged = learn.cuda_prefetch.staging['train']
+    assert staged[1] == 24 and staged[0] > 23*8*.001  # batches 2..24 drawn inside the one before, then the loader end
+    assert "shows in the batch's `other`" in learn.simple_profile_report.plain()
+
+def test_gpu_bound_is_compute_not_callbacks():
+    "On a GPU the host waits for queued work where it syncs (the batch's `other`): the GPU spans say it is compute"
+    from fastprofile.record import FakeClock
+    from fastprofile.gpu_timing import GpuProfileRecord, FakeStream, FakeEvent, drive_gpu_batches
+    clock = FakeClock(); fs = FakeStream(clock)
+    rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=4)
+    rec.timing = 'events'
+    rec.start_fit(); rec.start_epoch(0)
+    drive_gpu_batches(rec, clock, fs, n=40, host=.0003)  # 0.3 ms launches per phase; 20+1+30 ms of GPU compute, 5.5 ms optimizer
+    rec.end_epoch(); rec.end_fit()
+    assert rec.stats[('train','batch_other')].mean > .040       # the wall clock alone puts the GPU time in `other`
+    d = diagnose(rec)
+    assert d.verdict == 'compute', d
+    assert d.shares['callbacks'] < 5 and d.shares['compute'] > 75, d.shares
+    assert 'GPU spans' in d.basis
+
 def test_slow_model_is_compute_bound():
     d = profiled(make_learner(fwd_sleep=.008))
     assert d.verdict == 'compute' and 'to_fp16()' in d.knob

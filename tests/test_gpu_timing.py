@@ -179,9 +179,10 @@ def test_channels_last_same_losses_on_cpu():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize('setup', ['fp32', 'fp16', 'bf16', 'channels_last', 'prefetch'])
-def test_events_with_mixed_precision_channels_last_and_prefetch(setup):
+def test_events_with_mixed_precision_channels_last_and_prefetch(setup, monkeypatch):
     "CUDA events time every phase with to_fp16/to_bf16/channels_last/CudaPrefetch, and change no loss"
-    torch.backends.cudnn.deterministic,torch.backends.cudnn.benchmark = True,False
+    monkeypatch.setattr(torch.backends.cudnn, 'deterministic', True)
+    monkeypatch.setattr(torch.backends.cudnn, 'benchmark', False)
     plain,_ = _losses_and_results(setup, True, None)
     prof,res = _losses_and_results(setup, True, 'events')
     torch.testing.assert_close(torch.tensor(prof), torch.tensor(plain))

@@ -281,6 +281,28 @@ def test_split_only_batch_transforms_keep_running():
     for (t1,i1,x1,y1),(t2,i2,x2,y2) in zip(a.seen.seen, b.seen.seen): eq((t1,i1), (t2,i2)); eq(x1, x2); eq(y1, y2)
 
 
+def test_distributed_dl_counts_samples_at_hand_off():
+    "fastai's `DistributedDL` counts samples in its `after_batch` (it trims padding by that count when gathering):"
+    "with prefetch the count still moves when the batch is handed over, not one batch early when it is staged"
+    from fastai.distributed import DistributedDL
+    class Wrap(Callback):   # what fastai's DistributedTrainer (order 11) does, on one process: no process group needed
+        order = 11
+        def before_train(self): self.learn.dl = DistributedDL(self.dl, rank=0, world_size=1)
+        def before_validate(self): self.learn.dl = DistributedDL(self.dl, rank=0, world_size=1)
+        def after_batch(self): self.seen.append(self.learn.dl.i)
+        def before_fit(self): self.seen = []
+    def counts(prefetch):
+        learn = make_learner(prefetch, n_trn=18, n_val=9, cbs=Wrap())
+        orig = DistributedDL._broadcast
+        DistributedDL._broadcast = lambda self, t, rank: list(t)   # fastai's calls `.cuda()`
+        try: learn.fit(1)
+        finally: DistributedDL._broadcast = orig
+        return learn.wrap.seen
+    plain = counts(False)
+    eq(plain, [8, 16, 18, 8, 9])
+    eq(counts(True), plain)
+
+
 def test_staged_right_after_step_or_loss():
     "Batch k+1 is staged once step k's work is enqueued: `after_step` in training, `after_loss` in validation"
     class Events(Callback):
@@ -485,8 +507,8 @@ def gpu_learner(prefetch, n_trn=40, bs=256, width=2048, depth=4, cbs=None, spin_
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_results_equal_plain_loop():
-    torch.backends.cuda.matmul.allow_tf32 = False
+def test_cuda_results_equal_plain_loop(monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, 'allow_tf32', False)
     a = gpu_learner(False, n_trn=8); a.fit(2)
     b = gpu_learner(True, n_trn=8);  b.fit(2)
     assert b.cuda_prefetch.active
