@@ -17,7 +17,8 @@ from .gpu_timing import check_timing, resolve_timing, GpuProfileRecord, gpu_note
 
 # %% auto #0
 __all__ = ['REPORT_HOOKS', 'FIT_END_HOOKS', 'LOGGER_MODULES', 'TRAIN_ACTIONS', 'valid_loggers', 'SimpleProfilerCallback',
-           'SimpleProfilerPostCallback', 'rolling_samples_per_second', 'train_samples_per_second', 'make_report']
+           'SimpleProfilerPostCallback', 'rolling_samples_per_second', 'train_samples_per_second', 'prefetch_snapshot',
+           'record_prefetch', 'make_report']
 
 # %% ../nbs/04_callback.ipynb #a7c409cf
 _PRE_SLOTS  = dict(before_batch=1, after_pred=3, after_loss=5, after_backward=7, after_step=9, after_batch=11)
@@ -252,6 +253,7 @@ class SimpleProfilerPostCallback(_TableDispatch):
         self.main_process = True
         for hook in FIT_END_HOOKS: _guarded(hook, self)
         rec = learn.simple_profile_record = self.record
+        rec.prefetch = prefetch_snapshot(learn)  # kept with the record: a later `validate()` restarts the callback's
         rec.final_results = res = rec.results()
         rec.final_report = rep = make_report(rec, learn)
         if not self.main_process: return learn.remove_cbs([prof, self])
@@ -281,6 +283,16 @@ def train_samples_per_second(cb:SimpleProfilerCallback) -> dict:
     return rolling_samples_per_second(marks[~warm], bs[~warm])
 
 # %% ../nbs/04_callback.ipynb #3dfd1498
+def prefetch_snapshot(learn) -> dict|None:
+    "What an active `CudaPrefetchCallback` did in the fit: `{'staging': {phase: (seconds, batches)}}`, or None"
+    pf = getattr(learn, 'cuda_prefetch', None) if learn is not None else None
+    if pf is None or not getattr(pf, 'active', False): return None
+    return dict(staging={p:tuple(v) for p,v in getattr(pf, 'staging', {}).items()})
+
+def record_prefetch(rec:ProfileRecord, learn=None) -> dict|None:
+    "The prefetch snapshot kept with `rec` at fit end, else what `learn`'s callback holds now"
+    return rec.prefetch if hasattr(rec, 'prefetch') else prefetch_snapshot(learn)
+
 def make_report(rec:ProfileRecord, learn=None) -> ProfileReport:
     "A `ProfileReport` of `rec`, with notes on warm-up, timing, overhead and prefetch"
     res = rec.results()
@@ -302,10 +314,10 @@ def make_report(rec:ProfileRecord, learn=None) -> ProfileReport:
         share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a mean training batch)" if st.n else ''
         notes.append(f"Profiler overhead: {fmt_time(rec.overhead_per_batch)} per training batch{share}, timed in isolation at fit "
                      "start (the pair's events through fastai's dispatch); in a real loop, cache effects make it up to ~3x that (BENCHMARKS.md).")
-    pf = getattr(learn, 'cuda_prefetch', None) if learn is not None else None
-    if pf is not None and getattr(pf, 'active', False):
+    pf = record_prefetch(rec, learn)
+    if pf is not None:
         note = "CudaPrefetchCallback was active: `draw` is what is left of the wait for the next batch."
-        staged = {p:v for p,v in getattr(pf, 'staging', {}).items() if v[1]}
+        staged = {p:v for p,v in pf['staging'].items() if v[1]}
         if staged:
             per = ', '.join(f"{fmt_time(t/n)} per {p} batch" for p,(t,n) in staged.items())
             note += (f" The next batch is drawn from the loader and staged inside the current one (at `after_step`; "

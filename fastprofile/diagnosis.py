@@ -13,7 +13,7 @@ from fastai.callback.tracker import TrackerCallback
 from copy import deepcopy
 from .record import ProfileRecord, STEPS, PHASES, check_int
 from .report import fmt_time, fmt_pct
-from .callback import REPORT_HOOKS, SimpleProfilerCallback, SimpleProfilerPostCallback
+from .callback import REPORT_HOOKS, SimpleProfilerCallback, SimpleProfilerPostCallback, record_prefetch
 from .breakdown import Breakdown, BreakdownCallback
 
 # %% auto #0
@@ -68,11 +68,10 @@ def _phase_numbers(rec, bd, p, staged=0.):
     d['main'] = d['copy'] + d['batch_tfms'] + d['compute'] + d['optimizer'] + d['callbacks']
     return d
 
-def _staged_per_batch(learn) -> dict:
+def _staged_per_batch(rec, learn) -> dict:
     "Mean seconds per batch that an active `CudaPrefetchCallback` spent drawing next batches inside the current ones"
-    pf = getattr(learn, 'cuda_prefetch', None) if learn is not None else None
-    if pf is None or not getattr(pf, 'active', False): return {}
-    return {p:t/n for p,(t,n) in getattr(pf, 'staging', {}).items() if n}
+    pf = record_prefetch(rec, learn)
+    return {} if pf is None else {p:t/n for p,(t,n) in pf['staging'].items() if n}
 
 def pipeline_step(load:float, main:float, workers:int) -> float:
     "Seconds per batch when a batch takes `load` to build serially and `main` in the main process, with `workers`"
@@ -141,7 +140,7 @@ def diagnose(src, # A `Learner` after a profiled fit, or a `ProfileRecord`
     st = rec.stats
     if rec.fit_start is None: raise ValueError("The profile holds no fit: nothing to diagnose")
     fit = st[('fit','fit')].total if rec.fit_end is not None else rec.clock() - rec.fit_start
-    staged = _staged_per_batch(learn)
+    staged = _staged_per_batch(rec, learn)
     ph = {p:_phase_numbers(rec, breakdown, p, staged.get(p, 0.)) for p in PHASES}
     ph = {p:d for p,d in ph.items() if d is not None}
     if not ph or not fit > 0: raise ValueError("The profile holds no finished batch past the warm-up: nothing to diagnose")

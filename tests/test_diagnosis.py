@@ -73,7 +73,11 @@ def test_slow_loader_is_input_bound_with_prefetch_too():
     assert d.shares['callbacks'] < 10, d.shares
     staged = learn.cuda_prefetch.staging['train']
     assert staged[1] == 24 and staged[0] > 23*8*.001  # batches 2..24 drawn inside the one before, then the loader end
-    assert "shows in the batch's `other`" in learn.simple_profile_report.plain()
+    rep = learn.simple_profile_report.plain()
+    assert "shows in the batch's `other`" in rep
+    learn.validate()                                   # restarts the callback: the fit's report keeps the fit's numbers
+    assert learn.cuda_prefetch.staging.get('train') is None and learn.simple_profile_record.prefetch['staging']['train'] == tuple(staged)
+    assert diagnose(learn).verdict == 'input'
 
 def test_gpu_bound_is_compute_not_callbacks():
     "On a GPU the host waits for queued work where it syncs (the batch's `other`): the GPU spans say it is compute"
