@@ -17,7 +17,7 @@ from .stats import StreamingStats
 from .report import fmt_time
 
 # %% auto #0
-__all__ = ['TimedPipeline', 'BreakdownCallback', 'Breakdown']
+__all__ = ['TimedPipeline', 'draw_clock', 'BreakdownCallback', 'Breakdown']
 
 # %% ../nbs/09_breakdown.ipynb #ff177fe6
 class TimedPipeline:
@@ -49,16 +49,25 @@ class TimedPipeline:
         return getattr(self.pipe, k)
 
 # %% ../nbs/09_breakdown.ipynb #8e2e2869
+def draw_clock(device=None):
+    "Clock for the parts of `draw`: `perf_counter`, after a `torch.cuda.synchronize` when `device` is a CUDA device"
+    if device is None or torch.device(device).type != 'cuda': return time.perf_counter
+    dev = torch.device(device)
+    def synced(): torch.cuda.synchronize(dev); return time.perf_counter()
+    synced.__wrapped__ = time.perf_counter
+    return synced
+
 _orig_to_device = _load.to_device
 _active = []  # breakdowns timing the copy, most recent last
 
 def _timed_to_device(b, device=None, non_blocking=False):
     "fastai's `to_device`, timed into the active breakdown"
     if not _active: return _orig_to_device(b, device, non_blocking=non_blocking)
-    bd,t0 = _active[-1],time.perf_counter()
+    bd,clock = _active[-1],draw_clock(device)
     if not getattr(bd, 'active', False) or bd.learn is None: return _orig_to_device(b, device, non_blocking=non_blocking)
+    t0 = clock()
     try: return _orig_to_device(b, device, non_blocking=non_blocking)
-    finally: bd._draw_part('copy', t0, time.perf_counter())
+    finally: bd._draw_part('copy', t0, clock())
 
 def _install_copy_timer(bd):
     _active.append(bd)
@@ -150,7 +159,8 @@ class BreakdownCallback(Callback):
         d = dl.__dict__
         if isinstance(d.get('after_batch'), TimedPipeline): return
         self._pipes.append((dl, 'after_batch' in d, d.get('after_batch')))
-        dl.__dict__['after_batch'] = TimedPipeline(dl.after_batch, self._draw_part, owner=self)
+        dl.__dict__['after_batch'] = TimedPipeline(dl.after_batch, self._draw_part, owner=self,
+                                                   clock=draw_clock(getattr(dl, 'device', None)))
 
     def _restore_pipes(self):
         for dl,had,old in reversed(self._pipes):

@@ -221,3 +221,18 @@ def test_check_advice_leaves_the_learner_as_it_was(tmp_path):
     assert list(learn.recorder.losses) == losses and [list(v) for v in learn.recorder.values] == values
     assert torch.equal(torch.get_rng_state(), state)
     assert not (tmp_path/'models').exists()     # SaveModelCallback did not run in the windows
+
+
+def test_breakdown_times_gpu_loaders_with_a_synchronizing_clock():
+    "A loader on a CUDA device gets its transforms timed after a synchronize (their GPU work in full); a CPU one does not"
+    from fastprofile.breakdown import TimedPipeline
+    learn = make_learner(cbs=BreakdownCallback())
+    bd = learn.cbs.filter(lambda c: isinstance(c, BreakdownCallback))[0]
+    bd.active,learn.dl = True,learn.dls.train
+    bd._wrap_pipe()
+    assert isinstance(learn.dl.after_batch, TimedPipeline) and learn.dl.after_batch.clock is time.perf_counter
+    bd._restore_pipes()
+    learn.dls.train.device = torch.device('cuda')        # set only: nothing runs on it
+    bd._wrap_pipe()
+    assert getattr(learn.dl.after_batch.clock, '__wrapped__', None) is time.perf_counter
+    bd._restore_pipes(); bd.active = False
