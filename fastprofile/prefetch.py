@@ -205,6 +205,7 @@ class StagedLoader(GetAttr):
             src = HostBatches(self.dl, pin=cb.pin and cb.cur_ops.pins)
             tfm = src.after_batch
         else: src,tfm = iter(self.dl),None   # another loader: staged as it comes
+        prev = cb._stager  # a loop running around this one (a `validate()` called mid-epoch): its stager comes back after
         stager = cb._stager = BatchStager(src, cb.cur_ops, tfm, on_unpinned=cb._warn_unpinned)
         try:
             while True:
@@ -214,7 +215,7 @@ class StagedLoader(GetAttr):
                 yield b
         finally:
             stager.close()
-            cb._stager = None
+            cb._stager = prev
             if cb.learn is not None and cb.learn.dl is self: cb.learn.dl = self.dl
 
 # %% ../nbs/07_prefetch.ipynb #31d0ccae
@@ -275,7 +276,8 @@ class CudaPrefetchCallback(Callback):
         acc = self.staging.setdefault('train' if self.training else 'valid', [0., 0])
         acc[0] += time.perf_counter() - t0; acc[1] += 1
 
-    def before_fit(self): self.staging = {}
+    def before_fit(self):
+        if self.learn.logger is not noop: self.staging = {}  # not for `validate()`/`get_preds` (fastai's validation context)
 
     def before_train(self): self._wrap()
     def before_validate(self): self._wrap()

@@ -303,6 +303,20 @@ def test_distributed_dl_counts_samples_at_hand_off():
     eq(counts(True), plain)
 
 
+def test_validate_mid_epoch_keeps_staging():
+    "A `validate()` called mid-epoch by a callback: the training loop's staging goes on after it"
+    class MidVal(Callback):
+        order = 70
+        def after_batch(self):
+            if self.training and self.iter == 2: self.learn.validate()
+    learn = make_learner(True, cbs=MidVal())
+    learn.fit(1)
+    # every loop stages its batches after the first inside the one before, then finds the loader's end:
+    # 6 training batches, 2 + 2 validation batches (mid-epoch and at the epoch's end)
+    eq(sum(n for _,n in learn.cuda_prefetch.staging.values()), 6 + 2 + 2)
+    assert learn.cuda_prefetch._stager is None and not isinstance(learn.dl, StagedLoader)
+
+
 def test_staged_right_after_step_or_loss():
     "Batch k+1 is staged once step k's work is enqueued: `after_step` in training, `after_loss` in validation"
     class Events(Callback):
