@@ -211,8 +211,11 @@ def distributed_lines(record:ProfileRecord, margin:float=STRAGGLER_MARGIN) -> li
 
 def distributed_section(report, record, learn=None):
     "`REPORT_HOOKS` entry: add the `Distributed` section to the report of a record gathered from several ranks"
-    if len(getattr(record, 'ranks', None) or ()) < 2: return
-    report.add_section('Distributed', distributed_lines(record))
+    missing = getattr(record, 'missing_ranks', None) or []
+    if len(getattr(record, 'ranks', None) or ()) < 2 and not missing: return
+    lines = distributed_lines(record)
+    if missing: lines.append(f"Rank(s) {', '.join(map(str, missing))} could not send their profile: the tables leave them out.")
+    report.add_section('Distributed', lines)
 
 # %% ../nbs/12_distributed.ipynb #0e7db45e
 def clock_offsets(clock=time.perf_counter, rounds:int=5) -> list:
@@ -235,13 +238,24 @@ def gather_profiles(rec:ProfileRecord, device:str='') -> list:
     "Every rank's closed profile, on every rank (a collective: all ranks call it); just this one without a group"
     rank,world = distributed_world()
     offs = clock_offsets(rec.clock)
-    mine = dict(rank=rank, state=record_state(rec), host=socket.gethostname(), device=str(device))
+    # a rank whose profile cannot be packed still joins the collective (with an error), or the others would wait forever
+    try:
+        mine = dict(rank=rank, state=record_state(rec), host=socket.gethostname(), device=str(device))
+        pickle.dumps(mine)
+    except Exception as e: mine = dict(rank=rank, error=f"{type(e).__name__}: {e}")
     if world == 1: everyone = [mine]
     else:
         everyone = [None]*world
         dist.all_gather_object(everyone, mine)
-    return [RankProfile(p['rank'], record_from_state(p['state']), offs[p['rank']], p['host'], p['device'])
-            for p in everyone]
+    out = []
+    for p in everyone:
+        try:
+            if 'error' in p: raise RuntimeError(p['error'])
+            out.append(RankProfile(p['rank'], record_from_state(p['state']), offs[p['rank']], p['host'], p['device']))
+        except Exception as e:
+            if rank == 0: warnings.warn(f"fastprofile: rank {p['rank']}'s profile could not be gathered ({e}); the report leaves it out")
+    if not out: raise RuntimeError("no rank's profile could be gathered")
+    return out
 
 def rank_csv_path(path, rank:int) -> Path:
     "Where rank `rank`'s CSV goes, next to `path`: `simple_profile.csv` -> `simple_profile_rank1.csv`"
@@ -269,6 +283,7 @@ def gather_at_fit_end(post):
         return
     merged = merge_records(profiles)
     merged.stragglers = find_stragglers(profiles)
+    merged.missing_ranks = sorted(set(range(world)) - {p.rank for p in profiles})
     post.record = merged
     learn.simple_profile_ranks = rank_spread(profiles)
     prof = post.profiler

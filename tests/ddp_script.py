@@ -30,8 +30,13 @@ def main():
     p.add_argument('--epochs', type=int, default=2)
     p.add_argument('--prefetch', action='store_true')  # CudaPrefetchCallback staging on CPU (LoggingOps)
     p.add_argument('--clock-shift', type=float, default=0.)  # rank r's profiler clock reads r*shift seconds ahead
+    p.add_argument('--break-rank', type=int, default=-1)  # this rank cannot pack its profile for the gather
     a = p.parse_args()
     rank = int(os.environ['RANK'])
+    if rank == a.break_rank:
+        import fastprofile.distributed as fd
+        def broken(rec): raise RuntimeError('cannot pack this profile')
+        fd.record_state = broken
     if a.clock_shift:  # as if each process's clock had its own origin (on one Linux host they share one)
         shift = rank*a.clock_shift
         class ShiftedRecord(ProfileRecord):
@@ -51,11 +56,14 @@ def main():
     prof = next(cb for cb in learn.cbs if isinstance(cb, SimpleProfilerCallback))
     prof.rank_csv = True
     assert fix_cpu_broadcast()
-    with learn.distrib_ctx(cpu=True):
-        learn.fit(a.epochs, cbs=cbs)
-        r,world = distributed_world()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        with learn.distrib_ctx(cpu=True):
+            learn.fit(a.epochs, cbs=cbs)
+            r,world = distributed_world()
     rec = learn.simple_profile_record
-    info = dict(rank=rank, world=world, gathered=hasattr(rec, 'ranks'),
+    info = dict(rank=rank, world=world, gathered=hasattr(rec, 'ranks'), missing=getattr(rec, 'missing_ranks', None),
+                warnings=[str(w.message) for w in caught if 'fastprofile' in str(w.message)],
                 report=learn.simple_profile_report.plain(), device=str(next(learn.model.parameters()).device))
     if hasattr(rec, 'ranks'):
         info.update(ranks=[p.rank for p in rec.ranks], offsets=[p.offset for p in rec.ranks],

@@ -75,8 +75,10 @@ def test_slow_loader_is_input_bound_with_prefetch_too():
     assert staged[1] == 24 and staged[0] > 23*8*.001  # batches 2..24 drawn inside the one before, then the loader end
     rep = learn.simple_profile_report.plain()
     assert "shows in the batch's `other`" in rep
-    learn.validate()                                   # restarts the callback: the fit's report keeps the fit's numbers
-    assert learn.cuda_prefetch.staging.get('train') is None and learn.simple_profile_record.prefetch['staging']['train'] == tuple(staged)
+    kept = dict(learn.simple_profile_record.prefetch['staging'])
+    learn.validate()                                   # stages more batches: the fit's report keeps the fit's numbers
+    assert learn.cuda_prefetch.staging['valid'][1] > kept['valid'][1]
+    assert learn.simple_profile_record.prefetch['staging'] == kept and kept['train'] == tuple(staged)
     assert diagnose(learn).verdict == 'input'
 
 def test_gpu_bound_is_compute_not_callbacks():

@@ -83,3 +83,13 @@ def test_straggler_with_prefetch(prefetch_run):
     assert (1, 'train', 'callbacks at after_step') in named and (1, 'valid', 'callbacks at after_loss') in named, named
     assert all(r == 1 for r,_,_ in named), named
     assert 'CudaPrefetchCallback was active' in r0['report']
+
+
+def test_rank_that_cannot_send_its_profile_blocks_nobody(tmp_path):
+    "Rank 1 fails to pack its profile: it still joins the gather, so neither rank hangs; rank 0 reports without it"
+    ranks,stdout = launch(tmp_path/'broken', '--break-rank', '1', '--epochs', '1', timeout=150)
+    r0 = ranks[0]
+    assert r0['gathered'] and r0['ranks'] == [0] and r0['missing'] == [1]
+    assert 'Rank(s) 1 could not send their profile' in r0['report']
+    assert any("rank 1's profile could not be gathered (RuntimeError: cannot pack this profile)" in w for w in r0['warnings']), r0['warnings']
+    assert ranks[1]['warnings'] == [] and not ranks[1]['gathered']  # rank 1 warns nothing and stays quiet, as ranks > 0 do
