@@ -117,17 +117,8 @@ def measure(regime, bs, n_batches, skip, t_load, workers, size, channels, depth,
     it = iter(host_dl); b = next(it); t0 = time.perf_counter(); k = 0
     for b in it: k += 1
     t_load_measured = (time.perf_counter()-t0)/max(k, 1)
-    # copy and transforms alone
-    hb = tuple(o.pin_memory() for o in b)
-    t_h2d = cuda_time(lambda: [o.to('cuda', non_blocking=True) for o in hb])
-    gb = tuple(o.to('cuda') for o in hb)
-    t_tfm = cuda_time(lambda: dl.after_batch(gb))
-    xb,yb = dl.after_batch(gb)
-    # compute alone
-    learn = learner(dls, model); learn.create_opt()
-    def step():
-        loss = learn.loss_func(model(xb), yb); loss.backward(); learn.opt.step(); learn.opt.zero_grad()
-    t_comp = cuda_time(step)
+    t_h2d,t_tfm,(xb,yb) = transfer_times(dl, b)
+    t_comp = compute_time(model, xb, yb)
     # fastai's host work alone: staged data, a model that does no work
     idle = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, 10)).cuda()
     hl = learner(DataLoaders(StagedBatches((xb, yb), n_batches), StagedBatches((xb, yb), 1), device='cuda'), idle,
@@ -152,23 +143,30 @@ def measure(regime, bs, n_batches, skip, t_load, workers, size, channels, depth,
                 R0=r0, R1=r1, R0_trials=rates['R0'], R1_trials=rates['R1'], B1=b1, R1_R0=r1/r0, R1_B1=r1/b1)
 
 
+def transfer_times(dl, b):
+    "GPU seconds to copy the host batch `b` (pinned) to the GPU, and to run `dl`'s `after_batch` on it; the batch made"
+    hb = tuple(o.pin_memory() for o in b)
+    t_h2d = cuda_time(lambda: [o.to('cuda', non_blocking=True) for o in hb])
+    gb = tuple(o.to('cuda') for o in hb)
+    return t_h2d,cuda_time(lambda: dl.after_batch(gb)),dl.after_batch(gb)
+
+
+def compute_time(model, xb, yb, n=20):
+    "GPU seconds of one training step of `model` (forward, loss, backward, SGD step, zero_grad) on a staged batch"
+    loss_func,opt = CrossEntropyLossFlat(),SGD(model.parameters(), lr=1e-3, mom=0.9)
+    def step():
+        loss = loss_func(model(xb), yb); loss.backward(); opt.step(); opt.zero_grad()
+    return cuda_time(step, n=n)
+
+
 def balance(bs, size, workers, channels, t_load=None, depth=None, max_depth=16):
     "The smallest depth whose compute reaches the copy and transforms (T_h2d + T_tfm), and a t_load for T_load = half that"
     dl = make_dls(bs, size, 0., 0, 2).train
-    b = next(iter(dl.new(device=None, after_batch=None)))
-    hb = tuple(o.pin_memory() for o in b)
-    gb = tuple(o.to('cuda') for o in hb)
-    xfer = cuda_time(lambda: [o.to('cuda', non_blocking=True) for o in hb]) + cuda_time(lambda: dl.after_batch(gb))
-    xb,yb = dl.after_batch(gb)
+    t_h2d,t_tfm,(xb,yb) = transfer_times(dl, next(iter(dl.new(device=None, after_batch=None))))
     if depth is None:
-        loss_func = CrossEntropyLossFlat()
         for depth in range(max_depth + 1):
-            model = make_model(channels, depth).cuda()
-            opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-            def step():
-                loss = loss_func(model(xb), yb); loss.backward(); opt.step(); opt.zero_grad()
-            if cuda_time(step, n=5) >= xfer: break
-    if t_load is None: t_load = workers*xfer/2
+            if compute_time(make_model(channels, depth).cuda(), xb, yb, n=5) >= t_h2d + t_tfm: break
+    if t_load is None: t_load = workers*(t_h2d + t_tfm)/2
     return t_load,depth
 
 
