@@ -236,8 +236,8 @@ def gpu_notes(rec:ProfileRecord, phase:str='train', ratio:float=2., material:flo
     if not math.isnan(idle): notes.append(f"GPU idle: at least {fmt_pct(100*idle)} of the {phase} step (step wall time minus the GPU spans "
                                           "of its phases; a span also counts time the GPU waited inside the phase, so idle time can be higher).")
     walk = _backlog_walk(rec, phase)
-    step = sum(w for _,w,_,_,_,_ in walk if _ != 'batch_other') + (rec.stats[(phase,'batch_other')].mean if rec.stats[(phase,'batch_other')].n else 0.)
-    if walk and step > 0 and max(B for _,_,_,B,_,_ in walk) < 0.1*step:
+    step = sum(x[1] for x in walk)  # wall time of the step: draw, the named steps and the batch's `other`
+    if walk and step > 0 and max(x[3] for x in walk) < 0.1*step:
         notes.append("The GPU keeps pace with the host: its queue empties within each phase, so the GPU spans are mostly "
                      "host time and the GPU is idle for much of them; the step is host-bound (Python, callbacks, loader).")
     name = lambda a: "the batch's `other` (callbacks; e.g. the Recorder copying the loss to the CPU)" if a=='batch_other' else a
