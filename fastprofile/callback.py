@@ -253,7 +253,7 @@ class SimpleProfilerPostCallback(_TableDispatch):
         self.main_process = True
         for hook in FIT_END_HOOKS: _guarded(hook, self)
         rec = learn.simple_profile_record = self.record
-        rec.prefetch = prefetch_snapshot(learn)  # kept with the record: a later `validate()` restarts the callback's
+        rec.prefetch = prefetch_snapshot(learn)  # kept with the record: a later `validate()` adds to the callback's counts
         rec.final_results = res = rec.results()
         rec.final_report = rep = make_report(rec, learn)
         if not self.main_process: return learn.remove_cbs([prof, self])
