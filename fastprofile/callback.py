@@ -17,8 +17,8 @@ from .gpu_timing import check_timing, resolve_timing, GpuProfileRecord, gpu_note
 
 # %% auto #0
 __all__ = ['REPORT_HOOKS', 'FIT_END_HOOKS', 'LOGGER_MODULES', 'TRAIN_ACTIONS', 'valid_loggers', 'SimpleProfilerCallback',
-           'SimpleProfilerPostCallback', 'rolling_samples_per_second', 'train_samples_per_second', 'prefetch_snapshot',
-           'record_prefetch', 'make_report']
+           'SimpleProfilerPostCallback', 'rolling_samples_per_second', 'train_samples_per_second',
+           'fit_samples_per_second', 'prefetch_snapshot', 'record_prefetch', 'make_report']
 
 # %% ../nbs/04_callback.ipynb #a7c409cf
 _PRE_SLOTS  = dict(before_batch=1, after_pred=3, after_loss=5, after_backward=7, after_step=9, after_batch=11)
@@ -281,6 +281,11 @@ def train_samples_per_second(cb:SimpleProfilerCallback) -> dict:
     "Rolling samples/second of each training action over the last `cb.log_every` batches of this epoch, warm-up left out"
     marks,bs,warm = cb.record.last(cb.log_every, meta=True)
     return rolling_samples_per_second(marks[~warm], bs[~warm])
+
+def fit_samples_per_second(res:pd.DataFrame) -> float|None:
+    "The whole fit's samples/second from the results table `res`, or None if it has none"
+    fit = res[(res.Phase=='fit') & (res.Action=='fit')]['Samples/Second']
+    return float(fit.iloc[0]) if len(fit) and not math.isnan(fit.iloc[0]) else None
 
 # %% ../nbs/04_callback.ipynb #3dfd1498
 def prefetch_snapshot(learn) -> dict|None:

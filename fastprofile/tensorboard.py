@@ -6,11 +6,11 @@ Docs: https://fastprofile.github.io/fastprofile/tensorboard.html.md"""
 
 # %% ../nbs/06_tensorboard.ipynb #80781ef5
 from __future__ import annotations
-import math, warnings
+import warnings
 from fastai.basics import *
 from fastai.callback.tensorboard import TensorBoardBaseCallback
 from .callback import SimpleProfilerCallback
-from .callback import train_samples_per_second
+from .callback import train_samples_per_second, fit_samples_per_second
 
 # %% auto #0
 __all__ = []
@@ -39,7 +39,7 @@ def _tensorboard_log_after_fit(self:SimpleProfilerCallback):
     w = _tb_writer(self)
     if w is None: return
     res,step = self.learn.simple_profile_results,self.learn.train_iter
-    fit = res[(res.Phase=='fit') & (res.Action=='fit')]['Samples/Second']
-    if len(fit) and not math.isnan(fit.iloc[0]): w.add_scalar('samples_per_second/fit', float(fit.iloc[0]), step)
+    fit = fit_samples_per_second(res)
+    if fit is not None: w.add_scalar('samples_per_second/fit', fit, step)
     w.add_text('simple_profile_report', self.learn.simple_profile_report.markdown(), step)
     w.close()  # `TensorBoardCallback.after_fit` (which runs first) closed the writer; writing reopened it: close and flush

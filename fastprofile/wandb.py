@@ -19,7 +19,7 @@ except ImportError: wandb = None  # the logger then warns when wandb is asked fo
 __all__ = ['fastai_wandb_4173_present', 'patch_fastai_wandb_4173', 'wandb_summary']
 
 # %% ../nbs/05_wandb.ipynb #985220f4
-from .callback import TRAIN_ACTIONS, rolling_samples_per_second, train_samples_per_second
+from .callback import TRAIN_ACTIONS, rolling_samples_per_second, train_samples_per_second, fit_samples_per_second
 
 # %% ../nbs/05_wandb.ipynb #8bf9a83c
 def _safe_init_args(o):
@@ -101,8 +101,8 @@ def _wandb_log_after_fit(self:SimpleProfilerCallback):
     res,rep = self.learn.simple_profile_results,self.learn.simple_profile_report
     d = {'simple_profile_report': wandb.Table(dataframe=rep.formatted()),
          'simple_profile_results': wandb.Table(dataframe=res)}
-    fit = res[(res.Phase=='fit') & (res.Action=='fit')]['Samples/Second']
-    if len(fit) and not math.isnan(fit.iloc[0]): d['samples_per_second/fit'] = float(fit.iloc[0])
+    fit = fit_samples_per_second(res)
+    if fit is not None: d['samples_per_second/fit'] = fit
     step = st['cb']._wandb_step if st['cb'] is not None else (wandb.run.step if st['last'] is None else st['last'] + 1)
     _wandb_log(st, d, step)
     wandb.run.summary.update(wandb_summary(res))
