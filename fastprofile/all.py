@@ -1,4 +1,4 @@
-"""`from fastprofile.all import *` gives the public API. The wandb and TensorBoard loggers stay in their own modules and load when asked for (`logger_callback=`).
+"""`from fastprofile.all import *` gives the public API. Test stand-ins live in `fastprofile.testing`; the `fastprofile` command in `fastprofile.cli`.
 
 Docs: https://fastprofile.github.io/fastprofile/all.html.md"""
 
@@ -8,22 +8,18 @@ Docs: https://fastprofile.github.io/fastprofile/all.html.md"""
 __all__ = []
 
 # %% ../nbs/99_all.ipynb #07faa944
-from .loop import *
-from .stats import *
-from .record import *
-from .report import *
-from .callback import *
-from .gpu_timing import *
-from .distributed import *
-from .prefetch import *
-from .diagnosis import *
-from .breakdown import *
-from .plots import *
-from .trace import *
+import fastprofile.loop, fastprofile.stats, fastprofile.checks, fastprofile.record, fastprofile.gpu_timing, fastprofile.report
+import fastprofile.core, fastprofile.callback, fastprofile.breakdown, fastprofile.diagnosis, fastprofile.prefetch
+import fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots, fastprofile.trace
+import fastprofile.learner, fastprofile.advice, fastprofile.demo
+_MODULES = (fastprofile.loop, fastprofile.stats, fastprofile.checks, fastprofile.record, fastprofile.gpu_timing,
+            fastprofile.report, fastprofile.core, fastprofile.callback, fastprofile.breakdown, fastprofile.diagnosis,
+            fastprofile.prefetch, fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots,
+            fastprofile.trace, fastprofile.learner, fastprofile.advice, fastprofile.demo)
+from .loop import *; from fastprofile.stats import *; from fastprofile.checks import *; from fastprofile.record import *
+from .gpu_timing import *; from fastprofile.report import *; from fastprofile.core import *; from fastprofile.callback import *
+from .breakdown import *; from fastprofile.diagnosis import *; from fastprofile.prefetch import *
+from .distributed import *; from fastprofile.wandb import *; from fastprofile.tensorboard import *
+from .plots import *; from fastprofile.trace import *; from fastprofile.learner import *; from fastprofile.advice import *
 from .demo import *
-
-# %% ../nbs/99_all.ipynb #60a32fe3
-import fastprofile.loop, fastprofile.stats, fastprofile.record, fastprofile.report, fastprofile.callback, fastprofile.gpu_timing, fastprofile.distributed, fastprofile.prefetch, fastprofile.diagnosis, fastprofile.breakdown, fastprofile.plots, fastprofile.trace, fastprofile.demo
-__all__ = [n for m in (fastprofile.loop, fastprofile.stats, fastprofile.record, fastprofile.report, fastprofile.callback,
-                       fastprofile.gpu_timing, fastprofile.distributed, fastprofile.prefetch, fastprofile.diagnosis,
-                       fastprofile.breakdown, fastprofile.plots, fastprofile.trace, fastprofile.demo) for n in m.__all__]
+__all__ = [n for m in _MODULES for n in m.__all__]

@@ -1,4 +1,4 @@
-"""Adds a `before_draw` event to fastai's training loop, fired before each batch is drawn from the loader.
+"""Adds a `before_draw` event to fastai's training loop, fired before each batch is drawn from the loader, to the callbacks that define it.
 
 Docs: https://fastprofile.github.io/fastprofile/loop.html.md"""
 
@@ -7,53 +7,29 @@ Docs: https://fastprofile.github.io/fastprofile/loop.html.md"""
 # %% ../nbs/00_loop.ipynb #2dd105a8
 from __future__ import annotations
 from fastai.basics import *
-from fastai.callback.core import _events, _inner_loop
-import fastai.callback.core as _cbcore
-import fastai.learner as _learner
 
 # %% auto #0
-__all__ = ['register_before_draw']
-
-# %% ../nbs/00_loop.ipynb #7c77f17e
-def _insert_before(lst, new, anchor):
-    "Insert `new` before the first `anchor` in the list `lst`, in place, once"
-    items = getattr(lst, 'items', lst)
-    if new not in items: items.insert(items.index(anchor), new)
-
-def register_before_draw():
-    "Register the `before_draw` event in fastai's event list, inner loop, `event` namespace and loop listing"
-    _insert_before(_events, 'before_draw', 'before_batch')
-    _insert_before(_inner_loop, 'before_draw', 'before_batch')
-    _insert_before(_learner._loop, 'before_draw', 'before_batch')
-    event.before_draw = 'before_draw'
-    if 'before_draw' not in Callback._methods: Callback._methods.append('before_draw')
-
-register_before_draw()
+__all__ = ['draw_listeners']
 
 # %% ../nbs/00_loop.ipynb #8d2e056d
-_fastai_all_batches,_fastai_call_one,_fastai_learner_call = Learner.all_batches,Learner._call_one,Learner.__call__
-
-def _draw_listeners(learn) -> list:
-    "The callbacks of `learn`, in order, that can react to `before_draw`"
-    return [cb for cb in learn.cbs.sorted('order')
-            if type(cb).__call__ is not Callback.__call__ or callable(getattr(type(cb), 'before_draw', None))
-            or 'before_draw' in cb.__dict__]
+def draw_listeners(learn) -> list:
+    "The callbacks of `learn`, in order, that define `before_draw`"
+    return [cb for cb in learn.cbs.sorted('order') if callable(getattr(type(cb), 'before_draw', None)) or 'before_draw' in cb.__dict__]
 
 @patch
 def all_batches(self:Learner):
-    "Draw each batch with `before_draw` fired first, then run `one_batch` on it"
-    self.n_iter = len(self.dl)
+    "Draw each batch with `before_draw` sent first to the callbacks that define it, then run `one_batch` on it"
+    n = self.n_iter = len(self.dl)  # `n_iter` is for the progress bar: a `validate()` run inside a batch changes it
     it = iter(self.dl)
-    own_dispatch = type(self).__call__ is not _fastai_learner_call or type(self)._call_one is not _fastai_call_one
     listeners,n_cbs = None,-1
     try:
         i = 0
         while True:
-            if i < self.n_iter:
-                if own_dispatch: self('before_draw')
-                else:
-                    if len(self.cbs) != n_cbs: listeners,n_cbs = _draw_listeners(self),len(self.cbs)
-                    for cb in listeners: cb('before_draw')
+            if i < n:
+                if len(self.cbs) != n_cbs: listeners,n_cbs = draw_listeners(self),len(self.cbs)
+                training = self.training
+                for cb in listeners:
+                    if cb.run_train if training else cb.run_valid: cb('before_draw')
             try: b = next(it)
             except StopIteration: break
             self.one_batch(i, b)

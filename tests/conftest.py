@@ -1,4 +1,7 @@
-import pytest, torch
+import os, pytest, torch
+
+# fastprofile's own failures raise in the tests instead of warning (`fastprofile.core.strict_mode`)
+os.environ.setdefault('FASTPROFILE_STRICT', '1')
 
 def pytest_collection_modifyitems(config, items):
     "Drop `test_*` functions star-imported from libraries (fastcore.test); skip `cuda` tests without a GPU"
