@@ -12,6 +12,8 @@ from fastai.basics import *
 __all__ = ['draw_listeners']
 
 # %% ../nbs/00_loop.ipynb #8d2e056d
+_fastai_all_batches = Learner.all_batches  # fastai's own, kept for comparison in tests
+
 def draw_listeners(learn) -> list:
     "The callbacks of `learn`, in order, that define `before_draw`"
     return [cb for cb in learn.cbs.sorted('order') if callable(getattr(type(cb), 'before_draw', None)) or 'before_draw' in cb.__dict__]
