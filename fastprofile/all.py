@@ -16,10 +16,6 @@ _MODULES = (fastprofile.loop, fastprofile.stats, fastprofile.checks, fastprofile
             fastprofile.report, fastprofile.core, fastprofile.callback, fastprofile.breakdown, fastprofile.diagnosis,
             fastprofile.prefetch, fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots,
             fastprofile.trace, fastprofile.learner, fastprofile.advice, fastprofile.demo)
-from .loop import *; from fastprofile.stats import *; from fastprofile.checks import *; from fastprofile.record import *
-from .gpu_timing import *; from fastprofile.report import *; from fastprofile.core import *; from fastprofile.callback import *
-from .breakdown import *; from fastprofile.diagnosis import *; from fastprofile.prefetch import *
-from .distributed import *; from fastprofile.wandb import *; from fastprofile.tensorboard import *
-from .plots import *; from fastprofile.trace import *; from fastprofile.learner import *; from fastprofile.advice import *
-from .demo import *
+# what `from fastprofile.X import *` of each module would bring, and the same for `from fastprofile.all import *`
+globals().update({n:getattr(m, n) for m in _MODULES for n in m.__all__})
 __all__ = [n for m in _MODULES for n in m.__all__]

@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/cli.html.md"""
 
 # %% ../nbs/20_cli.ipynb #840a4114
 from __future__ import annotations
-import argparse, sys, time
+import argparse, time
 from pathlib import Path
 
 # %% auto #0

@@ -9,13 +9,12 @@ from __future__ import annotations
 import math, os, time, warnings
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import NamedTuple, Callable
 import numpy as np, pandas as pd
 from .checks import check_int, check_bool, check_type
 from .record import ProfileRecord, batch_durations
 from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
-from .report import ProfileReport, Section, atomic_write_csv, fmt_time, fmt_pct
+from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
 __all__ = ['MAX_KEEP_BATCHES', 'TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'Facts', 'Sink',

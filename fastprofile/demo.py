@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/demo.html.md"""
 
 # %% ../nbs/19_demo.ipynb #74b9d52c
 from __future__ import annotations
-import io, shutil, tempfile, math
+import shutil, tempfile
 from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw

@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/learner.html.md"""
 
 # %% ../nbs/17_learner.ipynb #2f304152
 from __future__ import annotations
-import os, warnings
+import os
 from pathlib import Path
 from fastai.basics import *
 from .checks import check_type, check_bool, check_number

@@ -6,7 +6,6 @@ Docs: https://fastprofile.github.io/fastprofile/testing.html.md"""
 
 # %% ../nbs/90_testing.ipynb #3c4d5e6f
 from __future__ import annotations
-import math
 from .record import ProfileRecord, Slot
 
 # %% auto #0
