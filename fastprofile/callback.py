@@ -101,6 +101,7 @@ class SimpleProfilerPostCallback(_TableDispatch):
     def _bind(self, rec):
         self._rec,self._mark,self._slots = rec,rec.mark,_POST_SLOTS
         self._log_every = self.profile.options.log_every if self.profile.sinks else 0
+        self._on_batch = self.profile.on_batch
         self._handlers = dict(before_fit=self._before_fit, after_fit=self._after_fit, after_batch=self._after_batch,
                               after_train=lambda: rec.end_phase(self._bs()), after_validate=lambda: rec.end_phase(self._bs()),
                               after_epoch=lambda: rec.end_epoch(self._bs()))
@@ -119,6 +120,7 @@ class SimpleProfilerPostCallback(_TableDispatch):
         rec = self._rec
         rec.mark(Slot.BATCH_END)
         rec.end_batch(self._bs())
+        if self._on_batch is not None: self._on_batch()
         # `train_iter`: fastai's count of training batches in this fit (TrainEvalCallback, which runs before us)
         if self._log_every and rec.phase == 'train' and self.learn.train_iter % self._log_every == 0:
             self.profile.log_batch(self.learn.train_iter)

@@ -194,10 +194,11 @@ class Profile:
         csv_path=None, # Where `save_csv` writes
         publish=None, # `publish(result)`, called with the `ProfileResult` at the end of `finish`
         clock=time.perf_counter, # Wall clock of the record (and of the profiler's own cost)
+        on_batch=None, # `on_batch()`, called after every recorded batch (on the per-batch path: keep it to a counter check)
     ):
         self.options = _options(options)
         self.sinks,self.sections,self.gather,self.facts = list(sinks),list(sections),gather,facts
-        self.csv_path,self.publish,self.clock = csv_path,publish,clock
+        self.csv_path,self.publish,self.clock,self.on_batch = csv_path,publish,clock,on_batch
         self.record,self.contexts,self.in_call,self.own_cost = None,[],0,0.
 
     # ---- stages ----
