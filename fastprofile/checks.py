@@ -6,11 +6,12 @@ Docs: https://fastprofile.github.io/fastprofile/checks.html.md"""
 
 # %% ../nbs/02_checks.ipynb #0b8f4c1e
 from __future__ import annotations
-import numbers
+import numbers, os, tempfile
+from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['check_int', 'check_number', 'check_bool', 'check_choice', 'check_type']
+__all__ = ['check_int', 'check_number', 'check_bool', 'check_choice', 'check_type', 'check_path']
 
 # %% ../nbs/02_checks.ipynb #9e4b2f10
 def _got(v) -> str: return f"got {v!r} ({type(v).__name__})"
@@ -49,3 +50,27 @@ def check_type(name:str, v, types, want:str) -> object:
     "Return `v` if it is an instance of `types`; `want` says what is valid in words"
     if not isinstance(v, types): raise TypeError(f"`{name}` must be {want}, {_got(v)}")
     return v
+
+def _writable(folder:Path) -> bool:
+    "True if a file can be created in `folder` (tried for real: `os.access` says yes to root everywhere)"
+    try: fd,tmp = tempfile.mkstemp(dir=folder, prefix='.fastprofile-check-')
+    except OSError: return False
+    os.close(fd); os.unlink(tmp)
+    return True
+
+def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=False) -> Path:
+    "Return `v` as a `Path` of a file that can be written: a file name (not a folder), one of `suffixes`, in a writable folder"
+    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a file path (str or Path), {_got(v)}")
+    p = Path(v).expanduser()
+    full = p if base is None else Path(base)/p
+    if str(v) in ('', '.', '..') or str(v).endswith(('/', os.sep)) or p.name in ('', '.', '..') or full.is_dir():
+        raise ValueError(f"`{name}` must name a file, got {str(v)!r}" + (" (a folder)" if full.is_dir() else ''))
+    if suffixes and full.suffix.lower() not in suffixes:
+        raise ValueError(f"`{name}` must end in {', '.join(suffixes)}, got {str(v)!r}")
+    folder = full.parent
+    missing = []
+    while not folder.exists(): missing.append(folder); folder = folder.parent
+    if not folder.is_dir(): raise ValueError(f"`{name}` cannot be written: {str(folder)!r} is a file, not a folder (got {str(v)!r})")
+    if missing and folder_must_exist: raise ValueError(f"`{name}` cannot be written: the folder {str(missing[-1])!r} does not exist (got {str(v)!r})")
+    if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
+    return full

@@ -6,13 +6,17 @@ Docs: https://fastprofile.github.io/fastprofile/cli.html.md"""
 
 # %% ../nbs/20_cli.ipynb #840a4114
 from __future__ import annotations
-import argparse, time
+import argparse, sys, time
 from pathlib import Path
+from . import __version__
+from .checks import check_path
 
 # %% auto #0
-__all__ = ['parser', 'demo', 'main']
+__all__ = ['OUTPUTS', 'parser', 'check_args', 'demo', 'main']
 
 # %% ../nbs/20_cli.ipynb #a40e7911
+OUTPUTS = {'csv': ('.csv',), 'plot': ('.png','.svg','.pdf','.jpg','.jpeg'), 'trace': ('.json',)}
+
 def _positive(name, lo=1):
     def f(s):
         try: v = int(s)
@@ -28,6 +32,7 @@ def _device(s):
 def parser() -> argparse.ArgumentParser:
     "The `fastprofile` command's argument parser"
     p = argparse.ArgumentParser(prog='fastprofile', description='Where every second of a fastai training step goes.')
+    p.add_argument('--version', action='version', version=f'fastprofile {__version__}')
     sub = p.add_subparsers(dest='command', required=True)
     d = sub.add_parser('demo', help='train a small CNN on synthetic JPEGs with the profiler on, and print the report')
     d.add_argument('--epochs', type=_positive('epochs'), default=2, help='epochs to train (default 2)')
@@ -35,18 +40,39 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument('--workers', type=_positive('workers', 0), default=0, help='DataLoader worker processes (default 0)')
     d.add_argument('--size', type=_positive('size', 8), default=64, help='image side in pixels (default 64)')
     d.add_argument('--n-train', type=_positive('n-train'), default=1536, help='training images (default 1536)')
-    d.add_argument('--csv', type=Path, default=None, metavar='PATH', help='also save the raw results as CSV')
-    d.add_argument('--plot', type=Path, default=None, metavar='PATH', help='also save plots of the profile (PNG)')
-    d.add_argument('--trace', type=Path, default=None, metavar='PATH', help='also save a Chrome trace (JSON) of recent batches')
+    d.add_argument('--csv', default=None, metavar='PATH.csv', help='also save the raw results as CSV')
+    d.add_argument('--plot', default=None, metavar='PATH.png', help='also save plots of the profile (.png, .svg, .pdf, .jpg)')
+    d.add_argument('--trace', default=None, metavar='PATH.json', help='also save a Chrome trace (JSON) of recent batches')
     d.add_argument('--device', type=_device, default='auto', help="auto, cpu, cuda or cuda:N (default auto)")
     d.add_argument('--plain', action='store_true', help='plain-text report')
     return p
 
+def check_args(args):
+    "Refuse, before any training, output paths that cannot be written and a device that is not there"
+    for k,suffixes in OUTPUTS.items():
+        v = getattr(args, k)
+        if v is not None: setattr(args, k, check_path(f'--{k}', v, suffixes=suffixes, folder_must_exist=True))
+    if args.device.startswith('cuda'):
+        import torch
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        idx = int(args.device[5:]) if ':' in args.device else 0
+        if idx >= n: raise ValueError(f"`--device {args.device}` asked for, but this machine has {n} CUDA device(s): use --device cpu or auto")
+    return args
+
 # %% ../nbs/20_cli.ipynb #5312f209
-def demo(args) -> 'Learner':
-    "Run the demo described by parsed `args`"
+def _save(kind, path, write) -> bool:
+    "Write one output; say where, or why not"
+    try: write(path)
+    except Exception as e:
+        print(f"fastprofile: could not save the {kind} to {path}: {type(e).__name__}: {e}", file=sys.stderr)
+        return False
+    print(f"{kind} saved: {path}")
+    return True
+
+def demo(args) -> tuple:
+    "Run the demo described by parsed (and checked) `args`; the learner, and whether every asked-for output was written"
     from fastai.basics import set_seed
-    from fastprofile.all import make_demo_learner
+    from fastprofile.all import make_demo_learner, atomic_write_csv, save_plots, save_trace
     device = None if args.device == 'auto' else args.device
     t0 = time.perf_counter()
     set_seed(0)
@@ -55,23 +81,19 @@ def demo(args) -> 'Learner':
     try:
         print(f"fastprofile demo: {args.n_train} JPEGs of {args.size}px drawn in {time.perf_counter()-t0:.1f} s; "
               f"training {args.epochs} epoch(s), bs {args.bs}, {args.workers} worker(s), on {learn.dls.device}")
-        kw = dict(plain=args.plain, logger_callback=None)
-        if args.csv is not None:
-            csv = args.csv.expanduser().resolve()
-            learn.path,kw['save_csv'],kw['csv_name'] = csv.parent,True,csv.name
-        learn.profile(**kw).fit_one_cycle(args.epochs, 3e-3)
-        rec = learn.simple_profile_record
-        if args.plot is not None:
-            from fastprofile.plots import save_plots
-            print(f"plot saved: {save_plots(rec, args.plot)}")
-        if args.trace is not None:
-            from fastprofile.trace import save_trace
-            print(f"trace saved: {save_trace(rec, args.trace)}")
-        if args.csv is not None: print(f"results saved: {csv}")
+        learn.profile(plain=args.plain, logger_callback=None).fit_one_cycle(args.epochs, 3e-3)
+        ok = True
+        if args.csv is not None: ok &= _save('results', args.csv, lambda p: atomic_write_csv(learn.simple_profile_results, p))
+        if args.plot is not None: ok &= _save('plot', args.plot, lambda p: save_plots(learn, p))
+        if args.trace is not None: ok &= _save('trace', args.trace, lambda p: save_trace(learn, p))
     finally: learn.cleanup_demo()
-    return learn
+    return learn,ok
 
-def main(argv=None):
-    "Entry point of the `fastprofile` console command"
+def main(argv=None) -> int:
+    "Entry point of the `fastprofile` console command: 0 when done, 2 for a refused argument, 1 if an output could not be written"
     args = parser().parse_args(argv)
-    if args.command == 'demo': demo(args)
+    try: check_args(args)
+    except (TypeError, ValueError) as e:
+        print(f"fastprofile: error: {e}", file=sys.stderr)
+        return 2
+    if args.command == 'demo': return 0 if demo(args)[1] else 1
