@@ -113,6 +113,10 @@ def fit_samples_per_second(results:pd.DataFrame) -> float|None:
 def report_notes(result:ProfileResult) -> list:
     "The notes under the table: what a reader needs to trust the numbers"
     rec,notes = result.record,[]
+    if not (rec.stats[('train','batch')].n or rec.stats[('train','warmup')].n):
+        notes.append("No training batch was recorded: the training loader was empty, or every fit was cancelled before its first batch.")
+    elif not rec.stats[('train','batch')].n:
+        notes.append(f"Every training batch was warm-up (`warmup={rec.warmup}`): the per-batch rows are empty; profile more batches or lower `warmup`.")
     if result.interrupted: notes.append(f"Partial profile: the call ended early ({result.interrupted}); times run to the last batch seen.")
     if len(rec.stages) > 1:
         notes.append(f"{len(rec.stages)} fits in this call: " + ', then '.join(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from fastai.basics import *
-from .checks import check_type, check_bool, check_number
+from .checks import check_type, check_bool, check_number, check_path
 from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink
 from .gpu_timing import resolve_timing
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_device
@@ -63,6 +63,11 @@ def learner_facts(learn, staging0:dict|None=None, breakdown=None) -> Facts:
                  prefetch=pf is not None and pf.active, breakdown=breakdown)
 
 # %% ../nbs/17_learner.ipynb #96a7b8c9
+def _n_train_batches(learn) -> int|None:
+    "Batches per epoch of the training loader, if it knows"
+    try: return len(learn.dls.train)
+    except Exception: return None
+
 def training_methods(learn) -> list:
     "Names of `learn`'s training entry points: `fit`, `fine_tune` and every `fit*` method"
     cls = type(learn)
@@ -126,7 +131,7 @@ _OPTION_NAMES = [f.name for f in ProfileOptions.__dataclass_fields__.values()]
 @patch
 def profile(self:Learner,
     logger_callback=_Default('wandb'), # 'wandb', 'tensorboard' (a name in `LOGGERS`), a `Sink`, or None for no logging
-    csv_name:str|Path='simple_profile.csv', # CSV file name for `save_csv=True`, relative to `learn.path`
+    csv_name:str|Path=_Default('simple_profile.csv'), # CSV file name for `save_csv=True`, relative to `learn.path`
     breakdown:bool=False, # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`)
     rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
     gather_timeout:float=30., # Under DDP, seconds rank 0 waits at the end for the other ranks' profiles
@@ -137,13 +142,18 @@ def profile(self:Learner,
     if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
                             f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout'] + _OPTION_NAMES)}")
     opts = ProfileOptions(**kwargs)
-    check_type('csv_name', csv_name, (str, Path), 'a file name (str or Path)')
-    if str(csv_name) in ('', '.'): raise ValueError(f"`csv_name` must be a non-empty file name, got {csv_name!r}")
     check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv)
+    if opts.save_csv or rank_csv: csv_path = check_path('csv_name', csv_name, base=self.path)
+    elif not isinstance(csv_name, _Default):
+        raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP)")
+    else: csv_path = None
     gather_timeout = check_number('gather_timeout', gather_timeout, 0, lo_open=True)
+    n = _n_train_batches(self)
+    if 'warmup' in kwargs and n is not None and opts.warmup and opts.warmup >= n:
+        raise ValueError(f"`warmup={opts.warmup}` leaves no batch to measure: the training loader has {n} batch(es) per epoch; "
+                         f"use a warm-up below {n} (0 keeps every batch)")
     resolve_timing(opts.timing, train_device(self))  # 'events'/'sync' on a CPU learner: refused now, not at fit start
     sink = logger_sink(self, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
-    csv_path = Path(self.path)/csv_name
     old = ProfileSession.of(self)
     if old is not None: old.disarm()
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS,
