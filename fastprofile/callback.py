@@ -96,18 +96,20 @@ class SimpleProfilerPostCallback(_TableDispatch):
     "Last at every event: marks where fastai's phases start, ends batches, phases and epochs, and ends each stage"
     order,remove_on_fetch = 1000,True  # after Recorder (50), ProgressCallback (60), trackers
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
-    def _idle(self): self._slots,self._handlers = {},dict(before_fit=self._before_fit, after_fit=self._after_fit)
+    def _idle(self):
+        self._slots,self._handlers = {},dict(before_fit=self._before_fit, after_fit=self._after_fit)
+        self._count_samples = self.profile.options.samples_per_second
 
     def _bind(self, rec):
         self._rec,self._mark,self._slots = rec,rec.mark,_POST_SLOTS
         self._log_every = self.profile.options.log_every if self.profile.sinks else 0
-        self._on_batch = self.profile.on_batch
+        self._on_batch,self._count_samples = self.profile.on_batch,self.profile.options.samples_per_second
         self._handlers = dict(before_fit=self._before_fit, after_fit=self._after_fit, after_batch=self._after_batch,
                               after_train=lambda: rec.end_phase(self._bs()), after_validate=lambda: rec.end_phase(self._bs()),
                               after_epoch=lambda: rec.end_epoch(self._bs()))
 
     def _bs(self) -> int:
-        if not self.profile.options.samples_per_second: return 0
+        if not self._count_samples: return 0
         try: return find_bs(self.learn.xb)
         except Exception: return 0
 

@@ -83,7 +83,7 @@ class _ProfiledMethod:
 class ProfileSession:
     "`Learner.profile`'s hold on one learner: the pair and its `Profile` for the next training call, taken off however it ends"
     def __init__(self, learn, profile:Profile, cbs, breakdown:BreakdownCallback|None=None):
-        self.learn,self.profile,self.cbs,self.breakdown,self.depth = learn,profile,list(cbs),breakdown,0
+        self.learn,self.profile,self.cbs,self.breakdown,self.depth,self.staging0 = learn,profile,list(cbs),breakdown,0,{}
         profile.facts,profile.publish = self.facts,self.publish
 
     @staticmethod
@@ -103,7 +103,7 @@ class ProfileSession:
         self.learn.remove_cbs([cb for cb in self.cbs if cb in self.learn.cbs])
         if self.breakdown is not None: self.breakdown.restore()  # a fit ended by an exception never reached its `after_fit`
 
-    def call(self, name, *args, **kwargs):
+    def call(self, name, /, *args, **kwargs):
         "Run the learner's own `name`; the outermost call is the profiled call"
         if self.depth == 0: self.staging0 = _staging(self.learn)
         self.depth += 1; self.profile.in_call += 1
@@ -121,7 +121,7 @@ class ProfileSession:
         finally: self.disarm()
 
     def facts(self) -> Facts:
-        return learner_facts(self.learn, getattr(self, 'staging0', None), None if self.breakdown is None else self.breakdown.result)
+        return learner_facts(self.learn, self.staging0, None if self.breakdown is None else self.breakdown.result)
 
     def publish(self, result:ProfileResult): self.learn.__dict__['simple_profile'] = result
 
