@@ -22,7 +22,12 @@ def _tb_callback(learn):
 class TensorBoardSink(Sink):
     "Write samples/second scalars and the report to the `SummaryWriter` of fastai's `TensorBoardCallback`"
     name = 'tensorboard'
-    def __init__(self, learn): self._learn,self.step = learn,0  # `_learn`: not an init arg fastai's W&B config would walk into
+    def __init__(self,
+        learn, # The learner being profiled
+    ):
+        self._learn,self.step = learn,0  # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
+
+    def __repr__(self): return f"{type(self).__name__}()"
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> TensorBoardSink|None:

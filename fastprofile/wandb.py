@@ -32,7 +32,15 @@ def wandb_summary(results:pd.DataFrame) -> dict:
 class WandbSink(Sink):
     "Log samples/second charts and the report tables to the active wandb run"
     name = 'wandb'
-    def __init__(self, learn, wandb): self._learn,self.wandb,self.base,self.last = learn,wandb,None,None  # `_learn`: not an init arg fastai's W&B config would walk into
+    def __init__(self,
+        learn, # The learner being profiled
+        wandb, # The `wandb` module
+    ):
+        # Kept under names that are not `__init__` parameters: fastai's `Learner.gather_args()` (`WandbCallback`'s run
+        # config) walks the parameters an object keeps (`init_args`), and would log the learner again and a module
+        self._learn,self._wandb,self.base,self.last = learn,wandb,None,None
+
+    def __repr__(self): return f"{type(self).__name__}()"
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> WandbSink|None:
@@ -53,23 +61,23 @@ class WandbSink(Sink):
         "fastai's `WandbCallback`'s step if it is on the learner, else the run's step at the start + training iteration - 1"
         cb = _wandb_callback(self._learn)
         if cb is not None and hasattr(cb, '_wandb_step'): return cb._wandb_step
-        if self.base is None: self.base = self.wandb.run.step
+        if self.base is None: self.base = self._wandb.run.step
         return self.base + train_iter - 1
 
     def _log(self, d, step):
-        step = max(step, self.wandb.run.step)  # never behind the run's step, which wandb would drop
-        self.wandb.log(d, step=step)
+        step = max(step, self._wandb.run.step)  # never behind the run's step, which wandb would drop
+        self._wandb.log(d, step=step)
         self.last = step
 
     def log_batch(self, record, step, window):
         "Log the rolling samples/second of each training action over the last `window` batches, at this batch's wandb step"
-        if self.wandb.run is None: return
+        if self._wandb.run is None: return
         rates = train_samples_per_second(record, window)
         if rates: self._log({f'samples_per_second/train_{a}':v for a,v in rates.items()}, self._step(step))
 
     def log_fit(self, result:ProfileResult):
         "Log the call's samples/second, the report and results tables, and summary values per row"
-        wb = self.wandb
+        wb = self._wandb
         if wb.run is None: return
         res = result.results
         d = {'simple_profile_report': wb.Table(dataframe=result.report.formatted()), 'simple_profile_results': wb.Table(dataframe=res)}
