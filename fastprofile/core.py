@@ -81,6 +81,7 @@ class Facts:
 class Sink:
     "Where a profile goes besides the report: subclass and override what you need"
     name = 'sink'
+    def __repr__(self): return f"{type(self).__name__}()"  # how a sink shows in fastai's WandbCallback run config
     def log_batch(self, record:ProfileRecord, step:int, window:int):
         "Called every `window` (`log_every`) training batches; `step` is fastai's `train_iter`"
     def log_fit(self, result:ProfileResult):
@@ -204,6 +205,8 @@ class Profile:
         self.sinks,self.sections,self.gather,self.facts = list(sinks),list(sections),gather,facts
         self.csv_path,self.publish,self.clock,self.on_batch = csv_path,publish,clock,on_batch
         self.record,self.contexts,self.in_call,self.own_cost = None,[],0,0.
+
+    def __repr__(self): return f"Profile({self.options}, sinks={self.sinks})"  # what fastai's WandbCallback logs as config
 
     # ---- stages ----
     @property

@@ -27,7 +27,6 @@ class TensorBoardSink(Sink):
     ):
         self._learn,self.step = learn,0  # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
 
-    def __repr__(self): return f"{type(self).__name__}()"
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> TensorBoardSink|None:

@@ -40,7 +40,6 @@ class WandbSink(Sink):
         # config) walks the parameters an object keeps (`init_args`), and would log the learner again and a module
         self._learn,self._wandb,self.base,self.last = learn,wandb,None,None
 
-    def __repr__(self): return f"{type(self).__name__}()"
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> WandbSink|None:
