@@ -6,8 +6,9 @@ Docs: https://fastprofile.github.io/fastprofile/distributed.html.md"""
 
 # %% ../nbs/11_distributed.ipynb #36262359
 from __future__ import annotations
-import copy, inspect, json, math, os, pickle, socket, tempfile, time, warnings
-from dataclasses import dataclass
+import copy, inspect, itertools, json, math, os, pickle, socket, tempfile, time, warnings
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 import numpy as np, pandas as pd
 import torch, torch.distributed as dist
@@ -18,10 +19,12 @@ from .core import ProfileResult
 from .trace import trace_events
 
 # %% auto #0
-__all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERVALS', 'distributed_world', 'MergedRecord',
-           'RankProfile', 'merge_records', 'rank_spread', 'interval_means', 'find_stragglers', 'straggler_lines',
-           'distributed_lines', 'distributed_section', 'clock_offsets', 'gather_profiles', 'rank_csv_path',
-           'save_rank_csvs', 'rank_gather', 'merged_trace', 'save_merged_trace', 'fix_cpu_broadcast']
+__all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERVALS', 'GATHER_TIMEOUT', 'CLOCK_PINGS',
+           'INTERRUPTED', 'distributed_world', 'MergedRecord', 'RankProfile', 'merge_records', 'rank_spread',
+           'interval_means', 'find_stragglers', 'straggler_lines', 'missing_lines', 'distributed_lines',
+           'distributed_section', 'default_store', 'send_profile', 'clock_offset', 'Gathered', 'collect_profiles',
+           'gather_profiles', 'rank_csv_path', 'save_rank_csvs', 'merge_gathered', 'rank_gather', 'merged_trace',
+           'save_merged_trace', 'fix_cpu_broadcast']
 
 # %% ../nbs/11_distributed.ipynb #cd48b2c7
 def distributed_world() -> tuple:
@@ -31,10 +34,11 @@ def distributed_world() -> tuple:
 
 class MergedRecord(ProfileRecord):
     "The records of several ranks in one: statistics merged exactly, samples summed, recent batches rank 0's"
-    STATE_KEYS = ProfileRecord.STATE_KEYS + ('ranks','stragglers','missing_ranks')
+    STATE_KEYS = ProfileRecord.STATE_KEYS + ('ranks','stragglers','missing_ranks','missing_why','world','gather_seconds')
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.ranks,self.stragglers,self.missing_ranks = [],[],[]
+        self.ranks,self.stragglers,self.missing_ranks,self.missing_why = [],[],[],{}
+        self.world,self.gather_seconds = 0,math.nan  # ranks in the job; how long rank 0 waited for the others
     def __reduce__(self): return (MergedRecord.from_state, (self.state(),))
 
 
@@ -43,7 +47,7 @@ class RankProfile:
     "One rank's closed profile, where it ran, and how its clock maps onto rank 0's"
     rank:int # Rank in the process group
     record:ProfileRecord # The rank's own record, on its own clock
-    offset:float=0. # Seconds to add to this rank's clock readings to read rank 0's clock
+    offset:float=0. # Seconds to add to this rank's clock readings to read rank 0's clock (NaN: not measured)
     host:str='' # Host name
     device:str='' # Device of the rank's model
 
@@ -70,7 +74,7 @@ def merge_records(profiles:list) -> ProfileRecord:
     else: m.gpu_stats = m.gpu_ring = None  # some rank had none: no GPU columns rather than rank 0's alone
     m.overhead_per_batch = float(np.nanmean([p.record.overhead_per_batch for p in profiles])) \
         if not all(math.isnan(p.record.overhead_per_batch) for p in profiles) else math.nan
-    m.ranks = profiles
+    m.ranks,m.world = profiles,len(profiles)
     return m
 
 # %% ../nbs/11_distributed.ipynb #c0674ef7
@@ -162,6 +166,8 @@ def _slowest(x) -> str:
     "The slowest rank of a spread row, or `even` when the ranks are within 1% of each other"
     return 'even' if not x['Max'] > 1.01*x['Min'] else f"rank {int(x['Slowest Rank'])}"
 
+def _ranks(rs) -> str: return f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+
 def straggler_lines(found:list, margin:float=STRAGGLER_MARGIN) -> list:
     "The straggler verdict as text lines"
     if not found:
@@ -175,12 +181,28 @@ def straggler_lines(found:list, margin:float=STRAGGLER_MARGIN) -> list:
                      f"of a step)" + (f"; {w}." if w else '.'))
     return lines
 
-def distributed_lines(record:ProfileRecord, margin:float=STRAGGLER_MARGIN) -> list:
-    "The `Distributed` section of a merged record: ranks, spread of the main rows, job throughput, stragglers"
+def missing_lines(record:MergedRecord) -> list:
+    "Which ranks are not in a merged record, and why; ranks whose clock could not be aligned"
+    why = record.missing_why or {r:'' for r in record.missing_ranks}
+    lines = []
+    if why:
+        them = 'them' if len(why) > 1 else 'it'
+        lines.append("Missing: " + '; '.join(f"rank {r}" + (f" ({w})" if w else '') for r,w in sorted(why.items()))
+                     + f". The tables leave {them} out.")
+    loose = [p.rank for p in record.ranks if math.isnan(p.offset)]
+    if loose: lines.append(f"Clock of {_ranks(loose)} not aligned (rank 0 came after it stopped waiting): in a merged trace "
+                           "its batches are placed from its fit start.")
+    return lines
+
+def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> list:
+    "The `Distributed` section of a merged record: ranks, spread of the main rows, job throughput, stragglers, missing ranks"
     profiles = record.ranks
-    n = len(profiles)
-    lines = [f"{n} ranks on {_hosts(profiles)}. The table merges all ranks: calls and totals are summed over ranks, "
-             "means and percentiles are over every rank's batches, Samples/Second is per rank.",
+    n,world = len(profiles),max(record.world, len(profiles) + len(record.missing_ranks))
+    wait = '' if math.isnan(record.gather_seconds) else f" Rank 0 waited {fmt_time(record.gather_seconds)} for the other ranks' profiles."
+    of = f"{n} of {world} ranks" if n < world else f"{n} ranks"
+    if n < 2: return [f"{of} on {_hosts(profiles)}: the tables are rank 0's alone.{wait}"] + missing_lines(record)
+    lines = [f"{of} on {_hosts(profiles)}. The table merges them: calls and totals are summed over ranks, "
+             f"means and percentiles are over every rank's batches, Samples/Second is per rank.{wait}",
              "Mean per call across ranks (min / median / max, slowest rank):"]
     sp = rank_spread(profiles).set_index(_KEY)
     rows = [r for r in _SPREAD_ROWS if r in sp.index]
@@ -195,51 +217,134 @@ def distributed_lines(record:ProfileRecord, margin:float=STRAGGLER_MARGIN) -> li
         slow = max(t for _,t in tr)
         lines.append(f"Job training throughput: {fmt_rate(sum(s for s,_ in tr)/slow)} samples/s "
                      f"(all ranks' training samples over the slowest rank's training time, {fmt_time(slow)}).")
-    return lines + straggler_lines(record.stragglers or find_stragglers(profiles, margin), margin)
+    return lines + straggler_lines(record.stragglers or find_stragglers(profiles, margin), margin) + missing_lines(record)
 
 def distributed_section(result:ProfileResult) -> Section|None:
     "The report's *Distributed* section, for a record gathered from several ranks (one of `fastprofile.learner.SECTIONS`)"
     record = result.record
     if not isinstance(record, MergedRecord) or (len(record.ranks) < 2 and not record.missing_ranks): return None
-    lines = distributed_lines(record)
-    if record.missing_ranks: lines.append(f"Rank(s) {', '.join(map(str, record.missing_ranks))} could not send their profile: the tables leave them out.")
-    return Section('Distributed', lines, rank_spread(record.ranks))
+    return Section('Distributed', distributed_lines(record), rank_spread(record.ranks))
 
 # %% ../nbs/11_distributed.ipynb #0e7db45e
-def clock_offsets(clock=time.perf_counter, rounds:int=5) -> list:
-    "Per rank, the seconds to add to its `clock` to read rank 0's: clocks read right after `rounds` barriers, median"
-    rank,world = distributed_world()
-    if world == 1: return [0.]
-    reads = []
-    for _ in range(rounds):
-        dist.barrier()
-        reads.append(clock())
-    everyone = [None]*world
-    dist.all_gather_object(everyone, reads)
-    return [float(np.median(np.array(everyone[0]) - np.array(r))) for r in everyone]
+GATHER_TIMEOUT = 10.  # seconds rank 0 waits at the end of a call for the profiles of ranks that have not arrived
+CLOCK_PINGS = 8  # clock round trips per rank; the one with the shortest round trip gives its offset
+INTERRUPTED = "its training call ended by an exception"
+_GATHERS = itertools.count()  # distributed gathers in this process: the `n`th is the same on every rank
 
-def gather_profiles(rec:ProfileRecord, device:str='') -> list:
-    "Every rank's closed profile, on every rank (a collective: all ranks call it); just this one without a group"
-    rank,world = distributed_world()
-    offs = clock_offsets(rec.clock)
-    # a rank whose profile cannot be packed still joins the collective (with an error), or the others would wait forever
+def default_store():
+    "The key-value store of the default process group (the one `torchrun` / `init_process_group` rendezvoused through)"
+    return dist.distributed_c10d._get_default_store()
+
+def _appears(store, key:str, deadline:float) -> bool|None:
+    "Poll until `key` is in `store` (True), rank 0 closed the gather (False), or `deadline` passed (None)"
+    nap = .001
+    while True:
+        if store.check([key]): return True
+        if store.check(['closed']): return False
+        left = deadline - time.monotonic()
+        if left <= 0: return None
+        time.sleep(min(nap, left)); nap = min(2*nap, .02)
+
+def send_profile(store, # The store of this gather (keys of this gather only)
+                 rank:int, # This rank (> 0)
+                 payload:bytes, # The pickled dict rank 0 reads: the profile, or an `error`
+                 clock=time.perf_counter, # The clock whose offset to rank 0's is measured
+                 timeout:float=GATHER_TIMEOUT, # Seconds to wait for rank 0
+                 answer:bool=True, # Wait for rank 0's clock pings (False for an `error`: rank 0 will not ping)
+                ) -> str:
+    "A rank > 0's side of the gather. How it went: 'taken', 'sent' (no pings wanted), 'missed' (rank 0 closed first), 'left' (no rank 0 within `timeout`)"
+    if store.check(['closed']): return 'missed'  # rank 0 stopped waiting: leave nothing behind
+    store.set(f'data/{rank}', payload)
+    store.add('arrived', 1)
+    if not answer: return 'sent'
+    came = _appears(store, f'ping/{rank}/0', time.monotonic() + timeout)
+    if came is False: store.delete_key(f'data/{rank}'); return 'missed'  # posted just as rank 0 closed
+    if came is None: store.set(f'left/{rank}', b''); return 'left'  # rank 0 may still take the profile, without pinging
+    for i in range(CLOCK_PINGS):
+        if i: store.wait([f'ping/{rank}/{i}'], timedelta(seconds=timeout))
+        store.set(f'pong/{rank}/{i}', repr(clock()).encode())
+    return 'taken'
+
+def clock_offset(store, rank:int, clock=time.perf_counter, wait:float=1.) -> float:
+    "Seconds to add to `rank`'s clock to read rank 0's: ping it `CLOCK_PINGS` times, keep the shortest round trip's midpoint"
+    if store.check([f'left/{rank}']): return math.nan
+    best,keys = (math.inf, math.nan),[]
+    for i in range(CLOCK_PINGS):
+        ping,pong = f'ping/{rank}/{i}',f'pong/{rank}/{i}'
+        t1 = clock(); store.set(ping, b''); store.wait([pong], timedelta(seconds=wait)); t3 = clock()
+        best = min(best, (t3 - t1, (t1 + t3)/2 - float(store.get(pong))))
+        keys += [ping, pong]
+    for k in keys: store.delete_key(k)
+    return best[1]
+
+@dataclass
+class Gathered:
+    "What rank 0 took at the end of a call"
+    profiles:list # The `RankProfile`s that arrived, by rank (rank 0's first)
+    missing:dict # rank -> why its profile is not there
+    seconds:float # How long rank 0 waited for the others
+    world:int # Ranks in the job
+
+def _unpack(raw:bytes, rank:int, store, clock, deadline:float) -> RankProfile|str:
+    "The `RankProfile` that rank `rank` posted, its clock offset measured; or why there is none"
+    try: p = pickle.loads(raw); rec = None if 'error' in p else ProfileRecord.from_state(p['state'])
+    except Exception as e: return f"its profile could not be read ({type(e).__name__}: {e})"
+    if rec is None: return p['error']
+    try: off = clock_offset(store, rank, clock, max(deadline - time.monotonic(), 1.))
+    except dist.DistError: off = math.nan  # it stopped waiting just now: its profile, without the clock
+    return RankProfile(rank, rec, off, p['host'], p['device'])
+
+def collect_profiles(store, # The store of this gather
+                     world:int, # Ranks in the job
+                     own:RankProfile, # Rank 0's own profile
+                     clock=time.perf_counter, # Rank 0's clock
+                     timeout:float=GATHER_TIMEOUT, # Seconds to wait for ranks that have not arrived
+                    ) -> Gathered:
+    "Rank 0's side of the gather: every rank's profile that arrives within `timeout` seconds, with its clock offset"
+    t0 = time.monotonic(); deadline = t0 + timeout
+    pending,profiles,missing,seen,nap = set(range(1, world)),[own],{},0,.001
     try:
-        mine = dict(rank=rank, state=rec.state(), host=socket.gethostname(), device=str(device))
-        pickle.dumps(mine)
-    except Exception as e: mine = dict(rank=rank, error=f"{type(e).__name__}: {e}")
-    if world == 1: everyone = [mine]
+        while pending:
+            n = store.add('arrived', 0)
+            if n > seen:
+                seen,nap = n,.001
+                for r in [r for r in sorted(pending) if store.check([f'data/{r}'])]:
+                    pending.discard(r)
+                    raw = store.get(f'data/{r}'); store.delete_key(f'data/{r}')
+                    p = _unpack(raw, r, store, clock, deadline)
+                    if isinstance(p, str): missing[r] = p
+                    else: profiles.append(p)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0: break
+            time.sleep(min(nap, left)); nap = min(2*nap, .02)
+    finally:
+        try: store.set('closed', b'')  # whatever happened: the ranks still waiting leave at once
+        except Exception: pass
+    for r in pending:
+        missing[r] = f"no profile within gather_timeout={timeout:g} s"
+        store.delete_key(f'data/{r}')  # posted as we closed: nobody will read it
+    return Gathered(sorted(profiles, key=lambda p: p.rank), dict(sorted(missing.items())), time.monotonic() - t0, world)
+
+def gather_profiles(rec:ProfileRecord, # This rank's closed record
+                    timeout:float=GATHER_TIMEOUT, # Seconds rank 0 waits for ranks that have not arrived (and they for rank 0)
+                    interrupted:bool=False, # This rank's call ended by an exception: tell rank 0, send no profile
+                    device:str='', # Where this rank trained, for the report
+                    store=None, # The store of this gather; default: a fresh prefix in the default process group's store
+                    rank:int|None=None, world:int|None=None, # Default: `distributed_world()`
+                   ):
+    "Send every rank's profile to rank 0: there, a `Gathered` (None if rank 0's own call failed); elsewhere how the send went"
+    if rank is None: rank,world = distributed_world()
+    if store is None: store = dist.PrefixStore(f'fastprofile/gather/{next(_GATHERS)}', default_store())
+    clock = getattr(rec.clock, '__wrapped__', rec.clock)  # the wall clock, without a 'sync' record's synchronize
+    if rank == 0:
+        if interrupted: store.set('closed', b''); return None  # the others leave at once
+        return collect_profiles(store, world, RankProfile(0, rec, 0., socket.gethostname(), str(device)), clock, timeout)
+    if interrupted: payload,answer = pickle.dumps(dict(rank=rank, error=INTERRUPTED)),False
     else:
-        everyone = [None]*world
-        dist.all_gather_object(everyone, mine)
-    out = []
-    for p in everyone:
-        try:
-            if 'error' in p: raise RuntimeError(p['error'])
-            out.append(RankProfile(p['rank'], ProfileRecord.from_state(p['state']), offs[p['rank']], p['host'], p['device']))
-        except Exception as e:
-            if rank == 0: warnings.warn(f"fastprofile: rank {p['rank']}'s profile could not be gathered ({e}); the report leaves it out")
-    if not out: raise RuntimeError("no rank's profile could be gathered")
-    return out
+        try: payload,answer = pickle.dumps(dict(rank=rank, state=rec.state(), host=socket.gethostname(), device=str(device))),True
+        except Exception as e: payload,answer = pickle.dumps(dict(rank=rank, error=f"{type(e).__name__}: {e}")),False
+    return send_profile(store, rank, payload, clock, timeout, answer)
 
 def rank_csv_path(path, rank:int) -> Path:
     "Where rank `rank`'s CSV goes, next to `path`: `simple_profile.csv` -> `simple_profile_rank1.csv`"
@@ -252,23 +357,36 @@ def save_rank_csvs(record:ProfileRecord, path) -> list:
     if not profiles: raise ValueError("save_rank_csvs needs a record gathered from several ranks (with `.ranks`)")
     return [atomic_write_csv(p.record.results(), rank_csv_path(path, p.rank)) for p in profiles]
 
+def merge_gathered(got:Gathered) -> MergedRecord:
+    "One `MergedRecord` of what rank 0 gathered: the ranks, their stragglers, the missing ranks and why"
+    m = merge_records(got.profiles)
+    m.stragglers = find_stragglers(got.profiles)
+    m.missing_ranks,m.missing_why,m.world,m.gather_seconds = sorted(got.missing),dict(got.missing),got.world,got.seconds
+    return m
+
 def rank_gather(rank_csv=None, # Where rank 0 also writes each rank's CSV (`rank_csv_path`), or None
-                timeout:float=30., # Seconds rank 0 waits for the other ranks' profiles
+                timeout:float=GATHER_TIMEOUT, # Seconds rank 0 waits for the profiles of ranks that have not arrived
                ):
     "The `gather` step of a `Profile`: under DDP every rank's profile goes to rank 0, which reports for all"
     check_number('timeout', timeout, 0, lo_open=True)
     def gather(rec:ProfileRecord, interrupted:bool=False):
         rank,world = distributed_world()
-        if world < 2 or interrupted: return rec,True
-        try: profiles = gather_profiles(rec)
-        except Exception as e:
-            warnings.warn(f"fastprofile: could not gather the profiles of the {world} ranks ({type(e).__name__}: {e}); "
-                          f"rank {rank} reports its own")
-            return rec,True
-        if rank != 0: return rec,False
-        merged = merge_records(profiles)
-        merged.stragglers = find_stragglers(profiles)
-        merged.missing_ranks = sorted(set(range(world)) - {p.rank for p in profiles})
+        if world < 2: return rec,True
+        try: got = gather_profiles(rec, timeout, interrupted, rank=rank, world=world)
+        except (RuntimeError, OSError) as e:  # the store failed (`DistError`s are `RuntimeError`s); bugs go to `guarded`
+            warnings.warn(f"fastprofile: rank {rank} could not take part in gathering the profiles of the {world} ranks "
+                          f"({type(e).__name__}: {e}); {'it reports its own' if rank == 0 else 'rank 0 reports without it'}")
+            return rec,rank == 0
+        if rank != 0:
+            if got in ('missed','left'):
+                warnings.warn(f"fastprofile: rank {rank} reached the end of its call " + (
+                    "after rank 0 had closed the gather (it stopped waiting, or its own call failed); rank 0's report leaves it out"
+                    if got == 'missed' else f"but rank 0 did not come for its profile within gather_timeout={timeout:g} s; "
+                    "if it still does, the profile's clock is not aligned"))
+            return rec,False
+        if got is None: return rec,True  # rank 0's own call failed: its partial profile, as on one process
+        for r,why in got.missing.items(): warnings.warn(f"fastprofile: rank {r}'s profile could not be gathered ({why}); the report leaves it out")
+        merged = merge_gathered(got)
         if rank_csv is not None:
             try: save_rank_csvs(merged, rank_csv)
             except Exception as e: warnings.warn(f"fastprofile: could not save the per-rank CSVs: {e}")
@@ -282,7 +400,8 @@ def merged_trace(record:ProfileRecord) -> dict:
     t0 = profiles[0].record.fit_start or 0.
     events = []
     for p in profiles:
-        ev = trace_events(p.record, rank=p.rank, t0=t0 - p.offset)  # this rank's clock + offset = rank 0's clock
+        off = p.offset if not math.isnan(p.offset) else t0 - (p.record.fit_start or 0.)  # not measured: fit starts lined up
+        ev = trace_events(p.record, rank=p.rank, t0=t0 - off)  # this rank's clock + offset = rank 0's clock
         if p.host or p.device: ev[0]['args']['name'] += f" ({p.host} {p.device})".rstrip()
         events += ev
     return dict(traceEvents=events, displayTimeUnit='ms')

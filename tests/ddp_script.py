@@ -1,15 +1,16 @@
 "A profiled 2-rank DDP fit on CPU (gloo), launched by tests/test_distributed.py with torchrun; writes results to OUT"
-import argparse, json, os, pickle, time, warnings
+import argparse, json, os, time, warnings
+from datetime import timedelta
 from pathlib import Path
 import torch
 from torch.utils.data import Dataset
+from accelerate.utils import InitProcessGroupKwargs
 from fastai.basics import *
 from fastai.distributed import *
 from fastai.test_utils import RegModel
-import fastprofile.callback
-from fastprofile.callback import SimpleProfilerCallback
+import fastprofile.core, fastprofile.learner  # `Learner.profile`
 from fastprofile.record import ProfileRecord
-from fastprofile.distributed import fix_cpu_broadcast, distributed_world, save_merged_trace
+from fastprofile.distributed import MergedRecord, fix_cpu_broadcast, distributed_world, save_merged_trace
 
 class SlowDataset(Dataset):
     "`y = 2x + 3` items; each item sleeps `delay` seconds"
@@ -22,6 +23,25 @@ class SlowDataset(Dataset):
         if self.delay: time.sleep(self.delay)
         return self.x[i],self.y[i]
 
+class AtFitEnd(Callback):
+    "At `after_fit`, after DDP's last collective: sleep `late` seconds, then raise if `fail`"
+    order = 100
+    def __init__(self, late=0., fail=False): self.late,self.fail = late,fail
+    def after_fit(self):
+        time.sleep(self.late)
+        if self.fail: raise RuntimeError('this rank failed at the end of its fit')
+
+class Stamp(Callback):
+    "Last at `after_fit`: when this rank's fit (and `AtFitEnd`) ended, before the profile is gathered"
+    order = 2000
+    def after_fit(self): self.t = time.monotonic()
+
+def shift_profile_clock(shift):
+    "Every `Profile` made from now on in this process has a wall clock reading `shift` seconds ahead"
+    init = fastprofile.core.Profile.__init__
+    def shifted(self, *args, **kwargs): init(self, *args, **{'clock': lambda: time.perf_counter() + shift, **kwargs})
+    fastprofile.core.Profile.__init__ = shifted
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('out', type=Path)
@@ -31,47 +51,60 @@ def main():
     p.add_argument('--prefetch', action='store_true')  # CudaPrefetchCallback staging on CPU (LoggingOps)
     p.add_argument('--clock-shift', type=float, default=0.)  # rank r's profiler clock reads r*shift seconds ahead
     p.add_argument('--break-rank', type=int, default=-1)  # this rank cannot pack its profile for the gather
+    p.add_argument('--fail-rank', type=int, default=-1)  # this rank's fit raises at its end; the script catches it ...
+    p.add_argument('--then-sleep', type=float, default=0.)  # ... and goes on running (sleeps) this long
+    p.add_argument('--late-rank', type=int, default=-1)  # this rank reaches the end of its call --late seconds after the others
+    p.add_argument('--late', type=float, default=0.)
+    p.add_argument('--gather-timeout', type=float, default=20.)
+    p.add_argument('--pg-timeout', type=float, default=60.)  # the process group's own timeout (collectives, barriers)
     a = p.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ['RANK'])
     if rank == a.break_rank:
-        import fastprofile.distributed as fd
-        def broken(rec): raise RuntimeError('cannot pack this profile')
-        fd.record_state = broken
-    if a.clock_shift:  # as if each process's clock had its own origin (on one Linux host they share one)
-        shift = rank*a.clock_shift
-        class ShiftedRecord(ProfileRecord):
-            def __init__(self, *args, **kwargs): super().__init__(*args, clock=lambda: time.perf_counter() + shift, **kwargs)
-        fastprofile.callback.ProfileRecord = ShiftedRecord
+        def broken(self): raise RuntimeError('cannot pack this profile')
+        ProfileRecord.state = broken
+    if a.clock_shift: shift_profile_clock(rank*a.clock_shift)  # as if each process's clock had its own origin
     delay = a.delay if rank == a.slow_rank else 0.
     torch.manual_seed(0)
     dls = DataLoaders(TfmdDL(SlowDataset(128, delay), bs=8, shuffle=True, num_workers=0),
                       TfmdDL(SlowDataset(64, delay), bs=8, num_workers=0))
     learn = Learner(dls, RegModel(), loss_func=MSELossFlat(), opt_func=partial(SGD, mom=0.9), lr=1e-2,
                     path=a.out/f'rank{rank}')
-    cbs = []
-    if a.prefetch:
+    if a.prefetch:  # on the learner: the facts of the call are collected after `fit(cbs=...)` took its callbacks off
         from fastprofile.prefetch import CudaPrefetchCallback, LoggingOps
-        cbs.append(CudaPrefetchCallback(ops=LoggingOps()))
-    learn.profile(plain=True, save_csv=True, logger_callback=None)
-    prof = next(cb for cb in learn.cbs if isinstance(cb, SimpleProfilerCallback))
-    prof.rank_csv = True
+        learn.add_cb(CudaPrefetchCallback(ops=LoggingOps()))
+    stamp = Stamp()
+    cbs = [stamp, AtFitEnd(a.late if rank == a.late_rank else 0., rank == a.fail_rank)]
+    learn.profile(plain=True, save_csv=True, logger_callback=None, rank_csv=True, gather_timeout=a.gather_timeout)
     assert fix_cpu_broadcast()
+    outcome = 'ok'
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        with learn.distrib_ctx(cpu=True):
-            learn.fit(a.epochs, cbs=cbs)
-            r,world = distributed_world()
-    rec = learn.simple_profile_record
-    info = dict(rank=rank, world=world, gathered=hasattr(rec, 'ranks'), missing=getattr(rec, 'missing_ranks', None),
+        try:
+            with learn.distrib_ctx(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=a.pg_timeout))]):
+                r,world = distributed_world()
+                learn.fit(a.epochs, cbs=cbs)
+        except RuntimeError as e:
+            if rank != a.fail_rank: raise
+            outcome = f'{type(e).__name__}: {e}'
+        t_end = time.monotonic()
+        if outcome != 'ok': time.sleep(a.then_sleep)  # caught its error, and goes on with something else
+    res = learn.simple_profile
+    rec = res.record
+    info = dict(rank=rank, world=world, outcome=outcome, gathered=isinstance(rec, MergedRecord),
+                tail_seconds=t_end - getattr(stamp, 't', t_end),  # end of the fit to the end of the call: the gather (and report)
+                missing=getattr(rec, 'missing_ranks', None), missing_why=getattr(rec, 'missing_why', None),
+                gather_seconds=getattr(rec, 'gather_seconds', None),
                 warnings=[str(w.message) for w in caught if 'fastprofile' in str(w.message)],
-                report=learn.simple_profile_report.plain(), device=str(next(learn.model.parameters()).device))
-    if hasattr(rec, 'ranks'):
+                report=res.report.plain(), device=str(next(learn.model.parameters()).device))
+    if isinstance(rec, MergedRecord):
         info.update(ranks=[p.rank for p in rec.ranks], offsets=[p.offset for p in rec.ranks],
                     stragglers=rec.stragglers, calls=int(rec.stats[('train','draw')].n),
                     rank_calls=[int(p.record.stats[('train','draw')].n) for p in rec.ranks],
                     rank_samples=[int(p.record.samples[('fit','train')]) for p in rec.ranks],
                     samples=int(rec.samples[('fit','train')]))
-        learn.simple_profile_ranks.to_csv(a.out/'spread.csv', index=False)
+        spread = res.section('Distributed')
+        if spread is not None: spread.to_csv(a.out/'spread.csv', index=False)
         save_merged_trace(rec, a.out/'trace.json')
     (a.out/f'rank{rank}.json').write_text(json.dumps(info, default=str))
 

@@ -1,5 +1,5 @@
-"Profiling a real 2-process DDP fit on CPU (gloo): gather to rank 0, spread across ranks, straggler, merged trace"
-import json, os, subprocess, sys
+"Profiling a real 2-process DDP fit on CPU (gloo): gather to rank 0, spread across ranks, straggler, merged trace, ranks that fail or come late"
+import json, os, subprocess, sys, time
 from pathlib import Path
 import pandas as pd, pytest
 
@@ -7,7 +7,7 @@ pytest.importorskip('accelerate', reason="fastai's distrib_ctx needs accelerate 
 SCRIPT = Path(__file__).with_name('ddp_script.py')
 ROOT = SCRIPT.parent.parent
 
-def launch(out:Path, *args, timeout=120):
+def launch(out:Path, *args, timeout=150):
     "Run tests/ddp_script.py on 2 CPU ranks with torchrun (free port via --standalone); its rank JSONs and output"
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]), OMP_NUM_THREADS='1')
@@ -16,6 +16,12 @@ def launch(out:Path, *args, timeout=120):
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     ranks = [json.loads((out/f'rank{r}.json').read_text()) for r in (0, 1)]
     return ranks,p.stdout
+
+def show(capsys, what, r0, r1):
+    "Print the timings of a run into the test output (even without -s)"
+    with capsys.disabled():
+        print(f"\n[ddp] {what}: rank 0 waited {r0['gather_seconds']:.3f} s in the gather, {r0['tail_seconds']:.3f} s from its "
+              f"fit's end to its call's end; rank 1 took {r1['tail_seconds']:.3f} s, {r1['outcome'].splitlines()[-1].strip()}")
 
 @pytest.fixture(scope='module')
 def slow_run(tmp_path_factory):
@@ -33,12 +39,13 @@ def prefetch_run(tmp_path_factory):
 
 def test_gathered_on_rank_0(slow_run):
     out,(r0,r1),stdout = slow_run
-    assert r0['world'] == 2 and r0['gathered'] and r0['ranks'] == [0, 1]
+    assert r0['world'] == 2 and r0['gathered'] and r0['ranks'] == [0, 1] and r0['missing'] == []
     assert not r1['gathered'] and 'Distributed:' not in r1['report']
+    assert r0['warnings'] == [] and r1['warnings'] == []
     # the merged record counts both ranks' batches and samples
     assert r0['calls'] == sum(r0['rank_calls']) and min(r0['rank_calls']) > 0
     assert r0['samples'] == sum(r0['rank_samples']) == 2*r0['rank_samples'][0]
-    assert 'Distributed:' in r0['report'] and '2 ranks on 1 host' in r0['report']
+    assert 'Distributed:' in r0['report'] and '2 ranks on 1 host' in r0['report'] and 'Missing' not in r0['report']
     # only rank 0 prints and writes; rank 0 wrote one CSV per rank on request
     assert stdout.count('Simple Profiler Results') == 1
     assert sorted(p.name for p in (out/'rank0').glob('*.csv')) == \
@@ -66,7 +73,7 @@ def test_slow_rank_named_straggler(slow_run):
 
 def test_clocks_aligned_in_merged_trace(slow_run):
     out,(r0,_),_ = slow_run
-    assert r0['offsets'][0] == 0 and r0['offsets'][1] == pytest.approx(-1000, abs=.05)
+    assert r0['offsets'][0] == 0 and r0['offsets'][1] == pytest.approx(-1000, abs=.005)
     ev = json.loads((out/'trace.json').read_text())['traceEvents']
     assert {e['args']['name'].split(' (')[0] for e in ev if e['name'] == 'process_name'} == {'rank 0', 'rank 1'}
     # the gradient all-reduce ends both ranks' backward together: the same batch's ends line up on rank 0's clock
@@ -84,12 +91,42 @@ def test_straggler_with_prefetch(prefetch_run):
     assert all(r == 1 for r,_,_ in named), named
     assert 'CudaPrefetchCallback was active' in r0['report']
 
-
-def test_rank_that_cannot_send_its_profile_blocks_nobody(tmp_path):
-    "Rank 1 fails to pack its profile: it still joins the gather, so neither rank hangs; rank 0 reports without it"
-    ranks,stdout = launch(tmp_path/'broken', '--break-rank', '1', '--epochs', '1', timeout=150)
-    r0 = ranks[0]
+def test_rank_that_cannot_send_its_profile_blocks_nobody(tmp_path, capsys):
+    "Rank 1 fails to pack its profile: it sends the error instead, so neither rank waits; rank 0 reports without it"
+    (r0,r1),_ = launch(tmp_path/'broken', '--break-rank', '1', '--epochs', '1', '--gather-timeout', '20')
+    show(capsys, 'rank 1 cannot pack its profile (gather_timeout 20 s)', r0, r1)
     assert r0['gathered'] and r0['ranks'] == [0] and r0['missing'] == [1]
-    assert 'Rank(s) 1 could not send their profile' in r0['report']
+    assert 'Missing: rank 1 (RuntimeError: cannot pack this profile). The tables leave it out.' in r0['report']
+    assert '1 of 2 ranks on 1 host' in r0['report']
     assert any("rank 1's profile could not be gathered (RuntimeError: cannot pack this profile)" in w for w in r0['warnings']), r0['warnings']
-    assert ranks[1]['warnings'] == [] and not ranks[1]['gathered']  # rank 1 warns nothing and stays quiet, as ranks > 0 do
+    assert r0['gather_seconds'] < 20/4  # told, not waited for
+    assert r1['warnings'] == [] and not r1['gathered']  # rank 1 warns nothing and stays quiet, as ranks > 0 do
+
+def test_rank_that_fails_and_goes_on_does_not_hold_rank_0(tmp_path, capsys):
+    "Rank 1's fit raises at its end; it catches the error and sleeps 8 s. Rank 0 is told at once: it does not wait"
+    t0 = time.monotonic()
+    (r0,r1),_ = launch(tmp_path/'fails', '--fail-rank', '1', '--then-sleep', '8', '--epochs', '1', '--gather-timeout', '20')
+    show(capsys, f'rank 1 fails and sleeps 8 s (gather_timeout 20 s; the run took {time.monotonic() - t0:.1f} s)', r0, r1)
+    assert r1['outcome'].startswith('RuntimeError') and 'this rank failed at the end of its fit' in r1['outcome'] and not r1['gathered']
+    assert r0['outcome'] == 'ok' and r0['gathered'] and r0['ranks'] == [0] and r0['missing'] == [1]
+    assert r0['gather_seconds'] < 20/4 and r0['tail_seconds'] < 20/4, r0  # far from both the timeout and rank 1's 8 s
+    assert 'Missing: rank 1 (its training call ended by an exception)' in r0['report']
+    assert r1['warnings'] == []
+
+def test_slow_rank_within_timeout_is_gathered(tmp_path, capsys):
+    "Rank 1 reaches the end of its call 1.5 s after rank 0: rank 0 waits for it and reports both"
+    (r0,r1),_ = launch(tmp_path/'slow', '--late-rank', '1', '--late', '1.5', '--epochs', '1', '--gather-timeout', '20')
+    show(capsys, 'rank 1 arrives 1.5 s late (gather_timeout 20 s)', r0, r1)
+    assert r0['gathered'] and r0['ranks'] == [0, 1] and r0['missing'] == [] and r0['warnings'] == []
+    assert 1.5*.8 <= r0['gather_seconds'] < 20/4, r0['gather_seconds']  # it waited (about) the 1.5 s: rank 1 was gathered late
+    assert abs(r0['offsets'][1]) < .005 and r1['warnings'] == []  # one host, one clock: no offset to speak of
+
+def test_rank_later_than_the_timeout_is_named_missing(tmp_path, capsys):
+    "Rank 1 arrives 6 s late with gather_timeout=1.5: rank 0 waits 1.5 s and names it; rank 1 then leaves at once"
+    (r0,r1),_ = launch(tmp_path/'late', '--late-rank', '1', '--late', '6', '--epochs', '1', '--gather-timeout', '1.5')
+    show(capsys, 'rank 1 arrives 6 s late (gather_timeout 1.5 s)', r0, r1)
+    assert r0['gathered'] and r0['ranks'] == [0] and r0['missing'] == [1]
+    assert 1.5 <= r0['gather_seconds'] < 1.5 + 1, r0['gather_seconds']
+    assert 'Missing: rank 1 (no profile within gather_timeout=1.5 s)' in r0['report']
+    assert r1['tail_seconds'] < 1.5, r1  # it finds the gather closed: no waiting on its side either
+    assert any('after rank 0 had closed the gather' in w for w in r1['warnings']), r1['warnings']
