@@ -204,7 +204,7 @@ class Profile:
         self.options = _options(options)
         self.sinks,self.sections,self.gather,self.facts = list(sinks),list(sections),gather,facts
         self.csv_path,self.publish,self.clock,self.on_batch = csv_path,publish,clock,on_batch
-        self.record,self.contexts,self.in_call,self.own_cost = None,[],0,0.
+        self.record,self.contexts,self.in_call,self.own_cost,self._facts = None,[],0,0.,None
 
     def __repr__(self): return f"Profile({self.options}, sinks={self.sinks})"  # what fastai's WandbCallback logs as config
 
@@ -232,8 +232,11 @@ class Profile:
                 warnings.warn(f"fastprofile: logging to {s.name!r} failed and is now off for this call: {type(e).__name__}: {e}")
 
     def end_stage(self, bs:int=0):
-        "The fastai fit ended (`after_fit`): close it in the record"
-        if self.record is not None: self.record.end_stage(bs)
+        "The fastai fit ended (`after_fit`): close it in the record, and note the facts of the run while its callbacks are there"
+        if self.record is None: return
+        self.record.end_stage(bs)
+        # a fit's own callbacks (`fit(cbs=...)`, e.g. a prefetcher) are gone by the time the call ends
+        if self.facts is not None: self._facts = guarded('collecting the facts of the run', self.facts)
 
     # ---- the fit-end pipeline ----
     def finish(self, interrupted:BaseException|None=None) -> ProfileResult|None:
@@ -247,7 +250,8 @@ class Profile:
         if self.gather is not None:
             got = guarded('gathering the ranks', self.gather, rec, interrupted is not None)
             if got is not None: rec,main = got
-        facts = guarded('collecting the facts of the run', self.facts) if self.facts is not None else None
+        facts = self._facts
+        if facts is None and self.facts is not None: facts = guarded('collecting the facts of the run', self.facts)
         why = None if interrupted is None else (type(interrupted).__name__ + (f": {interrupted}" if str(interrupted) else ''))
         res = ProfileResult(rec, facts, self.sections, why, self.own_cost + self.clock() - t0)
         if main and interrupted is None:
@@ -257,7 +261,7 @@ class Profile:
             for s in self.sinks: guarded(f'logging to {s.name!r}', s.log_fit, res, expected=(Exception,))
             if o.show_report: guarded('showing the report', res.report.show, plain=o.plain, markdown=o.markdown)
         if self.publish is not None: self.publish(res)
-        self.own_cost = 0.
+        self.own_cost,self._facts = 0.,None
         return res
 
 def _options(o): return ProfileOptions() if o is None else check_type('options', o, ProfileOptions, 'a ProfileOptions')

@@ -16,7 +16,7 @@ from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_
 from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
 from .diagnosis import diagnosis_section
-from .distributed import rank_gather, distributed_section
+from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
 
@@ -134,7 +134,7 @@ def profile(self:Learner,
     csv_name:str|Path=_Default('simple_profile.csv'), # CSV file name for `save_csv=True`, relative to `learn.path`
     breakdown:bool=False, # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`)
     rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
-    gather_timeout:float=30., # Under DDP, seconds rank 0 waits at the end for the other ranks' profiles
+    gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
     **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"

@@ -370,6 +370,9 @@ def test_report_says_prefetch_was_active():
     assert 'CudaPrefetchCallback was active' in learn.simple_profile_report.plain()
     check_sums(_rows(learn))
     learn = synth_learner(n_trn=8, n_val=2)
+    _noreport(learn).fit(1, cbs=CudaPrefetchCallback(ops=LoggingOps()))  # a fit's own callback: gone when the call ends
+    assert learn.simple_profile.facts.prefetch and 'CudaPrefetchCallback was active' in learn.simple_profile_report.plain()
+    learn = synth_learner(n_trn=8, n_val=2)
     _noreport(learn).fit(1)
     assert 'CudaPrefetchCallback' not in learn.simple_profile_report.plain()
 
