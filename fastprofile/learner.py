@@ -16,7 +16,7 @@ from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_
 from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
 from .diagnosis import diagnosis_section
-from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT
+from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
 
@@ -190,6 +190,12 @@ def simple_profile_report(self:Learner):
 def simple_profile_record(self:Learner):
     "Everything recorded in the last profiled call: a `ProfileRecord`"
     return _result(self).record
+
+@patch(as_prop=True)
+def simple_profile_ranks(self:Learner) -> pd.DataFrame|None:
+    "Under DDP, on rank 0: per report row, each rank's mean and min / median / max across ranks (None on one process)"
+    rec = _result(self).record
+    return rank_spread(rec.ranks) if isinstance(rec, MergedRecord) and rec.ranks else None
 
 @patch(as_prop=True)
 def simple_profile_breakdown(self:Learner):
