@@ -155,6 +155,9 @@ class ProfileResult:
         interrupted:str|None=None, # How the call ended early, if it did (e.g. 'KeyboardInterrupt')
         own_cost:float=0., # Seconds the profiler spent outside the table (set-up, closing)
     ):
+        check_type('record', record, ProfileRecord, 'a ProfileRecord')
+        if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
+        sections = check_items('sections', sections, Callable, 'functions f(result)')
         self.record,self.facts,self.sections,self.interrupted,self.own_cost = record,facts,list(sections),interrupted,own_cost
 
     @cached_property

@@ -77,6 +77,9 @@ ROWS = [
     bad('profile-obj-clock', lambda e: Profile(clock=3), TypeError, '`clock`', '3'),
     bad('profile-obj-gather', lambda e: Profile(gather='ranks'), TypeError, '`gather`', "'ranks'"),
     bad('profile-obj-csv-path', lambda e: Profile(csv_path=p(e, 'file', 'r.csv')), ValueError, '`csv_path`', 'is a file'),
+    bad('result-record-none', lambda e: ProfileResult(None), TypeError, '`record`', 'None'),
+    bad('result-facts-dict', lambda e: ProfileResult(e.learn.simple_profile_record, facts={'device':'cpu'}), TypeError, '`facts`', 'dict'),
+    bad('result-sections-int', lambda e: ProfileResult(e.learn.simple_profile_record, sections=[1]), TypeError, '`sections`', '1'),
     bad('record-keep-huge', lambda e: ProfileRecord(keep_batches=10**8), ValueError, '`keep_batches`', '100000000'),
     bad('record-warmup-neg', lambda e: ProfileRecord(warmup=-2), ValueError, '`warmup`', '-2'),
     bad('record-fold-0', lambda e: ProfileRecord(fold_every=0), ValueError, '`fold_every`'),
@@ -173,6 +176,13 @@ ROWS = [
     bad('stragglers-profiles-int', lambda e: find_stragglers(3), TypeError, '`profiles`', '3'),
     bad('stragglers-profiles-records', lambda e: find_stragglers([e.learn.simple_profile_record]*2), TypeError, '`profiles`', 'RankProfile'),
     bad('merge-records-empty', lambda e: merge_records([]), ValueError, '`profiles`'),
+    bad('merge-records-records', lambda e: merge_records([e.learn.simple_profile_record]), TypeError, '`profiles`', 'RankProfile'),
+    bad('rank-spread-int', lambda e: rank_spread(3), TypeError, '`profiles`', '3'),
+    bad('interval-means-phase', lambda e: interval_means(e.learn.simple_profile_record, 'test'), ValueError, '`phase`', "'test'", "'train'"),
+    bad('interval-means-rec', lambda e: interval_means(e.learn, 'train'), TypeError, '`rec`', 'Learner'),
+    bad('clock-offsets-rounds-0', lambda e: clock_offsets(rounds=0), ValueError, '`rounds`', '0'),
+    bad('rank-csv-path-rank-str', lambda e: rank_csv_path('r.csv', 'one'), TypeError, '`rank`', "'one'"),
+    bad('merged-trace-record-learner', lambda e: merged_trace(e.learn), TypeError, '`record`', 'Learner'),
     # ---- make_demo_learner ----
     bad('demo-n-train-0', lambda e: make_demo_learner(n_train=0), ValueError, '`n_train`', '0'),
     bad('demo-n-valid-neg', lambda e: make_demo_learner(n_valid=-1), ValueError, '`n_valid`', '-1'),
@@ -182,7 +192,7 @@ ROWS = [
     bad('demo-seed-str', lambda e: make_demo_learner(seed='x'), TypeError, '`seed`', "'x'"),
     bad('demo-device-name', lambda e: make_demo_learner(device='gpu'), ValueError, '`device`', "'gpu'"),
     bad('demo-device-int', lambda e: make_demo_learner(device=0), TypeError, '`device`', '0'),
-    *([bad('demo-device-cuda-cpu', lambda e: make_demo_learner(device='cuda'), ValueError, '`device`', "'cuda'")] if CPU_ONLY else []),
+    *([bad('demo-device-cuda-cpu', lambda e: make_demo_learner(device='cuda'), ValueError, '`device', "'cuda'", '0 CUDA device')] if CPU_ONLY else []),
     bad('demo-path-file', lambda e: make_demo_learner(path=p(e, 'file')), ValueError, '`path`', 'file'),
     bad('demo-path-int', lambda e: make_demo_learner(path=3), TypeError, '`path`', '3'),
     # ---- the CLI (`fastprofile demo ...`, the console script) ----
@@ -198,7 +208,7 @@ ROWS = [
     bad('cli-plot-gif', cli('demo', '--plot', '{tmp}/p.gif'), _CliRefusal, '--plot', '.png'),
     bad('cli-trace-txt', cli('demo', '--trace', '{tmp}/t.txt'), _CliRefusal, '--trace', '.json'),
     bad('cli-trace-folder', cli('demo', '--trace', '{tmp}'), _CliRefusal, '--trace', 'a folder'),
-    bad('cli-unknown-option', cli('demo', '--epoch', '2'), _CliRefusal, '--epoch'),
+    bad('cli-unknown-option', cli('demo', '--bogus', '2'), _CliRefusal, '--bogus'),
     bad('cli-no-command', cli(), _CliRefusal, 'command'),
 ]
 
