@@ -35,6 +35,7 @@ def _loaders(learn) -> list:
 @contextmanager
 def preserved(learn:Learner):
     "On leaving, however the block ends, put `learn` (model, optimizer, callbacks, Recorder, loaders, RNGs) back as it was"
+    check_type('learn', learn, Learner, 'a fastai Learner')  # at `with preserved(learn)`, before anything is saved
     memo = {id(learn): learn, id(learn.model): learn.model}
     d0,cbs0 = dict(learn.__dict__),list(learn.cbs)
     cb_state = [(cb, {k:_deepcopy_or_same(v, memo) for k,v in cb.__dict__.items() if k != 'learn'}) for cb in cbs0]

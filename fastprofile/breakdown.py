@@ -13,6 +13,7 @@ from fastai.basics import *
 from fastai.callback.core import _events, _inner_loop
 import fastai.data.load as _load
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, starts_a_fit
+from .checks import check_bool
 from .stats import StreamingStats
 from .report import fmt_time
 
@@ -100,6 +101,7 @@ class BreakdownCallback(Callback):
         callbacks:bool=True, # Time each callback's event methods and each metric's `accumulate`
         draw:bool=True, # Split `draw` into loader wait, copy to the device and batch transforms
     ):
+        check_bool('callbacks', callbacks); check_bool('draw', draw)
         store_attr()
         self._wrapped,self._pipes,self.active,self._contexts = [],[],False,[]
         self.result = Breakdown()  # what every fit this callback sees adds up to

@@ -7,11 +7,13 @@ Docs: https://fastprofile.github.io/fastprofile/checks.html.md"""
 # %% ../nbs/02_checks.ipynb #0b8f4c1e
 from __future__ import annotations
 import numbers, os, tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['check_int', 'check_number', 'check_bool', 'check_choice', 'check_type', 'check_path']
+__all__ = ['check_int', 'check_number', 'check_bool', 'check_choice', 'check_type', 'check_callable', 'check_items', 'check_path',
+           'check_folder']
 
 # %% ../nbs/02_checks.ipynb #9e4b2f10
 def _got(v) -> str: return f"got {v!r} ({type(v).__name__})"
@@ -51,6 +53,20 @@ def check_type(name:str, v, types, want:str) -> object:
     if not isinstance(v, types): raise TypeError(f"`{name}` must be {want}, {_got(v)}")
     return v
 
+def check_callable(name:str, v, want:str='a function') -> object:
+    "Return `v` if it can be called; `want` says what it is for, in words"
+    if not callable(v): raise TypeError(f"`{name}` must be {want}, {_got(v)}")
+    return v
+
+def check_items(name:str, v, types, want:str, min_len:int=0) -> list:
+    "Return `v` as a list if it is a list or tuple (or another non-string, non-mapping iterable) of at least `min_len` instances of `types`"
+    if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Iterable): raise TypeError(f"`{name}` must be a list of {want}, {_got(v)}")
+    v = list(v)
+    for i,o in enumerate(v):
+        if not isinstance(o, types): raise TypeError(f"`{name}` must be a list of {want}; item {i} is {o!r} ({type(o).__name__})")
+    if len(v) < min_len: raise ValueError(f"`{name}` must hold at least {min_len} of {want}, got {v!r}")
+    return v
+
 def _writable(folder:Path) -> bool:
     "True if a file can be created in `folder` (tried for real: `os.access` says yes to root everywhere)"
     try: fd,tmp = tempfile.mkstemp(dir=folder, prefix='.fastprofile-check-')
@@ -74,3 +90,12 @@ def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=Fal
     if missing and folder_must_exist: raise ValueError(f"`{name}` cannot be written: the folder {str(missing[-1])!r} does not exist (got {str(v)!r})")
     if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
     return full
+
+def check_folder(name:str, v) -> Path:
+    "Return `v` as a `Path` of a folder that exists or can be made, and can be written to"
+    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a folder path (str or Path), {_got(v)}")
+    p = folder = Path(v).expanduser()
+    while not folder.exists(): folder = folder.parent
+    if not folder.is_dir(): raise ValueError(f"`{name}` must be a folder, but {str(folder)!r} is a file (got {str(v)!r})")
+    if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
+    return p

@@ -11,15 +11,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, Callable
 import numpy as np, pandas as pd
-from .checks import check_int, check_bool, check_type
-from .record import ProfileRecord, batch_durations
+from .checks import check_int, check_bool, check_type, check_items, check_callable, check_path
+from .record import ProfileRecord, batch_durations, MAX_KEEP_BATCHES
 from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
 from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
-__all__ = ['MAX_KEEP_BATCHES', 'TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'Facts', 'Sink',
-           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'report_notes',
-           'ProfileResult', 'Profile']
+__all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'Facts', 'Sink', 'rolling_samples_per_second',
+           'train_samples_per_second', 'fit_samples_per_second', 'report_notes', 'ProfileResult', 'Profile']
 
 # %% ../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -35,8 +34,6 @@ def guarded(what:str, f:Callable, *args, expected=(), **kwargs):
         return None
 
 # %% ../nbs/06_core.ipynb #8293a4b7
-MAX_KEEP_BATCHES = 1_000_000  # `keep_batches` upper bound: the ring takes 152 bytes a batch (152 MB here)
-
 @dataclass
 class ProfileOptions:
     "What a profiled call was asked for; checked on creation"
@@ -159,6 +156,9 @@ class ProfileResult:
         interrupted:str|None=None, # How the call ended early, if it did (e.g. 'KeyboardInterrupt')
         own_cost:float=0., # Seconds the profiler spent outside the table (set-up, closing)
     ):
+        check_type('record', record, ProfileRecord, 'a ProfileRecord')
+        if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
+        sections = check_items('sections', sections, Callable, 'functions f(result)')
         self.record,self.facts,self.sections,self.interrupted,self.own_cost = record,facts,list(sections),interrupted,own_cost
 
     @cached_property
@@ -202,7 +202,12 @@ class Profile:
         on_batch=None, # `on_batch()`, called after every recorded batch (on the per-batch path: keep it to a counter check)
     ):
         self.options = _options(options)
-        self.sinks,self.sections,self.gather,self.facts = list(sinks),list(sections),gather,facts
+        sinks,sections = check_items('sinks', sinks, Sink, 'Sink objects'),check_items('sections', sections, Callable, 'functions f(result)')
+        for n,f in (('gather',gather),('facts',facts),('publish',publish),('on_batch',on_batch)):
+            if f is not None: check_callable(n, f)
+        check_callable('clock', clock, 'a clock: a function returning seconds')
+        if csv_path is not None: csv_path = check_path('csv_path', csv_path)
+        self.sinks,self.sections,self.gather,self.facts = sinks,sections,gather,facts
         self.csv_path,self.publish,self.clock,self.on_batch = csv_path,publish,clock,on_batch
         self.record,self.contexts,self.in_call,self.own_cost,self._facts = None,[],0,0.,None
 

@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 from fastai.basics import *
 from fastai.callback.all import *
 from fastai.data.transforms import IntToFloatTensor, Normalize
-from .checks import check_int
+from .checks import check_int, check_type, check_folder
 
 # %% auto #0
 __all__ = ['SHAPES', 'make_jpegs', 'JpegDataset', 'demo_model', 'make_demo_learner']
@@ -78,10 +78,14 @@ def make_demo_learner(
     seed:int=0, # Seed for the images
 ) -> Learner:
     "A `Learner` on freshly drawn JPEGs, with uint8 batches normalised by fastai batch transforms on the device"
-    for n,v,lo in (('n_train',n_train,1),('n_valid',n_valid,0),('size',size,8),('bs',bs,1),('workers',workers,0)): check_int(n, v, lo)
-    dev = default_device() if device is None else torch.device(device)
-    if dev.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but CUDA is not available: use 'cpu'")
+    for n,v,lo in (('n_train',n_train,1),('n_valid',n_valid,0),('size',size,8),('bs',bs,1),('workers',workers,0),('seed',seed,0)): check_int(n, v, lo)
+    if device is not None: check_type('device', device, (str, torch.device), "'cpu', 'cuda', 'cuda:N', a torch.device or None")
+    try: dev = default_device() if device is None else torch.device(device)
+    except RuntimeError: raise ValueError(f"`device` must be 'cpu', 'cuda', 'cuda:N', a torch.device or None, got {device!r}") from None
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if dev.type == 'cuda' and (dev.index or 0) >= n_gpu:
+        raise ValueError(f"`device={device!r}` asked for, but this machine has {n_gpu} CUDA device(s): use 'cpu'")
+    if path is not None: check_folder('path', path)
     tmp = path is None
     path = Path(tempfile.mkdtemp(prefix='fastprofile-demo-')) if tmp else Path(path)
     items = make_jpegs(path/'images', n_train+n_valid, size=size, seed=seed)

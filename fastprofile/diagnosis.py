@@ -122,6 +122,7 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
              num_workers:int|None=None, # Loader workers during the fit, overriding `facts.num_workers`
             ) -> Diagnosis:
     "What bounds the profiled run, the fastai knob to turn, and the speedup predicted by the pipeline model"
+    if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
     rec,facts = _source(src, facts)
     if facts is None: facts = Facts()
     if num_workers is not None: check_int('num_workers', num_workers, 0)

@@ -6,14 +6,14 @@ Docs: https://fastprofile.github.io/fastprofile/distributed.html.md"""
 
 # %% ../nbs/11_distributed.ipynb #36262359
 from __future__ import annotations
-import copy, inspect, itertools, json, math, os, pickle, socket, tempfile, time, warnings
-from dataclasses import dataclass, field
+import copy, inspect, itertools, json, math, os, pickle, socket, time, warnings
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 import numpy as np, pandas as pd
 import torch, torch.distributed as dist
-from .checks import check_number
-from .record import ProfileRecord, N_MARKS, STEPS, PHASES, Slot
+from .checks import check_number, check_int, check_type, check_choice, check_items, check_path
+from .record import ProfileRecord, STEPS, PHASES, Slot
 from .report import Section, fmt_time, fmt_pct, fmt_rate, atomic_write_csv, atomic_write_text
 from .core import ProfileResult
 from .trace import trace_events
@@ -54,8 +54,7 @@ class RankProfile:
 # %% ../nbs/11_distributed.ipynb #8c8d0cfe
 def merge_records(profiles:list) -> ProfileRecord:
     "One record for all ranks in `profiles`: statistics merged exactly, samples summed; recent batches are rank 0's"
-    profiles = sorted(profiles, key=lambda p: p.rank)
-    if not profiles: raise ValueError("merge_records needs at least one RankProfile")
+    profiles = sorted(check_items('profiles', profiles, RankProfile, 'RankProfile', 1), key=lambda p: p.rank)
     base = profiles[0].record
     m = MergedRecord.from_state(base.state())
     keys = list(dict.fromkeys(k for p in profiles for k in p.record.stats))
@@ -82,7 +81,7 @@ _KEY = ['Phase','Action','Step']
 
 def rank_spread(profiles:list) -> pd.DataFrame:
     "Per report row: min, median and max across ranks of the mean duration (seconds), the slowest rank, each rank's mean"
-    profiles = sorted(profiles, key=lambda p: p.rank)
+    profiles = sorted(check_items('profiles', profiles, RankProfile, 'RankProfile', 1), key=lambda p: p.rank)
     res = [p.record.results().set_index(_KEY)['Mean Duration'] for p in profiles]
     idx = pd.MultiIndex.from_tuples(list(dict.fromkeys(i for r in res for i in r.index)), names=_KEY)
     means = pd.DataFrame({f'Rank {p.rank}': r.reindex(idx) for p,r in zip(profiles, res)})
@@ -110,6 +109,7 @@ MAYBE_WAIT_INTERVALS = {'forward','predict'}  # may hold one (buffer broadcast, 
 
 def interval_means(rec:ProfileRecord, phase:str) -> dict:
     "Mean seconds of each interval of `INTERVALS[phase]` over `rec`'s recent batches of `phase`, warm-up left out"
+    check_type('rec', rec, ProfileRecord, 'a ProfileRecord'); check_choice('phase', phase, tuple(INTERVALS))
     r = rec.phase_marks(phase)
     spans = INTERVALS[phase]
     if len(r) and np.isnan(r[:,Slot.ZERO_GRAD_END]).all():  # validation batches without the `after_batch` mark (`drive_record`)
@@ -123,8 +123,8 @@ def interval_means(rec:ProfileRecord, phase:str) -> dict:
 
 def find_stragglers(profiles:list, margin:float=STRAGGLER_MARGIN) -> list:
     "Ranks slower than the others' median at their own work by more than `margin` of a step, with where the others wait"
-    if not 0 < margin: raise ValueError(f"`margin` must be a share of the step time > 0, got {margin!r}")
-    profiles = sorted(profiles, key=lambda p: p.rank)
+    check_number('margin', margin, 0, lo_open=True)  # a share of the step time
+    profiles = sorted(check_items('profiles', profiles, RankProfile, 'RankProfile'), key=lambda p: p.rank)
     if len(profiles) < 2: return []
     found = []
     for phase in PHASES:
@@ -348,11 +348,12 @@ def gather_profiles(rec:ProfileRecord, # This rank's closed record
 
 def rank_csv_path(path, rank:int) -> Path:
     "Where rank `rank`'s CSV goes, next to `path`: `simple_profile.csv` -> `simple_profile_rank1.csv`"
-    path = Path(path)
+    path = Path(check_type('path', path, (str, os.PathLike), 'a file path (str or Path)')); check_int('rank', rank, 0)
     return path.with_name(f'{path.stem}_rank{rank}{path.suffix or ".csv"}')
 
 def save_rank_csvs(record:ProfileRecord, path) -> list:
     "Write each rank's results of a gathered `record` to `rank_csv_path(path, rank)`; the paths written"
+    path = check_path('path', path)
     profiles = record.ranks if isinstance(record, MergedRecord) else None
     if not profiles: raise ValueError("save_rank_csvs needs a record gathered from several ranks (with `.ranks`)")
     return [atomic_write_csv(p.record.results(), rank_csv_path(path, p.rank)) for p in profiles]
@@ -369,6 +370,7 @@ def rank_gather(rank_csv=None, # Where rank 0 also writes each rank's CSV (`rank
                ):
     "The `gather` step of a `Profile`: under DDP every rank's profile goes to rank 0, which reports for all"
     check_number('timeout', timeout, 0, lo_open=True)
+    if rank_csv is not None: rank_csv = check_path('rank_csv', rank_csv)
     def gather(rec:ProfileRecord, interrupted:bool=False):
         rank,world = distributed_world()
         if world < 2: return rec,True
@@ -396,6 +398,7 @@ def rank_gather(rank_csv=None, # Where rank 0 also writes each rank's CSV (`rank
 # %% ../nbs/11_distributed.ipynb #79886c2e
 def merged_trace(record:ProfileRecord) -> dict:
     "Chrome trace-event JSON of every rank's recent batches: a process per rank, clocks aligned to rank 0's"
+    check_type('record', record, ProfileRecord, 'a ProfileRecord (a MergedRecord under DDP)')
     profiles = record.ranks if isinstance(record, MergedRecord) and record.ranks else [RankProfile(0, record)]
     t0 = profiles[0].record.fit_start or 0.
     events = []
@@ -408,6 +411,7 @@ def merged_trace(record:ProfileRecord) -> dict:
 
 def save_merged_trace(record:ProfileRecord, path) -> Path:
     "Write `merged_trace(record)` to `path` as JSON, atomically"
+    path = check_path('path', path); check_type('record', record, ProfileRecord, 'a ProfileRecord (a MergedRecord under DDP)')
     return atomic_write_text(json.dumps(merged_trace(record), allow_nan=False), path)
 
 # %% ../nbs/11_distributed.ipynb #0e0ace34

@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np, pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.axes import Axes
 from .record import ProfileRecord, STEPS, PHASES, SLOTS
 from .report import atomic_write
+from .checks import check_int, check_items, check_path
 
 # %% auto #0
 __all__ = ['PARTS', 'plot_phase_shares', 'plot_timeline', 'plot_profile', 'save_plots']
@@ -54,6 +56,7 @@ def plot_phase_shares(src, # A `ProfileRecord` or a profiled `Learner`
                      ):
     "Stacked bars: per epoch, the share of the train and of the valid phase spent in each part"
     rec = _record(src)
+    if axs is not None: axs = check_items('axs', axs, Axes, 'two matplotlib Axes (train, valid)', 2)
     fig = None
     if axs is None:
         fig = Figure(figsize=(10, 3.6), layout='constrained')
@@ -93,6 +96,8 @@ def plot_timeline(src, # A `ProfileRecord` or a profiled `Learner`
                  ):
     "The recorded batches as coloured spans over time, and each batch's time per part as stacked bars"
     rec = _record(src)
+    if last is not None: check_int('last', last, 1)
+    if axs is not None: axs = check_items('axs', axs, Axes, 'two matplotlib Axes (spans, per-batch bars)', 2)
     df = _batches(rec, last)
     fig = None
     if axs is None:
@@ -146,6 +151,7 @@ def plot_timeline(src, # A `ProfileRecord` or a profiled `Learner`
 def plot_profile(src, last:int|None=200):
     "Phase shares per epoch above the timeline of the recorded batches, in one figure"
     rec = _record(src)
+    if last is not None: check_int('last', last, 1)
     fig = Figure(figsize=(11, 8.5), layout='constrained')
     top,bottom = fig.subfigures(2, 1, height_ratios=[1, 1.6])
     plot_phase_shares(rec, axs=top.subplots(1, 2, sharey=True))
@@ -158,9 +164,9 @@ def save_plots(src, # A `ProfileRecord` or a profiled `Learner`
                dpi:int=110, # Resolution of raster formats
               ) -> Path:
     "Save `plot_profile` to `path` (for the CLI's `--plot PATH`)"
-    path = Path(path)
+    path = check_path('path', path, suffixes=('.png','.svg','.pdf','.jpg','.jpeg'))
+    if last is not None: check_int('last', last, 1)
+    check_int('dpi', dpi, 1, 2400)
     fmt = path.suffix.lstrip('.').lower()
-    if fmt not in ('png','svg','pdf','jpg','jpeg'):
-        raise ValueError(f"Unknown image format {path.suffix!r}: valid suffixes are .png, .svg, .pdf, .jpg")
     fig = plot_profile(src, last=last)
     return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi), binary=True)

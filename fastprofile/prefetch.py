@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import sys, time, warnings
 from fastai.basics import *
 from fastai.data.load import DataLoader
+from .checks import check_bool
 
 # %% auto #0
 __all__ = ['tensor_leaves', 'CudaStreamOps', 'LoggingOps', 'BatchStager', 'device_tfms_off', 'HostBatches', 'StagedLoader',
@@ -227,6 +228,10 @@ class CudaPrefetchCallback(Callback):
         pin:bool=True, # Turn on pinning in fastai `DataLoader`s that do not pin, so the copy can overlap compute
         ops=None, # Staging operations for every device instead of CUDA streams (`LoggingOps()` stages on CPU)
     ):
+        check_bool('pin', pin)
+        if ops is not None and not all(hasattr(ops, a) for a in ('pins','stage','hand_off','reset')):
+            raise TypeError(f"`ops` must be None (CUDA streams) or staging operations with `pins`, `stage`, `hand_off` and `reset` "
+                            f"(like `LoggingOps()`), got {ops!r} ({type(ops).__name__})")
         store_attr()
         self.active,self.cur_ops,self._stager,self._ops_by_device,self._warned = False,None,None,{},set()
         self.staging = {}  # phase -> [seconds, batches]: host time drawing and staging next batches inside the current one (cumulative)

@@ -13,11 +13,12 @@ from enum import IntEnum
 from typing import NamedTuple
 import numpy as np, pandas as pd
 from .stats import StreamingStats
-from .checks import check_int
+from .checks import check_int, check_callable
 
 # %% auto #0
-__all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'N_COLS', 'ROW_KEYS', 'GPU_COLS', 'Slot', 'Step',
-           'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals', 'ProfileRecord']
+__all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'N_COLS', 'ROW_KEYS', 'MAX_KEEP_BATCHES',
+           'GPU_COLS', 'Slot', 'Step', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals',
+           'ProfileRecord']
 
 # %% ../nbs/03_record.ipynb #42b22d2c
 class Slot(IntEnum):
@@ -76,6 +77,8 @@ class StageTotals:
     stage:int; epochs:int; seconds:float; train_batches:int
 
 # %% ../nbs/03_record.ipynb #5b0e6f21
+MAX_KEEP_BATCHES = 1_000_000  # `keep_batches` upper bound: the ring takes 152 bytes a batch (152 MB here)
+
 class ProfileRecord:
     "Timestamps of the batch in flight, the last `keep_batches` batches, and streaming statistics per report row"
     timing = 'wall'  # how marks were taken: 'wall', 'sync' or 'events' (`fastprofile.gpu_timing`)
@@ -86,8 +89,9 @@ class ProfileRecord:
         keep_epochs:int=1000, # Epochs whose per-phase totals are kept (the most recent ones)
         clock=time.perf_counter, # Wall clock, in seconds
     ):
-        for n,v,lo in (('keep_batches',keep_batches,1),('warmup',warmup,0),('fold_every',fold_every,1),('keep_epochs',keep_epochs,1)):
-            check_int(n, v, lo)
+        for n,v,lo,hi in (('keep_batches',keep_batches,1,MAX_KEEP_BATCHES),('warmup',warmup,0,None),('fold_every',fold_every,1,None),
+                          ('keep_epochs',keep_epochs,1,None)): check_int(n, v, lo, hi)
+        check_callable('clock', clock, 'a clock: a function returning seconds')
         self.keep_batches,self.warmup,self.fold_every,self.clock = keep_batches,warmup,fold_every,clock
         self.stats = {k:StreamingStats() for k in ROW_KEYS}
         self.samples = {k:0 for k in ROW_KEYS}

@@ -12,6 +12,7 @@ import numpy as np, pandas as pd
 from fastai.basics import *
 from .record import ProfileRecord, STEPS, SLOTS as SLOTS_
 from .report import atomic_write_text
+from .checks import check_int, check_number, check_bool, check_type, check_choice, check_items, check_path
 
 # %% auto #0
 __all__ = ['CPU_TID', 'GPU_TID', 'trace_events', 'chrome_trace', 'save_trace', 'merge_traces', 'RecordFunctionCallback']
@@ -24,7 +25,7 @@ def _recent(src):
     if isinstance(src, pd.DataFrame): return src,None
     if isinstance(src, Learner): src = src.simple_profile_record  # says so if no profiled call has run
     if isinstance(src, ProfileRecord): return src.recent(),src
-    raise TypeError(f"Expected a ProfileRecord, a Learner or a DataFrame of recent batches, got {type(src).__name__}")
+    raise TypeError(f"`src` must be a ProfileRecord, a profiled Learner or a DataFrame of recent batches, got {src!r:.80} ({type(src).__name__})")
 
 def _x(name, t, dur, tid, pid, cat, args=None):
     if math.isnan(t) or math.isnan(dur): return None  # an unfinished mark: no span (JSON has no NaN)
@@ -37,6 +38,8 @@ def trace_events(src, # A `ProfileRecord`, a profiled `Learner`, or `record.rece
                  t0:float|None=None, # Time (record clock, seconds) of `ts` 0; default: the fit's start
                 ) -> list:
     "Chrome trace events ('X' spans in µs) of the recorded batches: phase > batch > draw and steps; GPU time on its own track"
+    check_int('rank', rank, 0)
+    if t0 is not None: check_number('t0', t0)
     df,rec = _recent(src)
     meta = [{'name':'process_name', 'ph':'M', 'pid':rank, 'tid':0, 'args':{'name':f'rank {rank}'}},
             {'name':'process_sort_index', 'ph':'M', 'pid':rank, 'tid':0, 'args':{'sort_index':rank}},
@@ -75,6 +78,7 @@ def trace_events(src, # A `ProfileRecord`, a profiled `Learner`, or `record.rece
 # %% ../nbs/15_trace.ipynb #d020a0fa
 def chrome_trace(src, rank:int=0) -> dict:
     "A Chrome trace (a dict ready for `json.dump`) of the recorded batches of `src` for `rank`"
+    check_int('rank', rank, 0)
     df,rec = _recent(src)
     other = {'rank':rank, 'source':'fastprofile'}
     # `timing='sync'` wraps perf_counter (synchronize, then read it): the same clock, marked by `__wrapped__`
@@ -87,6 +91,7 @@ def save_trace(src, # A `ProfileRecord`, a profiled `Learner`, or `record.recent
                rank:int=0, # The process the events belong to
               ) -> Path:
     "Save the recorded batches of `src` as a Chrome trace-event JSON file (open it in https://ui.perfetto.dev)"
+    path = check_path('path', path); check_int('rank', rank, 0)
     return atomic_write_text(json.dumps(chrome_trace(src, rank), allow_nan=False), path)
 
 def _load_trace(t):
@@ -98,7 +103,11 @@ def merge_traces(traces, # Traces of several ranks: dicts from `chrome_trace` or
                  align:str='wall', # 'wall': line ranks up by their wall-clock start; 'start': each rank from 0
                 ) -> dict:
     "Merge per-rank traces into one trace with a process per rank"
-    if align not in ('wall','start'): raise ValueError(f"`align` must be 'wall' or 'start', got {align!r}")
+    traces = check_items('traces', traces, (dict, str, os.PathLike), 'traces (dicts from `chrome_trace` or paths of saved traces)', 1)
+    missing = [str(t) for t in traces if not isinstance(t, dict) and not Path(t).is_file()]
+    if missing: raise ValueError(f"`traces` must be dicts or paths of saved trace files: {', '.join(map(repr, missing))} is not a file")
+    check_choice('align', align, ('wall','start'))
+    if path is not None: path = check_path('path', path)
     ts = [_load_trace(t) for t in traces]
     ranks = [t.get('otherData', {}).get('rank', i) for i,t in enumerate(ts)]
     if len(set(ranks)) != len(ranks): raise ValueError(f"Two traces have the same rank: {ranks}")
@@ -134,6 +143,9 @@ class RecordFunctionCallback(Callback):
         nvtx:bool=False, # Also push NVTX ranges (CUDA only), for Nsight Systems
         prefix:str='fastai', # Range names are `{prefix}.{phase}`
     ):
+        check_bool('nvtx', nvtx)
+        check_type('prefix', prefix, str, 'a non-empty str')
+        if not prefix: raise ValueError("`prefix` must be a non-empty str, got ''")
         if nvtx and not torch.cuda.is_available():
             warnings.warn("RecordFunctionCallback: NVTX ranges need CUDA; only torch.profiler ranges are emitted")
             nvtx = False
@@ -181,5 +193,6 @@ class RecordFunctionCallback(Callback):
 @delegates(RecordFunctionCallback)
 def annotate(self:Learner, **kwargs):
     "Add a `RecordFunctionCallback` (replacing one already there): fastai phases as named profiler ranges"
+    new = RecordFunctionCallback(**kwargs)  # checked before the one already there is removed
     self.remove_cbs([cb for cb in self.cbs if isinstance(cb, RecordFunctionCallback)])
-    return self.add_cb(RecordFunctionCallback(**kwargs))
+    return self.add_cb(new)
