@@ -116,7 +116,9 @@ class ProfileRecord:
     def state(self) -> dict:
         "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
         self.fold()
-        return {k:self.__dict__[k] for k in self.STATE_KEYS if k in self.__dict__}
+        d = {k:self.__dict__[k] for k in self.STATE_KEYS if k in self.__dict__}
+        d['timing'] = self.timing  # a class attribute of `GpuProfileRecord` ('events'), not in `__dict__`
+        return d
 
     @classmethod
     def from_state(cls, state:dict) -> ProfileRecord:
