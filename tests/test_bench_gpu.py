@@ -150,6 +150,8 @@ TINY = dict(
                             'compute-bound':dict(t_load=0., workers=0, bs=4, size=8, channels=2, depth=1, spin_ms=2.)}),
     nvtx=dict(device='cpu', batches=3, valid=2, bs=2, size=8))
 
+NB_META = dict(kernelspec=dict(display_name='python3', language='python', name='python3'), language_info=dict(name='python'))
+
 CUDA_TESTS = '''
 import pytest, time
 @pytest.mark.cuda
@@ -168,7 +170,11 @@ def test_suite_end_to_end_on_stand_ins(tmp_path, monkeypatch):
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     tdir = tmp_path/'cudatests'; tdir.mkdir(); (tdir/'test_x.py').write_text(CUDA_TESTS)
     out = tmp_path/'out'
-    configs = dict(TINY, tests=dict(paths=[str(tdir)]))
+    nbs = tmp_path/'nbs'; nbs.mkdir()
+    for name,src in (('a_ok', "#| cuda\nassert 1 + 1 == 2"), ('b_bad', "#| cuda\nassert 1 == 2, 'a notebook cell failed'"), ('c_cpu', "x = 1")):
+        (nbs/f'{name}.ipynb').write_text(json.dumps(dict(nbformat=4, nbformat_minor=5, metadata=NB_META, cells=[
+            dict(cell_type='code', id='0', metadata={}, execution_count=None, outputs=[], source=src)])))
+    configs = dict(TINY, tests=dict(paths=[str(tdir)], nbs=str(nbs)))
     t0 = time.monotonic()
     rc = suite.run_suite(out, python=FAKES, configs=configs, info=dict(INFO), total=1200,
                          limits=dict(tests=120, timing=400, prefetch=300, diagnosis=300, nvtx=120))
@@ -186,6 +192,10 @@ def test_suite_end_to_end_on_stand_ins(tmp_path, monkeypatch):
     t = parts['tests']['results']
     assert t['summary'] == dict(tests=3, passed=1, failed=1, errors=0, skipped=1) and t['source'] == 'junit'
     assert 'one is not two' in md and '| 3 | 1 | 1 | 0 | 1 | 1 |' in md
+    nb = t['notebooks']
+    assert nb['names'] == ['a_ok.ipynb', 'b_bad.ipynb'] and nb['results']['a_ok.ipynb']['outcome'] == 'passed', nb
+    assert nb['results']['b_bad.ipynb']['outcome'] == 'failed' and 'a notebook cell failed' in nb['results']['b_bad.ipynb']['message']
+    assert "| notebooks' `#| cuda` cells pass | 1 of 2 notebooks | **no** |" in md
     # timing: all four workloads, every mode, the truth, errors and overheads
     ws = parts['timing']['results']['workloads']
     assert set(ws) == {'xresnet18','transformer','mlp','known-cost'}
@@ -229,7 +239,7 @@ def test_a_failed_or_stopped_part_does_not_stop_the_others(tmp_path, monkeypatch
         @pytest.mark.cuda
         def test_forever(): time.sleep(600)'''))
     out = tmp_path/'out'
-    configs = dict(tests=dict(paths=[str(tdir)]), nvtx=dict(device='no-such-device'), timing=TINY['timing'])
+    configs = dict(tests=dict(paths=[str(tdir)], notebooks=False), nvtx=dict(device='no-such-device'))
     configs['timing'] = dict(TINY['timing'], select=['mlp'])
     t0 = time.monotonic()
     rc = suite.run_suite(out, parts=('tests','nvtx','timing'), python=FAKES, configs=configs, info=dict(INFO),

@@ -84,6 +84,11 @@ def device_info() -> dict:
         info.update(device=torch.cuda.get_device_name(0), memory_gb=round(p.total_memory/2**30, 1),
                     capability=f'{p.major}.{p.minor}', gpus=torch.cuda.device_count())
     except Exception as e: info['device'] = f'unknown ({type(e).__name__}: {e})'
+    try:
+        import subprocess
+        r = subprocess.run(['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'], capture_output=True, text=True, timeout=10)
+        if r.returncode == 0 and r.stdout.strip(): info['driver'] = r.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError): pass
     return info
 
 # ---------------------------------------------------------------- GPU timers
@@ -102,7 +107,7 @@ def spin_per_ms(device='cuda') -> float:
     return _PER_MS
 _PER_MS = None
 
-def cuda_time(f, n:int=20, warmup:int=3, hold_ms:float=50.) -> float:
+def cuda_time(f, n:int=20, warmup:int=3, hold_ms:float=100.) -> float:
     "Mean GPU seconds of `f()` by CUDA events; the GPU is held by a spin while the `n` calls are queued, so host time is not in the span"
     import torch
     for _ in range(warmup): f()

@@ -1,14 +1,15 @@
-"""Part `tests`: `pytest -m cuda tests/`, each test's outcome read back from its JUnit XML (or, cut short, from `-v` lines).
+"""Part `tests`: `pytest -m cuda tests/`, each test's outcome read back from its JUnit XML (or, cut short, from `-v` lines);
+then, if nbdev is installed and time is left, the notebooks that have `#| cuda` cells, one `nbdev-test --flags cuda` each.
 
 Collection errors do not stop the run (`--continue-on-collection-errors`): a test module that cannot be imported on
 the GPU machine is reported, and the CUDA tests of the other modules still run."""
 from __future__ import annotations
-import re, signal, subprocess, sys, tempfile, threading, time
+import json, re, signal, subprocess, sys, tempfile, threading, time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from .common import Deadline, Results, ROOT, log, merged
 
-DEFAULTS = dict(marker='cuda', paths=['tests/'], extra=[])
+DEFAULTS = dict(marker='cuda', paths=['tests/'], extra=[], notebooks=True, nbs='nbs', notebook_limit=60)
 VLINE = re.compile(r'^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b')
 
 def parse_junit(path) -> tuple:
@@ -68,6 +69,38 @@ def run(cfg:dict, res:Results, deadline:Deadline):
             raise TimeoutError(f"pytest ran past this part's time ({deadline.seconds:.0f} s) and was stopped; the tests it finished are recorded")
         raise
     _record(res, xml, lines, rc, t0, th)
+    if cfg['notebooks']: run_notebooks(cfg, res, deadline)
+
+def cuda_notebooks(folder) -> list:
+    "The notebooks in `folder` with a `#| cuda` cell"
+    return sorted(p for p in Path(folder).glob('*.ipynb') if '#| cuda' in p.read_text())
+
+def run_notebooks(cfg:dict, res:Results, deadline:Deadline):
+    "`nbdev-test --flags cuda` on each notebook with `#| cuda` cells (FASTPROFILE_STRICT=1), while time is left"
+    import importlib.util, os
+    nbs = cuda_notebooks(ROOT/cfg['nbs'])
+    out = res['notebooks'] = dict(names=[p.name for p in nbs], results={})
+    if importlib.util.find_spec('nbdev') is None:
+        out['not_run'] = 'nbdev is not installed here'; res.save(); return
+    env = dict(os.environ, FASTPROFILE_STRICT='1')
+    for nb in nbs:
+        left = deadline.left() - 5
+        if left < 15: out['results'][nb.name] = dict(outcome='not run', message='no time left'); continue
+        # called with keyword arguments (its `call_parse` then reads an empty command line): exit 1 on a failure
+        kw = dict(path=str(nb.parent), flags='cuda', file_re=f'^{re.escape(nb.name)}$', n_workers=0)
+        cmd = [sys.executable, '-c', 'import sys, json; kw = json.loads(sys.argv.pop(1)); from nbdev.test import nbdev_test; '
+               'nbdev_test(**kw)', json.dumps(kw)]
+        t0 = time.perf_counter()
+        try:
+            r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=min(left, cfg['notebook_limit']))
+            text = (r.stdout + r.stderr).strip()
+            outcome = 'passed' if r.returncode == 0 else 'failed'
+        except subprocess.TimeoutExpired as e:
+            text,outcome = str(e.stdout or '')[-2000:],'timed out'
+        sys.stderr.write(text[-3000:] + '\n')
+        out['results'][nb.name] = dict(outcome=outcome, seconds=time.perf_counter() - t0, message=text[-1500:] if outcome != 'passed' else '')
+        log(f"notebook {nb.name}: {outcome}", 'tests')
+        res.save()
 
 def _record(res, xml, lines, rc, t0, th):
     th.join(timeout=5)

@@ -72,6 +72,10 @@ def goal_rows(outs:dict) -> list:
         s = t['summary']
         rows.append(["`pytest -m cuda tests/` passes", f"{s['passed']} passed, {s['failed']} failed, {s['errors']} errors, "
                      f"{s['skipped']} skipped", yes(s['failed'] == 0 and s['errors'] == 0 and s['tests'] > 0)])
+    nb = (t.get('notebooks') or {}).get('results') or {}
+    if nb:
+        n_ok = sum(v['outcome'] == 'passed' for v in nb.values())
+        rows.append(["notebooks' `#| cuda` cells pass", f"{n_ok} of {len(nb)} notebooks", yes(n_ok == len(nb))])
     tm = (outs.get('timing') or {}).get('results') or {}
     if tm.get('workloads'):
         g = timing_goals(tm)
@@ -118,6 +122,15 @@ def tests_section(o:dict) -> list:
                              if (c['message'] or '').strip() else ''] for c in bad])]
     ok = [c for c in r.get('cases', []) if c['outcome'] == 'passed']
     if ok: out += ['', "Passed: " + ', '.join(f"`{c['name'].split('::')[-1]}`" for c in ok) + '.']
+    if s['tests'] == 0 and r.get('tail'): out += ['', 'No test ran. The end of pytest\'s output:', '', '```', *r['tail'][-15:], '```']
+    nb = r.get('notebooks')
+    if nb:
+        out += ['', "Notebooks with `#| cuda` cells, each run by `nbdev-test --flags cuda` (FASTPROFILE_STRICT=1): " +
+                (f"not run ({nb['not_run']})." if nb.get('not_run') else '')]
+        if nb.get('results'):
+            out += ['', *table(['notebook', 'outcome', 'time', 'message'],
+                               [[f"`{k}`", v['outcome'], ftime(v.get('seconds')),
+                                 ' '.join((v.get('message') or '').split())[-300:].replace('|', '\\|')] for k,v in nb['results'].items()])]
     return out
 
 def _workload_desc(name:str, w:dict) -> str:
@@ -251,7 +264,8 @@ def header(info:dict) -> str:
     dev = info.get('device', '?')
     extra = ', '.join(x for x in (f"{info['memory_gb']} GB" if info.get('memory_gb') else '',
                                   f"compute capability {info['capability']}" if info.get('capability') else '') if x)
-    return (f"{dev}{f' ({extra})' if extra else ''}, CUDA {info.get('cuda')}, torch {info.get('torch')}, fastai {info.get('fastai')}, "
+    drv = f" (driver {info['driver']})" if info.get('driver') else ''
+    return (f"{dev}{f' ({extra})' if extra else ''}, CUDA {info.get('cuda')}{drv}, torch {info.get('torch')}, fastai {info.get('fastai')}, "
             f"fastprofile {info.get('fastprofile')}, Python {info.get('python')}, {info.get('cpus')} CPUs. Date: {info.get('date')}.")
 
 def render(info:dict, outcomes:dict, command:str='python -m bench gpu', total_s:float|None=None) -> str:

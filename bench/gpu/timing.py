@@ -21,7 +21,7 @@ DEFAULTS = dict(
     workloads={
         'xresnet18': dict(kind='xresnet18', bs=64, size=128),
         'transformer': dict(kind='transformer', bs=32, seq=128, d=256, heads=8, layers=2),
-        'mlp': dict(kind='mlp', bs=256, n_in=1024, width=1024, depth=3),
+        'mlp': dict(kind='mlp', bs=512, n_in=1024, width=2048, depth=3),
         'known-cost': dict(kind='known-cost', ms=dict(forward=3., backward=6., opt_step=1.5)),
     })
 
