@@ -102,11 +102,13 @@ def test_mark_cost_and_summary(fakes):
                 wall=[dict(step=9.9, phases=ph(forward=.1, other=2.5), self_overhead=1e-3)]*2,
                 sync=[dict(step=10., phases=ph(), self_overhead=2e-3)]*2,
                 events=[dict(step=9.09, phases=ph(forward=.1, other=2.5), gpu_phases=ph(forward=2.1), self_overhead=3e-3,
+                             cost_phases=ph(forward=2.1, other=2.5),
                              notes=["Warning: the batch's `other` (callbacks; e.g. the Recorder) wall time (2.5 ms) is mostly waiting for "
                                     "GPU work queued earlier, mostly the forward pass's (1 ms of GPU time beyond its wall time)."])]*2)
     s = summarize(runs, mark=.01)
     assert s['truth']['forward'] == pytest.approx(2.1) and s['truth']['step'] == pytest.approx(9 - SYNCS_IN_STEP*.01)
     assert s['rel_error']['events']['forward'] == pytest.approx(0) and s['rel_error']['wall']['forward'] == pytest.approx(.1/2.1 - 1)
+    assert s['rel_error']['events_cost']['other'] == pytest.approx(2.5/(.4 - SYNCS_IN_STEP*.01) - 1)
     assert s['overhead']['events']['trials'] == pytest.approx([9.09/9 - 1, 9.09/10 - 1])
     assert s['overhead']['sync']['self_measured'] == 2e-3
     assert s['drift']['fired'] == ['other']
@@ -202,7 +204,7 @@ def test_suite_end_to_end_on_stand_ins(tmp_path, monkeypatch):
     for name,w in ws.items():
         assert 'error' not in w and 'skipped' not in w, (name, w.get('error'), w.get('traceback'))
         assert {m:len(r) for m,r in w['runs'].items()} == dict(truth=1, none=1, wall=1, sync=1, events=1)
-        for m in ('events','sync','wall'): assert not math.isnan(w['rel_error'][m]['forward'] or math.nan), (name, m)
+        for m in ('events','events_cost','sync','wall'): assert not math.isnan(w['rel_error'][m]['forward'] or math.nan), (name, m)
         assert w['drift']['notes'] and isinstance(w['drift']['fired'], list)
         assert f"**{name}**" in md
     assert ws['known-cost']['truth']['backward'] >= 1.5e-3  # the stand-in spin sleeps about the known time (calibrated on a sleep)
@@ -266,7 +268,7 @@ def test_report_survives_partial_results():
                 mlp=dict(config=dict(kind='mlp'), error='RuntimeError: CUDA error', traceback='...'),
                 transformer=dict(config=dict(kind='transformer'), skipped='not enough time left'),
                 xresnet18=dict(config=dict(kind='xresnet18'), batches=10, skip=2, trials=1, truth=dict(forward=.01, step=.02),
-                               timed=dict(events=dict(forward=.0101)), rel_error=dict(events=dict(forward=.01)))))),
+                               timed=dict(events=dict(forward=.0101)), rel_error=dict(events_cost=dict(forward=.01)))))),
         prefetch=dict(status='ok', seconds=1, limit=100, log='', results=dict(status='done', regimes=dict(
             **{'copy-bound':dict(error='ValueError: x')}, **{'input-bound':dict(settings=dict(bs=4), variants={})}))),
         diagnosis=dict(status='skipped', seconds=0, limit=45, log='', reason='only 3 s left'),
@@ -275,4 +277,37 @@ def test_report_survives_partial_results():
     assert md.startswith('## Measured on a GPU\n') and 'NOT A MEASUREMENT' not in md
     assert 'ImportError: no pytest' in md and '**Stopped at its time limit**' in md and 'Failed: `RuntimeError: CUDA error`' in md
     assert 'Skipped: not enough time left' in md and 'only 3 s left' in md and 'failed: `ValueError: x`' in md
-    assert '| events: phase times within 5% of the synchronized truth (phases ≥ 5% of the step) | worst +1.0% (xresnet18 forward) | yes |' in md
+    assert 'of the step) | worst +1.0% (xresnet18 forward) | yes |' in md
+
+def test_stopping_the_suite_stops_its_part_and_writes_the_file(tmp_path):
+    "SIGTERM to the suite (run.sh's timeout): the running part and what it started are stopped, the markdown says where"
+    import signal
+    tdir = tmp_path/'slow'; tdir.mkdir()
+    (tdir/'test_slow.py').write_text("import pytest, time\n@pytest.mark.cuda\ndef test_forever(): time.sleep(600)\n")
+    out = tmp_path/'out'
+    code = textwrap.dedent(f'''
+        import signal, sys
+        from bench.gpu import suite
+        signal.signal(signal.SIGTERM, suite._terminated)
+        sys.exit(suite.run_suite({str(out)!r}, parts=('tests','nvtx'), python={FAKES!r}, info={{'device': 'x'}},
+                                 configs=dict(tests=dict(paths=[{str(tdir)!r}], notebooks=False))))''')
+    p = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120 and str(tdir) not in _cmdlines(): time.sleep(.5)  # the part's pytest has started
+    assert str(tdir) in _cmdlines()
+    time.sleep(3)
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, p.stdout.read()[-3000:]
+    time.sleep(2)
+    assert str(tdir) not in _cmdlines(), "the part's pytest was left running"
+    md = (out/'gpu_benchmarks.md').read_text()
+    assert '| tests | running (the suite was stopped here) |' in md and '| nvtx | not run yet |' in md
+
+def _cmdlines() -> str:
+    "Every process's command line (read from /proc)"
+    out = []
+    for d in Path('/proc').iterdir():
+        try: out.append((d/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace'))
+        except OSError: pass
+    return '\n'.join(out)

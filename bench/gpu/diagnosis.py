@@ -11,10 +11,18 @@ from .common import Deadline, Results, log, merged, quiet_fit, free
 DEFAULTS = dict(select=None, device='cuda', skip=5, batches=40, variants=['breakdown','plain','prefetch'],
                 regimes=None)  # None: the prefetch part's regimes (`bench.gpu.prefetch.DEFAULTS`)
 EXPECT = {  # regime -> (verdict, a piece of the knob's text)
-    'input-bound': ('input', 'num_workers='),
+    'input-bound': ('input', 'num_workers='),  # more workers; with as many workers as CPUs already: cheaper items
     'copy-bound': ('copy', 'learn.prefetch()'),
     'compute-bound': ('compute', 'to_fp16()'),
 }
+
+def expected(name:str, s:dict) -> tuple|None:
+    "The verdict and a piece of the knob's text expected for regime `name` with settings `s` on this machine"
+    import os
+    if name not in EXPECT: return None
+    verdict,knob = EXPECT[name]
+    if name == 'input-bound' and s['workers'] >= (os.cpu_count() or 1): knob = 'cheaper to load'
+    return verdict,knob
 
 def diagnosed(dls, s:dict, variant:str, cfg:dict, device, ops=None) -> dict:
     "Profile one fit (`variant`: 'breakdown', 'plain' or 'prefetch' (with the breakdown)) and diagnose it"
@@ -36,7 +44,7 @@ def diagnosed(dls, s:dict, variant:str, cfg:dict, device, ops=None) -> dict:
     return out
 
 def run(cfg:dict, res:Results, deadline:Deadline):
-    "The `diagnosis` part: each regime and variant, results saved as they come"
+    "The `diagnosis` part: each variant (the expectation's first) on each regime, results saved as they come"
     import torch
     from . import prefetch
     from .data import image_pool, image_tfms, pool_dls
@@ -51,32 +59,41 @@ def run(cfg:dict, res:Results, deadline:Deadline):
         ops = LoggingOps(copy=True)
     import fastprofile.learner  # noqa: F401 (Learner.profile)
     res['config'] = {k:v for k,v in cfg.items() if k != 'regimes'}
-    res['regimes'] = {}
-    for name,rg in regimes.items():
-        if cfg['select'] is not None and name not in cfg['select']: continue
-        log(f"{name}: start ({deadline.left():.0f} s left)", 'diagnosis')
-        reg = res['regimes'][name] = dict(expect=EXPECT.get(name), runs={})
+    res['regimes'],dls = {},{}
+    names = [n for n in regimes if cfg['select'] is None or n in cfg['select']]
+    for name in names:  # each regime's settings and loaders, made once
+        reg = res['regimes'][name] = dict(expect=None, runs={})
         try:
-            s = reg['settings'] = prefetch.resolve(name, rg, pcfg, device)
+            s = reg['settings'] = prefetch.resolve(name, regimes[name], pcfg, device)
+            reg['expect'] = expected(name, s)
             pinned = pcfg['pins'][0]
             pool = image_pool(2 if s['workers'] == 0 else 4, s['bs'], s['size'], pin=pinned)
-            dls = pool_dls(pool, cfg['batches'] + cfg['skip'], s['t_load'], s['workers'], pin=pinned,
-                           after_batch=image_tfms(), device=device)
-            for v in cfg['variants']:
-                if reg['runs'] and deadline.left() < 2*reg.get('per_run', 0) + 5:
-                    reg['runs'][v] = dict(skipped='not enough time left'); continue
-                t0 = time.perf_counter()
-                reg['runs'][v] = diagnosed(dls, s, v, cfg, device, ops)
-                reg['per_run'] = max(reg.get('per_run', 0), time.perf_counter() - t0)
-                res.save()
-            main = reg['runs'].get('breakdown', {})
-            if EXPECT.get(name) and 'verdict' in main:
-                verdict,knob = EXPECT[name]
-                reg['right'] = dict(verdict=main['verdict'] == verdict, knob=knob in main['knob'])
-            log(f"{name}: " + ', '.join(f"{k}: {r.get('verdict', r.get('skipped'))}" for k,r in reg['runs'].items()), 'diagnosis')
-            del dls, pool; free(device)
+            dls[name] = pool_dls(pool, cfg['batches'] + cfg['skip'], s['t_load'], s['workers'], pin=pinned,
+                                 after_batch=image_tfms(), device=device)
         except Exception as e:
             import traceback
             reg.update(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-3000:])
             log(f"{name}: FAILED {type(e).__name__}: {e}", 'diagnosis')
         res.save()
+    per_run = 0.
+    for v in cfg['variants']:  # the expectation's variant first, for every regime
+        for name in [n for n in names if n in dls]:
+            reg = res['regimes'][name]
+            if per_run and deadline.left() < per_run + 5:
+                reg['runs'][v] = dict(skipped='not enough time left'); continue
+            log(f"{name} {v}: start ({deadline.left():.0f} s left)", 'diagnosis')
+            t0 = time.perf_counter()
+            try: reg['runs'][v] = diagnosed(dls[name], reg['settings'], v, cfg, device, ops)
+            except Exception as e:  # the other runs still go ahead
+                import traceback
+                reg['runs'][v] = dict(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-3000:])
+                log(f"{name} {v}: FAILED {type(e).__name__}: {e}", 'diagnosis')
+            per_run = max(per_run, time.perf_counter() - t0)
+            main = reg['runs'].get('breakdown', {})
+            if reg['expect'] and 'verdict' in main:
+                verdict,knob = reg['expect']
+                reg['right'] = dict(verdict=main['verdict'] == verdict, knob=knob in main['knob'])
+            r = reg['runs'][v]
+            log(f"{name} {v}: {r.get('verdict', r.get('error'))}", 'diagnosis')
+            res.save()
+    del dls; free(device)

@@ -122,7 +122,6 @@ def goals(name:str, s:dict, v:dict) -> dict:
 
 def run_regime(name:str, rg:dict, cfg:dict, deadline:Deadline, res_reg:dict, save, ops=None, share:float=math.inf):
     "Settings, then per pinning: the stages alone, then R0 and R1 interleaved; saved after each step"
-    from .data import image_pool, image_tfms, pool_dls
     device = cfg['device']
     t_start = time.perf_counter()
     s = res_reg['settings'] = resolve(name, rg, cfg, device); save()
@@ -130,29 +129,40 @@ def run_regime(name:str, rg:dict, cfg:dict, deadline:Deadline, res_reg:dict, sav
     for i,pinned in enumerate(cfg['pins']):
         key = 'pinned' if pinned else 'pageable'
         mine = (share - (time.perf_counter() - t_start))/(len(cfg['pins']) - i)  # this variant's share
-        t0 = time.perf_counter()
-        pool = image_pool(2 if s['workers'] == 0 else 4, s['bs'], s['size'], pin=pinned)
-        dls = pool_dls(pool, cfg['batches'] + cfg['skip'], s['t_load'], s['workers'], pin=pinned,
-                       after_batch=image_tfms(), device=device)
-        v = res_reg['variants'][key] = components(dls, s, pinned, cfg, device); save()
-        rates,active = {'R0':[], 'R1':[]},[]
-        per_pair = None
-        for t in range(cfg['trials']):
-            if per_pair is not None and (deadline.left() < per_pair + 5 or time.perf_counter() - t0 + per_pair > mine): break
-            t1 = time.perf_counter()
-            for which in (('R0','R1') if t % 2 == 0 else ('R1','R0')):
-                r,a = fit_rate(dls, s, which == 'R1', pinned, cfg, device, ops)
-                rates[which].append(r)
-                if a is not None: active.append(a)
-            per_pair = time.perf_counter() - t1
+        v = res_reg['variants'][key] = {}
+        try: run_variant(name, s, pinned, cfg, deadline, v, save, ops, mine)
+        except Exception as e:  # the other memory still runs
+            import traceback
+            v.update(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-3000:])
+            log(f"{name} {key}: FAILED {type(e).__name__}: {e}", 'prefetch')
+        save()
+        free(device)
+
+def run_variant(name:str, s:dict, pinned:bool, cfg:dict, deadline:Deadline, v:dict, save, ops=None, mine:float=math.inf):
+    "One regime with pinned or pageable host batches: the stages alone, then R0 and R1 interleaved (`v` updated after each trial)"
+    from .data import image_pool, image_tfms, pool_dls
+    device = cfg['device']
+    t0 = time.perf_counter()
+    pool = image_pool(2 if s['workers'] == 0 else 4, s['bs'], s['size'], pin=pinned)
+    dls = pool_dls(pool, cfg['batches'] + cfg['skip'], s['t_load'], s['workers'], pin=pinned,
+                   after_batch=image_tfms(), device=device)
+    v.update(components(dls, s, pinned, cfg, device)); save()
+    rates,active,per_pair = {'R0':[], 'R1':[]},[],None
+    for t in range(cfg['trials']):
+        if per_pair is not None and (deadline.left() < per_pair + 5 or time.perf_counter() - t0 + per_pair > mine): break
+        t1 = time.perf_counter()
+        for which in (('R0','R1') if t % 2 == 0 else ('R1','R0')):
+            r,a = fit_rate(dls, s, which == 'R1', pinned, cfg, device, ops)
+            rates[which].append(r)
+            if a is not None: active.append(a)
+        per_pair = time.perf_counter() - t1
         r0,r1 = median(rates['R0']),median(rates['R1'])
         v.update(R0=r0, R1=r1, R0_trials=rates['R0'], R1_trials=rates['R1'], prefetch_active=all(active) and bool(active),
                  **{'R1/R0':r1/r0, 'R1/B':r1/v['B']}, seconds=time.perf_counter() - t0)
         if pinned: v['goals'] = goals(name, s, v)
-        save()
-        log(f"{name} {key}: R0 {r0:.1f}/s, R1 {r1:.1f}/s, bound {v['B']:.1f}/s ({v['bound_by']}-bound), "
-            f"{len(rates['R1'])} trials", 'prefetch')
-        del dls, pool; free(device)
+        save()  # a part stopped later keeps the trials done
+    log(f"{name} {'pinned' if pinned else 'pageable'}: R0 {v.get('R0', math.nan):.1f}/s, R1 {v.get('R1', math.nan):.1f}/s, "
+        f"bound {v['B']:.1f}/s ({v['bound_by']}-bound), {len(rates['R1'])} trials", 'prefetch')
 
 def run(cfg:dict, res:Results, deadline:Deadline):
     "The `prefetch` part: every regime, results saved as they come"

@@ -3,7 +3,8 @@
 Writes, in DIR: `gpu_benchmarks.md` (the tables, under "## Measured on a GPU"; rewritten atomically after each part),
 `gpu_benchmarks.json` (everything measured), `parts/NAME.json` (each part's results, saved as it goes),
 `parts/tests.junit.xml`, and `logs/NAME.log` (each part's full output). Progress goes to stderr.
-Exit status: 0 when every part finished and every CUDA test passed; 1 otherwise; 2 without CUDA (one line, nothing run)."""
+Exit status: 0 when every part finished and every CUDA test (and notebook `#| cuda` cell run) passed; 1 otherwise;
+2 without CUDA (one line, nothing run). Missed goals are findings in the markdown, not failures."""
 from __future__ import annotations
 import argparse, json, os, signal, subprocess, sys, threading, time
 from pathlib import Path
@@ -12,7 +13,7 @@ from .common import ROOT, atomic_write, clean, log
 PARTS = ('tests','timing','prefetch','diagnosis','nvtx')
 # Seconds each part may take on an H100 (its process, imports included) before it is stopped; it plans to finish
 # `GRACE` seconds earlier. The sum stays under `TOTAL`, and `TOTAL` under the issue's 8 minutes.
-LIMITS = dict(tests=170, timing=110, prefetch=95, diagnosis=45, nvtx=35)
+LIMITS = dict(tests=160, timing=110, prefetch=90, diagnosis=55, nvtx=40)
 GRACE,STOP,TOTAL = 12,5,460  # the part plans to end GRACE s early; SIGTERM at limit-STOP, SIGKILL at limit
 MD,JSON = 'gpu_benchmarks.md','gpu_benchmarks.json'
 
@@ -79,24 +80,29 @@ def run_suite(out, parts=PARTS, limits=None, configs=None, python=None, info=Non
     t0,outcomes = time.monotonic(),{}
     for name in parts: outcomes[name] = dict(name=name, status='not run yet', seconds=0, limit=limits[name], log=f'logs/{name}.log')
     write(out, info, outcomes, command, 0.)
-    for name in parts:
-        left = total - (time.monotonic() - t0)
-        limit = min(limits[name], left)
-        if limit < 2*GRACE:
-            outcomes[name] = dict(name=name, status='skipped', seconds=0, limit=limits[name], log='',
-                                  reason=f"only {max(left, 0):.0f} s left of the suite's {total:.0f} s")
-            log(f"{name}: skipped ({outcomes[name]['reason']})")
-            continue
-        log(f"{name}: start (limit {limit:.0f} s; {time.monotonic() - t0:.0f} s into the suite)")
-        outcomes[name] = o = run_part(name, out, limit, configs.get(name), python)
-        log(f"{name}: {o['status']} in {o['seconds']:.0f} s")
-        write(out, info, outcomes, command, time.monotonic() - t0)
-    total_s = time.monotonic() - t0
-    write(out, info, outcomes, command, total_s)
+    try:
+        for name in parts:
+            left = total - (time.monotonic() - t0)
+            limit = min(limits[name], left)
+            if limit < 2*GRACE:
+                outcomes[name] = dict(name=name, status='skipped', seconds=0, limit=limits[name], log='',
+                                      reason=f"only {max(left, 0):.0f} s left of the suite's {total:.0f} s")
+                log(f"{name}: skipped ({outcomes[name]['reason']})")
+                continue
+            log(f"{name}: start (limit {limit:.0f} s; {time.monotonic() - t0:.0f} s into the suite)")
+            outcomes[name] = dict(outcomes[name], status='running (the suite was stopped here)')
+            outcomes[name] = o = run_part(name, out, limit, configs.get(name), python)
+            log(f"{name}: {o['status']} in {o['seconds']:.0f} s")
+            write(out, info, outcomes, command, time.monotonic() - t0)
+    finally:  # also when the suite itself is stopped (Ctrl-C, SIGTERM): the file says how far it got
+        total_s = time.monotonic() - t0
+        write(out, info, outcomes, command, total_s)
     log(f"done in {total_s:.0f} s: {out/MD}")
     tests = (outcomes.get('tests') or {}).get('results') or {}
     s = tests.get('summary') or {}
-    passed = 'tests' not in outcomes or (s.get('tests', 0) > 0 and s.get('failed', 1) == 0 and s.get('errors', 1) == 0)
+    nbs = ((tests.get('notebooks') or {}).get('results') or {}).values()
+    passed = 'tests' not in outcomes or (s.get('tests', 0) > 0 and s.get('failed', 1) == 0 and s.get('errors', 1) == 0
+                                         and all(v['outcome'] == 'passed' for v in nbs))
     return 0 if all(o['status'] == 'ok' for o in outcomes.values()) and passed else 1
 
 def main(argv=None) -> int:
@@ -111,4 +117,7 @@ def main(argv=None) -> int:
     parts = [p.strip() for p in a.parts.split(',') if p.strip()]
     bad = [p for p in parts if p not in PARTS]
     if bad: ap.error(f"unknown part(s) {', '.join(map(repr, bad))}: valid parts are {', '.join(PARTS)}")
+    signal.signal(signal.SIGTERM, _terminated)  # stopped from outside: the running part is stopped too, the file written
     return run_suite(a.out, parts, command='python -m bench gpu ' + ' '.join(argv))
+
+def _terminated(signum, frame): raise SystemExit(128 + signum)

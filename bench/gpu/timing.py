@@ -1,8 +1,11 @@
 """Part `timing`: each phase timed with `timing='events'`, `'sync'` and `'wall'` against a synchronized truth, on four workloads.
 
 The truth is a separate run of the same workload with CUDA events at every phase boundary and a synchronize after
-each: a phase's span then holds its own GPU work and host time and nothing queued before it. Runs of one workload
-(truth, no profiler, wall, sync, events) are interleaved over `trials`, in a rotating order; figures are medians.
+each: a phase's span then holds its own GPU work and host time and nothing queued before it. `timing='events'` gives
+two times per phase, its wall time and its GPU span; both are compared, and so is the longer of the two (`events_cost`),
+which is how the diagnosis reads a phase's cost and what the truth measures (a phase alone costs the longer of its
+host work and its GPU work). Runs of one workload (truth, no profiler, wall, sync, events) are interleaved over
+`trials`, in a rotating order; figures are medians over the trials of the per-run means.
 The overhead is the step time (wall clock, GPU synchronized at both ends, warm-up left out) against the run with no
 profiler. The drift warning (`gpu_timing.gpu_notes`) is expected on a phase whose wall time in the events run is
 mostly waiting: wall minus truth is at least half its wall time and at least 5% of the step."""
@@ -123,6 +126,10 @@ def flagged_phases(notes:list) -> list:
         if m: out.append('other' if m.group(1).startswith("the batch's `other`") else m.group(1))
     return out
 
+def longer(a:float, b:float) -> float:
+    "The larger of two times, NaN only if both are"
+    return a if math.isnan(b) else b if math.isnan(a) else max(a, b)
+
 def measure(make, mode:str, n:int, skip:int, device='cuda') -> dict:
     "One fit of `n` training batches in `mode` ('truth', 'none', 'wall', 'sync' or 'events'): step time and phases"
     learn = make(n)
@@ -143,7 +150,8 @@ def measure(make, mode:str, n:int, skip:int, device='cuda') -> dict:
         out['phases'] = phases_from(res)
         out['self_overhead'] = rec.overhead_per_batch
         if mode == 'events':
-            out['gpu_phases'] = phases_from(res, 'GPU Mean Duration')
+            g = out['gpu_phases'] = phases_from(res, 'GPU Mean Duration')
+            out['cost_phases'] = {p:longer(out['phases'][p], g[p]) for p in PHASES}  # a phase's cost, as the diagnosis reads it
             out['notes'] = gpu_notes(rec)
     del learn; free(device)
     return out
@@ -166,7 +174,8 @@ def summarize(runs:dict, mark:float=0.) -> dict:
     truth = med('truth', 'phases')
     for p in ('other','step'):  # the truth's own marks inside the batch, taken out
         if p in truth: truth[p] -= SYNCS_IN_STEP*mark
-    timed = {'events':med('events', 'gpu_phases'), 'sync':med('sync', 'phases'), 'wall':med('wall', 'phases')}
+    timed = {'events':med('events', 'gpu_phases'), 'events_cost':med('events', 'cost_phases'), 'sync':med('sync', 'phases'),
+             'wall':med('wall', 'phases')}
     err = {m:{p:(v[p]/truth[p] - 1 if truth.get(p) else math.nan) for p in PHASES} for m,v in timed.items() if v}
     # overhead per trial against that trial's run with no profiler (interleaved: drift cancels), then the median
     ovh = {}
@@ -178,12 +187,14 @@ def summarize(runs:dict, mark:float=0.) -> dict:
     if runs.get('events') and truth:
         notes = runs['events'][-1].get('notes', [])
         step = truth.get('step', math.nan)
-        out['drift'] = dict(expected=expected_waits(truth, out['events_wall'], step), fired=flagged_phases(notes),
-                            fired_each_trial=[flagged_phases(r.get('notes', [])) for r in runs['events']], notes=notes)
+        each = [flagged_phases(r.get('notes', [])) for r in runs['events']]
+        fired = [p for p in PHASES if 2*sum(p in f for f in each) > len(each)]  # in most trials
+        out['drift'] = dict(expected=expected_waits(truth, out['events_wall'], step), fired=fired, fired_each_trial=each, notes=notes)
     return out
 
-def run_workload(name:str, w:dict, cfg:dict, deadline:Deadline, device='cuda', mark:float=0., share:float=math.inf) -> dict:
-    "Plan the batches and trials of workload `w` to fit its `share` of the time left, run its modes interleaved, and summarize"
+def run_workload(name:str, w:dict, cfg:dict, deadline:Deadline, device='cuda', mark:float=0., share:float=math.inf,
+                 out:dict|None=None, save=lambda: None) -> dict:
+    "Plan the batches and trials of workload `w` to fit its `share` of the time left, run its modes interleaved; `out` summarized after each trial"
     make,known = workload_maker(w, device)
     skip = cfg['skip']
     t0 = time.perf_counter()
@@ -196,7 +207,8 @@ def run_workload(name:str, w:dict, cfg:dict, deadline:Deadline, device='cuda', m
     per_trial = len(MODES)*per_run
     trials = int(min(cfg['trials'], (min(share, deadline.left()) - (time.perf_counter() - t0) - 5)//per_trial))
     if trials < 1 and left >= per_trial: trials = 1  # one trial, if the part's time allows it, before none
-    out = dict(config=w, batches=n-skip, skip=skip, trials=max(trials, 0), est_step=est, known_ms=known)
+    out = out if out is not None else {}
+    out.update(config=w, batches=n-skip, skip=skip, trials=max(trials, 0), est_step=est, known_ms=known)
     if trials < 1:
         out['skipped'] = f"not enough time left ({left:.0f} s for ~{per_trial:.0f} s of runs)"
         return out
@@ -204,9 +216,9 @@ def run_workload(name:str, w:dict, cfg:dict, deadline:Deadline, device='cuda', m
     for t in range(trials):
         order = MODES[t % len(MODES):] + MODES[:t % len(MODES)]
         for m in order: runs[m].append(measure(make, m, n, skip, device))
+        out.update(summarize(runs, mark), runs=runs, trials_done=t+1)
+        save()  # a part stopped later keeps this workload's finished trials
         log(f"{name}: trial {t+1}/{trials} done ({deadline.elapsed():.0f} s into the part)", 'timing')
-    out.update(summarize(runs, mark))
-    out['runs'] = runs
     return out
 
 def run(cfg:dict, res:Results, deadline:Deadline):
@@ -222,9 +234,10 @@ def run(cfg:dict, res:Results, deadline:Deadline):
         w = cfg['workloads'][name]
         share = deadline.left()/(len(names) - i)  # a fair share of what is left; what it does not use goes to the next
         log(f"{name}: start ({deadline.left():.0f} s left, {share:.0f} s for this one)", 'timing')
-        try: res['workloads'][name] = run_workload(name, w, cfg, deadline, cfg['device'], mark, share)
+        out = res['workloads'][name] = dict(config=w)
+        try: run_workload(name, w, cfg, deadline, cfg['device'], mark, share, out, res.save)
         except Exception as e:
             import traceback
-            res['workloads'][name] = dict(config=w, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-3000:])
+            out.update(error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-3000:])
             log(f"{name}: FAILED {type(e).__name__}: {e}", 'timing')
         res.save()
