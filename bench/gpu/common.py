@@ -133,6 +133,7 @@ def step_timer(skip:int, device='cuda'):
     "A callback measuring wall seconds per training batch after the first `skip`, the GPU synchronized at both ends: `.per_batch`"
     from fastai.callback.core import Callback
     class StepTimer(Callback):
+        "From the end of batch `skip-1` to the end of the last batch: what the profiler does at the phase's end is left out"
         order = 3000  # after everything, the profiler included
         def __init__(self): self.t0,self.n,self.per_batch = None,0,math.nan
         def before_train(self): self.t0,self.n = None,0
@@ -140,9 +141,8 @@ def step_timer(skip:int, device='cuda'):
             if not self.training: return
             if self.iter == skip-1: sync(device); self.t0 = time.perf_counter()
             elif self.iter >= skip: self.n += 1
-        def after_train(self):
-            sync(device)
-            if self.t0 is not None and self.n: self.per_batch = (time.perf_counter() - self.t0)/self.n
+            if self.iter == self.n_iter-1 and self.t0 is not None and self.n:
+                sync(device); self.per_batch = (time.perf_counter() - self.t0)/self.n
     return StepTimer()
 
 def quiet_fit(learn, n_epoch:int=1):
