@@ -116,7 +116,7 @@ def fit_rate(dls, s:dict, prefetch:bool, pinned:bool, cfg:dict, device, ops=None
 
 def goals(name:str, s:dict, v:dict) -> dict:
     "The issue's goals on one pinned variant: R1 >= 0.9 B; and, where load- or compute-bound, R1 >= 0.98 R0"
-    g = dict(of_bound=v['R1/B'] >= GOAL_BOUND)
+    g = dict(active=v['prefetch_active'], of_bound=v['R1/B'] >= GOAL_BOUND)
     if v['bound_by'] in ('load','main'): g['not_slower'] = v['R1/R0'] >= 1 - GOAL_SLOWER
     return g
 
