@@ -93,7 +93,9 @@ def goal_rows(outs:dict) -> list:
     for name,reg in (pf.get('regimes') or {}).items():
         v = (reg.get('variants') or {}).get('pinned') or {}
         if 'goals' not in v: continue
-        rows.append([f"prefetch ≥ 0.9 of the pipeline bound, {name} (pinned)", f"{v['R1/B']:.2f} of the bound", yes(v['goals']['of_bound'])])
+        active = v['goals'].get('active', True)
+        rows.append([f"prefetch ≥ 0.9 of the pipeline bound, {name} (pinned)", f"{v['R1/B']:.2f} of the bound"
+                     + ('' if active else ' (**prefetch inactive**)'), yes(v['goals']['of_bound'] and active)])
         if 'not_slower' in v['goals']:
             rows.append([f"prefetch no more than 2% slower, {name} ({v['bound_by']}-bound)", f"R1/R0 = {v['R1/R0']:.3f}",
                          yes(v['goals']['not_slower'])])
