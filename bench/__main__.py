@@ -1,5 +1,6 @@
 """`python -m bench` runs the CPU benchmarks (overhead, memory, accuracy) and prints markdown tables.
 
+`python -m bench gpu --out DIR` runs the GPU suite instead (`bench.gpu.suite`: needs CUDA, exits 2 without it).
 `python -m bench overhead memory` runs some of them; `--trials N` changes the overhead trials; `--out FILE` also
 writes the markdown to FILE, `--json FILE` the raw measurements (both atomically). Progress goes to stderr, tables to stdout."""
 from __future__ import annotations
@@ -10,6 +11,10 @@ from .common import machine_info, machine_md
 SECTIONS = ('overhead', 'memory', 'accuracy')
 
 def main(argv=None):
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ['gpu']:  # the GPU suite: its own options, its own exit status
+        from .gpu.suite import main as gpu_main
+        return gpu_main(args[1:])
     ap = argparse.ArgumentParser(prog='python -m bench', description=__doc__.splitlines()[0])
     ap.add_argument('sections', nargs='*', help=f"any of {', '.join(SECTIONS)} (default: all)")
     ap.add_argument('--trials', type=int, default=None, help="overhead trials per variant (default: 5 for the MLP, 3 for the demo; applies to both)")
@@ -39,6 +44,7 @@ def main(argv=None):
     print(md)
     if a.out: _atomic_write(a.out, md)
     if a.json: _atomic_write(a.json, json.dumps(raw, indent=1, default=float))
+    return 0
 
 def _atomic_write(path:Path, text:str):
     "Write `text` to `path` through a temporary file in the same folder"
@@ -48,4 +54,4 @@ def _atomic_write(path:Path, text:str):
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private
     os.replace(tmp, path)
 
-if __name__ == '__main__': main()
+if __name__ == '__main__': sys.exit(main())

@@ -1,0 +1,313 @@
+"""The GPU suite (`python -m bench gpu`) on CPU: its parts run end to end with `torch.cuda` stood in by `bench.gpu.fakes`.
+
+Nothing here is a measurement: the stand-ins make every process's results say `stand_ins: true`, and the markdown's
+title says it is not a measurement. What is checked is the suite's logic: CUDA detection, the parts' plumbing (a
+failed or stopped part does not take the others down), the truth's phase boundaries, the drift-warning reading, and
+the markdown it writes."""
+import json, math, os, subprocess, sys, textwrap, time
+from pathlib import Path
+import pytest, torch
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKES = [sys.executable, '-m', 'bench.gpu.fakes']
+INFO = dict(device='CPU stand-in', torch=torch.__version__, date='test')
+
+def env():
+    e = dict(os.environ)
+    e['PYTHONPATH'] = os.pathsep.join([str(ROOT)] + ([e['PYTHONPATH']] if e.get('PYTHONPATH') else []))
+    e.setdefault('OMP_NUM_THREADS', '1')  # the parts' subprocesses inherit it: small models, no thread contention
+    return e
+
+@pytest.fixture
+def fakes(monkeypatch):
+    "This process with `torch.cuda` stood in (undone after the test: every replaced attribute is put back)"
+    import torch.cuda.nvtx, fastprofile.core, fastprofile.learner, fastprofile.trace
+    from fastai.learner import Learner
+    import bench.gpu.fakes as fk
+    saved = [(torch.cuda, n) for n in ('Event','synchronize','_sleep','current_stream','init','empty_cache','get_device_name',
+                                      'get_device_properties')] + [(torch.cuda.nvtx, 'range_push'), (torch.cuda.nvtx, 'range_pop'),
+             (fastprofile.core, 'resolve_timing'), (fastprofile.learner, 'resolve_timing'), (Learner, 'annotate')]
+    for obj,n in saved: monkeypatch.setattr(obj, n, getattr(obj, n))
+    monkeypatch.setattr(fk, 'INSTALLED', False)
+    import bench.gpu.common as common
+    monkeypatch.setattr(common, '_PER_MS', None)
+    fk.install()
+    yield fk
+
+# ---------------------------------------------------------------- the command
+
+def test_without_cuda_one_line_and_exit_2(tmp_path):
+    "`python -m bench gpu` on a machine without CUDA: exit 2, one line saying CUDA is needed, nothing written"
+    assert not torch.cuda.is_available()
+    out = tmp_path/'out'
+    r = subprocess.run([sys.executable, '-m', 'bench', 'gpu', '--out', str(out)], cwd=ROOT, env=env(), capture_output=True, text=True)
+    assert r.returncode == 2, r
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert len(lines) == 1 and 'needs a CUDA GPU' in lines[0], lines
+    assert not out.exists()
+    r = subprocess.run([sys.executable, '-m', 'bench', 'gpu'], cwd=ROOT, env=env(), capture_output=True, text=True)
+    assert r.returncode == 2 and len((r.stdout + r.stderr).strip().splitlines()) == 1  # no --out either: still the CUDA line
+
+def test_cpu_benchmarks_still_routed():
+    "`python -m bench` without `gpu` is still the CPU suites' command line"
+    from bench.__main__ import main
+    with pytest.raises(SystemExit) as e: main(['nonsense'])
+    assert e.value.code == 2
+    assert main(['gpu', '--out', '/nonexistent/never']) == 2  # routed to the GPU suite, which finds no CUDA
+
+def test_xresnet_loads_without_torchvision():
+    "fastai's xresnet18 without importing `fastai.vision.models` (whose __init__ imports torchvision)"
+    code = textwrap.dedent('''
+        import sys
+        from bench.gpu.common import load_xresnet
+        import torch
+        m = load_xresnet().xresnet18(n_out=10)
+        assert m(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+        bad = [k for k in sys.modules if k.startswith('torchvision') or k.startswith('fastai.vision')]
+        assert not bad, bad
+        print('ok')''')
+    r = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env(), capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == 'ok', r.stderr[-2000:]
+
+# ---------------------------------------------------------------- pieces of the timing part
+
+def test_truth_spans_nest_inside_the_profilers(fakes):
+    "The truth's phase boundaries are the profiler's: each truth span lies inside fastprofile's span of the same batch and phase"
+    from bench.gpu import timing
+    from bench.gpu.common import quiet_fit
+    make,known = timing.workload_maker(dict(kind='known-cost', ms=dict(forward=2., backward=3., opt_step=1.)), 'cpu')
+    assert known == dict(forward=2., backward=3., opt_step=1.)
+    learn = make(6)
+    cbs,spans = timing.truth_callbacks(2, 'cpu'); learn.add_cbs(cbs)
+    learn.profile(timing='wall', warmup=2, show_report=False, logger_callback=None, keep_batches=100)
+    quiet_fit(learn)
+    df = learn.simple_profile_record.recent()
+    df = df[(df.phase == 'train') & ~df.warmup]
+    assert len(df) == 4 and all(len(v) == 4 for v in spans.values())
+    for p in ('draw','forward','loss','backward','opt_step','zero_grad'):
+        for truth,fp in zip(spans[p], df[p]):
+            assert 0 <= truth <= fp, (p, truth, fp)   # the truth is marked inside the profiler's pair, at the same events
+    from bench.gpu.common import spin_per_ms
+    for p,ms in known.items(): assert min(spans[p]) >= int(ms*spin_per_ms())/1e9  # the spin (a sleep of cycles/1e9 s here) is inside its phase
+    # a batch runs from the first mark at `before_batch` to the last at `after_batch`: the truth's pair is outermost there
+    assert all(step - draw >= fp for step,draw,fp in zip(spans['step'], spans['draw'], df.batch))
+
+def test_mark_cost_and_summary(fakes):
+    "Medians over trials, errors against the truth, overhead paired by trial, and the truth's own marks taken out"
+    from bench.gpu.timing import summarize, mark_cost, SYNCS_IN_STEP
+    assert 0 < mark_cost('cpu', n=20) < 0.01
+    ph = lambda **kw: {**dict(draw=1., forward=2., loss=.5, backward=4., opt_step=1., zero_grad=.1, other=.4, step=9.), **kw}
+    runs = dict(truth=[dict(step=10., phases=ph()), dict(step=10., phases=ph(forward=2.2))],
+                none=[dict(step=9.), dict(step=10.)],
+                wall=[dict(step=9.9, phases=ph(forward=.1, other=2.5), self_overhead=1e-3)]*2,
+                sync=[dict(step=10., phases=ph(), self_overhead=2e-3)]*2,
+                events=[dict(step=9.09, phases=ph(forward=.1, other=2.5), gpu_phases=ph(forward=2.1), self_overhead=3e-3,
+                             cost_phases=ph(forward=2.1, other=2.5),
+                             notes=["Warning: the batch's `other` (callbacks; e.g. the Recorder) wall time (2.5 ms) is mostly waiting for "
+                                    "GPU work queued earlier, mostly the forward pass's (1 ms of GPU time beyond its wall time)."])]*2)
+    s = summarize(runs, mark=.01)
+    assert s['truth']['forward'] == pytest.approx(2.1) and s['truth']['step'] == pytest.approx(9 - SYNCS_IN_STEP*.01)
+    assert s['rel_error']['events']['forward'] == pytest.approx(0) and s['rel_error']['wall']['forward'] == pytest.approx(.1/2.1 - 1)
+    assert s['rel_error']['events_cost']['other'] == pytest.approx(2.5/(.4 - SYNCS_IN_STEP*.01) - 1)
+    assert s['overhead']['events']['trials'] == pytest.approx([9.09/9 - 1, 9.09/10 - 1])
+    assert s['overhead']['sync']['self_measured'] == 2e-3
+    assert s['drift']['fired'] == ['other']
+    assert s['drift']['expected'] == ['other']
+
+def test_drift_warning_is_read_from_fastprofiles_own_notes():
+    "`flagged_phases` reads the real `gpu_notes` text: a GPU-heavy backward makes the batch's `other` wait, and it is read back"
+    from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
+    from fastprofile.gpu_timing import GpuProfileRecord, gpu_notes
+    from bench.gpu.timing import flagged_phases
+    clock = FakeClock(); fs = FakeStream(clock)
+    rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3, warmup=0)
+    rec.start_stage(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=12); rec.close()
+    notes = gpu_notes(rec)
+    assert any(n.startswith('Warning:') for n in notes), notes
+    assert flagged_phases(notes) == ['other']
+    quiet = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3, warmup=0)
+    quiet.start_stage(); quiet.start_epoch(0); drive_gpu_batches(quiet, clock, fs, n=12, sync_every_mark=True); quiet.close()
+    assert flagged_phases(gpu_notes(quiet)) == []
+
+def test_expected_waits():
+    from bench.gpu.timing import expected_waits
+    truth = dict(draw=1., forward=.2, loss=.1, backward=.3, opt_step=1., zero_grad=.1, other=.5)
+    wall = dict(truth, other=6.)  # the batch's `other` waits 5.5 of its 6
+    assert expected_waits(truth, wall, step=10.) == ['other']
+    assert expected_waits(truth, dict(truth, other=.9), step=10.) == []  # waits .4: under 5% of the step
+
+# ---------------------------------------------------------------- the whole suite on stand-ins
+
+TINY = dict(
+    timing=dict(device='cpu', trials=1, skip=1, run_s=0.001, min_batches=2, max_batches=2, warm_batches=2,
+                workloads={'xresnet18':dict(bs=2, size=32), 'transformer':dict(bs=2, seq=4, d=8, heads=2, layers=1),
+                           'mlp':dict(bs=4, n_in=8, width=8, depth=1), 'known-cost':dict(ms=dict(forward=1., backward=2., opt_step=.5))}),
+    prefetch=dict(device='cpu', trials=1, skip=1, batches=3, pins=[False],
+                  regimes={'input-bound':dict(t_load=.01, bs=4, size=8, channels=2, depth=1),
+                           'copy-bound':dict(bs=4, max_mb=.01, min_copy_ms=.1),
+                           'compute-bound':dict(t_load=0., workers=0, bs=4, size=8, channels=2, depth=1, spin_ms=2.)}),
+    diagnosis=dict(device='cpu', skip=1, batches=3, variants=['breakdown','plain','prefetch'],
+                   regimes={'input-bound':dict(t_load=.01, bs=4, size=8, channels=2, depth=1),
+                            'copy-bound':dict(bs=4, max_mb=.01, min_copy_ms=.1),
+                            'compute-bound':dict(t_load=0., workers=0, bs=4, size=8, channels=2, depth=1, spin_ms=2.)}),
+    nvtx=dict(device='cpu', batches=3, valid=2, bs=2, size=8))
+
+NB_META = dict(kernelspec=dict(display_name='python3', language='python', name='python3'), language_info=dict(name='python'))
+
+CUDA_TESTS = '''
+import pytest, time
+@pytest.mark.cuda
+def test_passes(): pass
+@pytest.mark.cuda
+def test_fails(): assert 1 == 2, "one is not two"
+@pytest.mark.cuda
+def test_skips(): pytest.skip("needs two GPUs")
+def test_not_cuda(): raise AssertionError("not selected by -m cuda")
+'''
+
+@pytest.mark.slow
+def test_suite_end_to_end_on_stand_ins(tmp_path, monkeypatch):
+    "Every part in its own process with the stand-ins: results saved, markdown written (atomically) and marked as no measurement"
+    from bench.gpu import suite
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    tdir = tmp_path/'cudatests'; tdir.mkdir(); (tdir/'test_x.py').write_text(CUDA_TESTS)
+    out = tmp_path/'out'
+    nbs = tmp_path/'nbs'; nbs.mkdir()
+    for name,src in (('a_ok', "#| cuda\nassert 1 + 1 == 2"), ('b_bad', "#| cuda\nassert 1 == 2, 'a notebook cell failed'"), ('c_cpu', "x = 1")):
+        (nbs/f'{name}.ipynb').write_text(json.dumps(dict(nbformat=4, nbformat_minor=5, metadata=NB_META, cells=[
+            dict(cell_type='code', id='0', metadata={}, execution_count=None, outputs=[], source=src)])))
+    configs = dict(TINY, tests=dict(paths=[str(tdir)], nbs=str(nbs)))
+    t0 = time.monotonic()
+    rc = suite.run_suite(out, python=FAKES, configs=configs, info=dict(INFO), total=1200,
+                         limits=dict(tests=120, timing=400, prefetch=300, diagnosis=300, nvtx=120))
+    assert rc == 1  # a CUDA test failed
+    md = (out/suite.MD).read_text()
+    raw = json.loads((out/suite.JSON).read_text())
+    assert not [p for p in out.iterdir() if p.name.startswith('.')]  # no temporary file left behind
+    parts = raw['parts']
+    assert {n:o['status'] for n,o in parts.items()} == {n:'ok' for n in suite.PARTS}, {n:(o['status'], o.get('tail')) for n,o in parts.items()}
+    assert all(o['results']['stand_ins'] for o in parts.values())
+    assert md.startswith('## Measured on a GPU — NOT A MEASUREMENT') and '**Not a measurement.**' in md
+    for title in ('### Goals', '### CUDA tests', '### Timing accuracy', '### CudaPrefetchCallback', '### The diagnosis', '### NVTX', '### Parts'):
+        assert title in md, title
+    # tests: each outcome read back
+    t = parts['tests']['results']
+    assert t['summary'] == dict(tests=3, passed=1, failed=1, errors=0, skipped=1) and t['source'] == 'junit'
+    assert 'one is not two' in md and '| 3 | 1 | 1 | 0 | 1 | 1 |' in md
+    nb = t['notebooks']
+    assert nb['names'] == ['a_ok.ipynb', 'b_bad.ipynb'] and nb['results']['a_ok.ipynb']['outcome'] == 'passed', nb
+    assert nb['results']['b_bad.ipynb']['outcome'] == 'failed' and 'a notebook cell failed' in nb['results']['b_bad.ipynb']['message']
+    assert "| notebooks' `#| cuda` cells pass | 1 of 2 notebooks | **no** |" in md
+    # timing: all four workloads, every mode, the truth, errors and overheads
+    ws = parts['timing']['results']['workloads']
+    assert set(ws) == {'xresnet18','transformer','mlp','known-cost'}
+    for name,w in ws.items():
+        assert 'error' not in w and 'skipped' not in w, (name, w.get('error'), w.get('traceback'))
+        assert {m:len(r) for m,r in w['runs'].items()} == dict(truth=1, none=1, wall=1, sync=1, events=1)
+        for m in ('events','events_cost','sync','wall'): assert not math.isnan(w['rel_error'][m]['forward'] or math.nan), (name, m)
+        assert w['drift']['notes'] and isinstance(w['drift']['fired'], list)
+        assert f"**{name}**" in md
+    assert ws['known-cost']['truth']['backward'] >= 1.5e-3  # the stand-in spin sleeps about the known time (calibrated on a sleep)
+    assert '(known 2.00 ms)' in md
+    # prefetch: each regime, the stages alone, R0 and R1, the prefetch on
+    rs = parts['prefetch']['results']['regimes']
+    assert set(rs) == {'input-bound','copy-bound','compute-bound'}
+    for name,r in rs.items():
+        v = r['variants']['pageable']
+        assert v['prefetch_active'] and v['R0'] > 0 and v['R1'] > 0 and v['B'] > 0, (name, r)
+        assert v['bound_by'] in ('load','copy','main')
+    assert rs['copy-bound']['settings']['calibration']['pinned'] is False
+    # diagnosis: each regime, each variant, the GPU branch (events) taken
+    ds = parts['diagnosis']['results']['regimes']
+    for name,r in ds.items():
+        assert set(r['runs']) == {'breakdown','plain','prefetch'} and 'right' in r, (name, r.get('error'))
+        assert all(x['timing'] == 'events' and x['gpu_branch'] for x in r['runs'].values())
+        assert r['runs']['prefetch']['prefetch_active']
+    # nvtx: every range counted where expected
+    n = parts['nvtx']['results']
+    assert n['checks']['torch_profiler'] and n['checks']['nvtx_calls'] and n['checks']['profiled_together'], n
+    assert n['checks']['gpu_projection'] is None  # no CUDA activity on a CPU
+    assert '| `fastai.backward` | 3 | 3 | — | 3 |' in md
+    assert time.monotonic() - t0 < 900
+
+def test_a_failed_or_stopped_part_does_not_stop_the_others(tmp_path, monkeypatch):
+    "A part that fails and a part stopped at its time limit are recorded as such (with what they saved); the next part runs"
+    from bench.gpu import suite
+    tdir = tmp_path/'slow'; tdir.mkdir()
+    (tdir/'test_slow.py').write_text(textwrap.dedent('''
+        import pytest, time
+        @pytest.mark.cuda
+        def test_quick(): pass
+        @pytest.mark.cuda
+        def test_forever(): time.sleep(600)'''))
+    out = tmp_path/'out'
+    configs = dict(tests=dict(paths=[str(tdir)], notebooks=False), nvtx=dict(device='no-such-device'))
+    configs['timing'] = dict(TINY['timing'], select=['mlp'])
+    t0 = time.monotonic()
+    rc = suite.run_suite(out, parts=('tests','nvtx','timing'), python=FAKES, configs=configs, info=dict(INFO),
+                         limits=dict(tests=35, nvtx=60, timing=300), total=600)
+    assert rc == 1 and time.monotonic() - t0 < 400
+    raw = json.loads((out/suite.JSON).read_text())['parts']
+    t = raw['tests']
+    assert t['status'] == 'timed out' and t['seconds'] < 35 + 25
+    assert t['results']['status'] == 'stopped' and 'quick' in json.dumps(t['results'].get('cases', []))  # read from the -v lines
+    nv = raw['nvtx']
+    assert nv['status'] == 'failed' and 'no-such-device' in nv['results']['error'] and nv['results']['traceback']
+    assert raw['timing']['status'] == 'ok' and 'mlp' in raw['timing']['results']['workloads']
+    md = (out/suite.MD).read_text()
+    assert '**Stopped at its time limit**' in md and '**Failed**' in md and '**mlp**' in md
+    assert (out/'logs'/'nvtx.log').read_text()
+
+def test_report_survives_partial_results():
+    "The markdown is written whatever the parts left: nothing, a part cut short, a workload that failed, a skipped part"
+    from bench.gpu.report import render
+    outcomes = dict(
+        tests=dict(status='failed', seconds=3, limit=150, log='logs/tests.log', tail=['Traceback', 'ImportError: no pytest'], results=None),
+        timing=dict(status='timed out', seconds=115, limit=115, log='logs/timing.log', results=dict(
+            status='stopped', error='Stopped: signal 15', workloads=dict(
+                mlp=dict(config=dict(kind='mlp'), error='RuntimeError: CUDA error', traceback='...'),
+                transformer=dict(config=dict(kind='transformer'), skipped='not enough time left'),
+                xresnet18=dict(config=dict(kind='xresnet18'), batches=10, skip=2, trials=1, truth=dict(forward=.01, step=.02),
+                               timed=dict(events=dict(forward=.0101)), rel_error=dict(events_cost=dict(forward=.01)))))),
+        prefetch=dict(status='ok', seconds=1, limit=100, log='', results=dict(status='done', regimes=dict(
+            **{'copy-bound':dict(error='ValueError: x')}, **{'input-bound':dict(settings=dict(bs=4), variants={})}))),
+        diagnosis=dict(status='skipped', seconds=0, limit=45, log='', reason='only 3 s left'),
+        nvtx=dict(status='ok', seconds=1, limit=35, log='', results=dict(status='done')))
+    md = render(dict(device='X'), outcomes)
+    assert md.startswith('## Measured on a GPU\n') and 'NOT A MEASUREMENT' not in md
+    assert 'ImportError: no pytest' in md and '**Stopped at its time limit**' in md and 'Failed: `RuntimeError: CUDA error`' in md
+    assert 'Skipped: not enough time left' in md and 'only 3 s left' in md and 'failed: `ValueError: x`' in md
+    assert 'of the step) | worst +1.0% (xresnet18 forward) | yes |' in md
+
+def test_stopping_the_suite_stops_its_part_and_writes_the_file(tmp_path):
+    "SIGTERM to the suite (run.sh's timeout): the running part and what it started are stopped, the markdown says where"
+    import signal
+    tdir = tmp_path/'slow'; tdir.mkdir()
+    (tdir/'test_slow.py').write_text("import pytest, time\n@pytest.mark.cuda\ndef test_forever(): time.sleep(600)\n")
+    out = tmp_path/'out'
+    code = textwrap.dedent(f'''
+        import signal, sys
+        from bench.gpu import suite
+        signal.signal(signal.SIGTERM, suite._terminated)
+        sys.exit(suite.run_suite({str(out)!r}, parts=('tests','nvtx'), python={FAKES!r}, info={{'device': 'x'}},
+                                 configs=dict(tests=dict(paths=[{str(tdir)!r}], notebooks=False))))''')
+    p = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120 and str(tdir) not in _cmdlines(): time.sleep(.5)  # the part's pytest has started
+    assert str(tdir) in _cmdlines()
+    time.sleep(3)
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, p.stdout.read()[-3000:]
+    time.sleep(2)
+    assert str(tdir) not in _cmdlines(), "the part's pytest was left running"
+    md = (out/'gpu_benchmarks.md').read_text()
+    assert '| tests | running (the suite was stopped here) |' in md and '| nvtx | not run yet |' in md
+
+def _cmdlines() -> str:
+    "Every process's command line (read from /proc)"
+    out = []
+    for d in Path('/proc').iterdir():
+        try: out.append((d/'cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace'))
+        except OSError: pass
+    return '\n'.join(out)
