@@ -7,13 +7,13 @@ Docs: https://fastprofile.github.io/fastprofile/advice.html.md"""
 # %% ../nbs/18_advice.ipynb #61dabb02
 from __future__ import annotations
 import math, random, warnings
+from collections import deque
 from copy import deepcopy
 from contextlib import contextmanager
 from dataclasses import dataclass
 import numpy as np
 from fastai.basics import *
 from fastai.callback.tracker import TrackerCallback
-import fastai.data.load as _load
 from .checks import check_int, check_number, check_choice, check_type
 from .record import PHASES
 from .report import fmt_time, fmt_pct
@@ -24,48 +24,125 @@ from .learner import *
 __all__ = ['SIDE_EFFECT_CBS', 'RESOURCES', 'preserved', 'AdviceCheck', 'check_advice']
 
 # %% ../nbs/18_advice.ipynb #61dabb05
-def _deepcopy_or_same(v, memo):
-    try: return deepcopy(v, memo)
-    except Exception: return v  # an open file, a logger's handle: kept as it is
-
 def _loaders(learn) -> list:
     dls = getattr(learn, 'dls', None)
     return [dl for dl in getattr(dls, 'loaders', []) if hasattr(dl, '__dict__')]
+
+def _plain(o) -> bool:
+    "True when a deep copy of `o` copies its `__dict__` as it is (a module, or no copy protocol of its own)"
+    if isinstance(o, nn.Module): return True
+    t = type(o)
+    return (getattr(t, '__getstate__', object.__getstate__) is object.__getstate__ and t.__reduce_ex__ is object.__reduce_ex__
+            and t.__reduce__ is object.__reduce__ and not hasattr(t, '__deepcopy__'))
+
+def _put_back(o, c, back):
+    "Give `o` the state of its copy `c`, in place; a reference to a copy in it becomes one to its original (`back`)"
+    if isinstance(o, Tensor):
+        if o.shape == c.shape and o.dtype == c.dtype and (o.is_leaf or not o.requires_grad):
+            with torch.no_grad(): o.copy_(c)
+        return
+    if isinstance(o, np.ndarray):
+        if o.shape == c.shape and o.flags.writeable: o[...] = c
+        return
+    if isinstance(o, random.Random): return o.setstate(c.getstate())
+    if isinstance(o, list): o[:] = [back(x) for x in c]
+    elif isinstance(o, dict): o.clear(); o.update((back(k), back(v)) for k,v in c.items())
+    elif isinstance(o, set): o.clear(); o.update(back(x) for x in c)
+    elif isinstance(o, deque): o.clear(); o.extend(back(x) for x in c)
+    elif isinstance(o, bytearray): o[:] = c
+    if hasattr(o, '__dict__') and hasattr(c, '__dict__') and _plain(o):
+        o.__dict__.clear(); o.__dict__.update((k, back(v)) for k,v in c.__dict__.items())
+
+class _StateCopy:
+    "Deep copies of the state of `dicts` (each object's `__dict__`), to be put back into the same objects; `shared` is never copied"
+    def __init__(self, dicts, shared):
+        self.pairs = [(d, dict(d)) for d in dicts]  # the same objects under the same names
+        for d in dicts:
+            for v in d.values():  # one at a time: what cannot be copied (a file, a lock) is left as it is
+                memo = {id(o):o for o in shared}
+                try: deepcopy(v, memo)
+                except Exception: continue
+                self.pairs += [(o, memo[id(o)]) for o in memo.get(id(memo), []) if memo.get(id(o)) is not o]
+
+    def restore(self):
+        back = {id(c):o for o,c in self.pairs}
+        get = lambda x: back.get(id(x), x)
+        for o,c in self.pairs: _put_back(o, c, get)
+
+def _shared(learn, cbs, metrics) -> list:
+    "The learner's own parts: restored by their own means, never copied"
+    m = learn.model
+    dls = getattr(learn, 'dls', None)
+    out = [learn, m, *m.modules(), *m.parameters(), *m.buffers(), learn.opt, dls, *cbs, *metrics, learn.loss_func]
+    for dl in _loaders(learn): out += [dl, getattr(dl, 'dataset', None)]
+    return [o for o in out if o is not None]
+
+class _LearnerState:
+    "Everything `preserved` puts back, taken on entry"
+    def __init__(self, learn):
+        self.learn,m = learn,learn.model
+        self.d,self.cbs,self.cbs_obj,self.metrics = dict(learn.__dict__),list(learn.cbs),learn.cbs,list(learn.metrics)
+        self.state = _StateCopy([cb.__dict__ for cb in self.cbs] + [mt.__dict__ for mt in self.metrics],
+                                _shared(learn, self.cbs, self.metrics))
+        self.weights = {k:v.detach().clone() for k,v in m.state_dict().items()}
+        self.modes,self.grads = [x.training for x in m.modules()],[p.requires_grad for p in m.parameters()]
+        self.opt = learn.opt
+        self.opt_state = deepcopy(self.opt.state_dict()) if self.opt is not None else None
+        self.frozen_idx = getattr(self.opt, 'frozen_idx', None)
+        self.dls = [(dl, dict(dl.__dict__), dl.rng, dl.rng.getstate() if isinstance(getattr(dl, 'rng', None), random.Random) else None,
+                     dict(dl.fake_l.__dict__) if hasattr(dl, 'fake_l') else None) for dl in _loaders(learn)]
+        self.rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+                     torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+
+    def put_learner(self):
+        learn = self.learn
+        for cb in list(learn.cbs):
+            if cb not in self.cbs: cb.learn = None  # added inside the block
+        learn.__dict__.clear(); learn.__dict__.update(self.d)
+        self.cbs_obj.clear(); self.cbs_obj.extend(self.cbs)  # `learn.cbs`: the same `L`, with the same callbacks
+    def put_callbacks(self):
+        self.state.restore()
+        for cb in self.cbs: cb.learn = self.learn
+    def put_model(self):
+        m = self.learn.model
+        m.load_state_dict(self.weights)
+        for x,t in zip(m.modules(), self.modes): x.training = t
+        for p,g in zip(m.parameters(), self.grads): p.requires_grad_(g)
+    def put_optimizer(self):
+        if self.opt is None: return
+        self.opt.load_state_dict(self.opt_state)
+        if self.frozen_idx is not None: self.opt.frozen_idx = self.frozen_idx
+    def put_loaders(self):
+        for dl,d,rng,rs,fd in self.dls:
+            dl.__dict__.clear(); dl.__dict__.update(d)
+            if rs is not None: rng.setstate(rs)
+            if fd is not None: dl.fake_l.__dict__.clear(); dl.fake_l.__dict__.update(fd)
+    def put_rngs(self):
+        r = self.rngs
+        random.setstate(r[0]); np.random.set_state(r[1]); torch.set_rng_state(r[2])
+        if r[3] is not None: torch.cuda.set_rng_state_all(r[3])
+
+    def restore(self, quiet:bool=False):
+        "Put everything back; what fails is raised after the rest is back (with `quiet`: warned)"
+        errors = []
+        for step in (self.put_learner, self.put_callbacks, self.put_model, self.put_optimizer, self.put_loaders, self.put_rngs):
+            try: step()
+            except Exception as e: errors.append((step.__name__[4:], e))
+        if not errors: return
+        if quiet:
+            for what,e in errors: warnings.warn(f"fastprofile: putting back the learner's {what} failed ({type(e).__name__}: {e})")
+        else: raise errors[0][1]
 
 @contextmanager
 def preserved(learn:Learner):
     "On leaving, however the block ends, put `learn` (model, optimizer, callbacks, Recorder, loaders, RNGs) back as it was"
     check_type('learn', learn, Learner, 'a fastai Learner')  # at `with preserved(learn)`, before anything is saved
-    memo = {id(learn): learn, id(learn.model): learn.model}
-    d0,cbs0 = dict(learn.__dict__),list(learn.cbs)
-    cb_state = [(cb, {k:_deepcopy_or_same(v, memo) for k,v in cb.__dict__.items() if k != 'learn'}) for cb in cbs0]
-    model_state = {k:v.detach().clone() for k,v in learn.model.state_dict().items()}
-    modes = [m.training for m in learn.model.modules()]
-    opt = learn.opt
-    opt_state = deepcopy(opt.state_dict()) if opt is not None else None
-    dls = [(dl, dict(dl.__dict__), dl.rng.getstate() if isinstance(getattr(dl, 'rng', None), random.Random) else None,
-            dict(dl.fake_l.__dict__) if hasattr(dl, 'fake_l') else None) for dl in _loaders(learn)]
-    rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-            torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
-    to_device = _load.to_device
+    state = _LearnerState(learn)
     try: yield learn
-    finally:
-        _load.to_device = to_device
-        for cb in list(learn.cbs):
-            if cb not in cbs0: cb.learn = None
-        learn.__dict__.clear(); learn.__dict__.update(d0)
-        learn.cbs = L(cbs0)
-        for cb,st in cb_state:
-            cb.__dict__.clear(); cb.__dict__.update(st); cb.learn = learn
-        learn.model.load_state_dict(model_state)
-        for m,t in zip(learn.model.modules(), modes): m.training = t
-        if opt is not None: opt.load_state_dict(opt_state)
-        for dl,dd,rs,fd in dls:
-            dl.__dict__.clear(); dl.__dict__.update(dd)
-            if rs is not None: dl.rng.setstate(rs)
-            if fd is not None: dl.fake_l.__dict__.clear(); dl.fake_l.__dict__.update(fd)
-        random.setstate(rngs[0]); np.random.set_state(rngs[1]); torch.set_rng_state(rngs[2])
-        if rngs[3] is not None: torch.cuda.set_rng_state_all(rngs[3])
+    except BaseException:
+        state.restore(quiet=True)  # the exception that ended the block goes on up, unchanged
+        raise
+    state.restore()
 
 # %% ../nbs/18_advice.ipynb #bc8cf0b6
 # Callbacks that save, log or stop a run: `check_advice`'s short windows run without them

@@ -8,12 +8,14 @@ Docs: https://fastprofile.github.io/fastprofile/breakdown.html.md"""
 from __future__ import annotations
 import math, time
 from collections import defaultdict
-import numpy as np, pandas as pd
+import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events, _inner_loop
 import fastai.data.load as _load
+from fasttransform import Pipeline
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, starts_a_fit
 from .checks import check_bool
+from .prefetch import StagedLoader
 from .stats import StreamingStats
 from .report import fmt_time
 
@@ -21,33 +23,82 @@ from .report import fmt_time
 __all__ = ['TimedPipeline', 'draw_clock', 'BreakdownCallback', 'Breakdown']
 
 # %% ../nbs/08_breakdown.ipynb #ff177fe6
-class TimedPipeline:
-    "Run the transforms of a fasttransform `Pipeline` in order, as `Pipeline.__call__` does, timing each into `sink`"
+_SWITCHED = ('after_batch','_device')  # what `TimedPipeline.on` changes on a loader's instance
+
+def _same(o): return o
+
+class TimedPipeline(Pipeline):
+    "A loader's `after_batch` preceded by its copy to the device, as in `DataLoader.__iter__`, timing each step into `sink`"
     def __init__(self,
-        pipe, # The loader's `after_batch` pipeline
-        sink, # Called as `sink(name, start, end)` after each transform
-        clock=time.perf_counter, # Wall clock, in seconds
-        owner=None, # The breakdown that installed it: once it is inactive or removed, the pipeline runs untimed
+        pipe, # The loader's `after_batch`: a fasttransform `Pipeline` (each transform timed) or any callable (run untimed)
+        sink, # Called as `sink(name, start, end)` after each step: 'copy', then each transform
+        clock=time.perf_counter, # Wall clock, in seconds (`draw_clock` for a loader on a GPU)
+        device=None, # Copy each batch to this device first: the loader's `device`, whose own copy `on()` switches off
+        loader=None, # The fastai `DataLoader` whose `after_batch` this is; None for a pipeline used on its own
     ):
-        self.pipe,self.sink,self.clock,self.owner = pipe,sink,clock,owner
-        fs = list(getattr(pipe, 'fs', []))
-        names = [type(f).__name__ for f in fs]
-        # Two transforms of one class get numbered names: `Normalize`, `Normalize#2`
-        self.names = [n if names[:i].count(n)==0 else f'{n}#{names[:i].count(n)+1}' for i,n in enumerate(names)]
+        self.pipe,self.sink,self.clock,self.device,self.loader = pipe,sink,clock,device,loader
+        self._split,self._saved,self._key,self._names = None,None,None,[]
+
+    # A `Pipeline` to fastai: `TfmdDL.before_iter` sets `split_idx` on the loader's pipelines (train-only
+    # transforms need it), and `dl.new()` takes its transforms; both reach the wrapped pipeline.
+    @property
+    def fs(self): return self.pipe.fs if isinstance(self.pipe, Pipeline) else L()
+    @fs.setter
+    def fs(self, v): self.pipe.fs = v
+    @property
+    def split_idx(self): return self.pipe.split_idx if isinstance(self.pipe, Pipeline) else self._split
+    @split_idx.setter
+    def split_idx(self, v):
+        if isinstance(self.pipe, Pipeline): self.pipe.split_idx = v
+        else: self._split = v
+    def __getattr__(self, k):
+        if k.startswith('__') or k in ('pipe','sink','clock','device','loader','_split','_saved','_key','_names'): raise AttributeError(k)
+        return getattr(self.pipe, k)
+    def __reduce__(self): return (_same, (self.pipe,))  # pickled (a loader sent to a worker): the wrapped pipeline
+    def __repr__(self): return f"Timed{self.pipe!r}" if isinstance(self.pipe, Pipeline) else f"TimedPipeline({self.pipe!r})"
+
+    @property
+    def names(self) -> list:
+        "A name per transform: its class, numbered when a class comes again (`Normalize`, `Normalize#2`)"
+        fs = self.fs
+        if self._key != (id(fs), len(fs)):
+            ns = [type(f).__name__ for f in fs]
+            self._names,self._key = [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)],(id(fs), len(fs))
+        return self._names
+
+    def on(self):
+        "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
+        if self.loader is None or self._saved is not None: return
+        d = self.loader.__dict__
+        self._saved = {k:d[k] for k in _SWITCHED if k in d}
+        d['after_batch'] = self
+        if self.device is not None: d['_device'] = None
+
+    def off(self):
+        "Put the loader's `after_batch` and copy back as they were"
+        saved,self._saved = self._saved,None
+        if saved is None: return
+        d = self.loader.__dict__
+        for k in _SWITCHED:
+            if k in saved: d[k] = saved[k]
+            else: d.pop(k, None)
 
     def __call__(self, o):
-        own = self.owner
-        if own is not None and (not getattr(own, 'active', False) or own.learn is None): return self.pipe(o)
-        split_idx = getattr(self.pipe, 'split_idx', None)
-        for name,f in zip(self.names, self.pipe.fs):
-            t0 = self.clock()
-            o = f(o, split_idx=split_idx)
-            self.sink(name, t0, self.clock())
-        return o
-
-    def __getattr__(self, k):
-        if k in ('pipe','sink','clock','names','owner'): raise AttributeError(k)
-        return getattr(self.pipe, k)
+        "Copy `o` to the device (unless the loader copied it), then run each transform as `Pipeline.__call__` does"
+        try:
+            clock,sink = self.clock,self.sink
+            if self.device is not None and (self.loader is None or self.loader.device is None):
+                t0 = clock()
+                o = _load.to_device(o, self.device)  # what `DataLoader.__iter__` calls
+                sink('copy', t0, clock())
+            if not isinstance(self.pipe, Pipeline): return self.pipe(o)
+            split_idx = self.pipe.split_idx
+            for name,f in zip(self.names, self.pipe.fs):
+                t0 = clock()
+                o = f(o, split_idx=split_idx)
+                sink(name, t0, clock())
+            return o
+        finally: self.off()
 
 # %% ../nbs/08_breakdown.ipynb #8e2e2869
 def draw_clock(device=None):
@@ -58,39 +109,21 @@ def draw_clock(device=None):
     synced.__wrapped__ = time.perf_counter
     return synced
 
-_orig_to_device = _load.to_device
-_active = []  # breakdowns timing the copy, most recent last
-
-def _timed_to_device(b, device=None, non_blocking=False):
-    "fastai's `to_device`, timed into the active breakdown"
-    if not _active: return _orig_to_device(b, device, non_blocking=non_blocking)
-    bd,clock = _active[-1],draw_clock(device)
-    if not getattr(bd, 'active', False) or bd.learn is None: return _orig_to_device(b, device, non_blocking=non_blocking)
-    t0 = clock()
-    try: return _orig_to_device(b, device, non_blocking=non_blocking)
-    finally: bd._draw_part('copy', t0, clock())
-
-def _install_copy_timer(bd):
-    _active.append(bd)
-    _load.to_device = _timed_to_device
-
-def _remove_copy_timer(bd):
-    "Stop timing the copy into `bd`, and into breakdowns no longer on a learner (left by a crash)"
-    _active[:] = [b for b in _active if b is not bd and getattr(b, 'learn', None) is not None]
-    if not _active: _load.to_device = _orig_to_device
-
 # %% ../nbs/08_breakdown.ipynb #fbcf9681
 def _phase(learn, event):
     "`train`/`valid` for events of the batch loop, `fit` for the rest"
     if event in _inner_loop: return 'train' if getattr(learn, 'training', False) else 'valid'
     return 'fit'
 
-def _loader(dl):
-    "The fastai `DataLoader` under wrappers such as `StagedLoader` or `DistributedDL` (or None)"
+def _loaders(dl) -> list:
+    "The fastai `DataLoader`s under `dl`, outermost first (through wrappers such as `DistributedDL`); none when `CudaPrefetchCallback` stages its batches"
+    out = []
     for _ in range(8):
-        if isinstance(dl, _load.DataLoader): return dl
+        if isinstance(dl, StagedLoader): return []
+        if isinstance(dl, _load.DataLoader): out.append(dl)
         dl = getattr(dl, '__dict__', {}).get('dl', None)
-    return None
+        if dl is None: break
+    return out
 
 class BreakdownCallback(Callback):
     "Split `draw` into loader wait, device copy and each batch transform; time every callback and metric per event"
@@ -103,7 +136,7 @@ class BreakdownCallback(Callback):
     ):
         check_bool('callbacks', callbacks); check_bool('draw', draw)
         store_attr()
-        self._wrapped,self._pipes,self.active,self._contexts = [],[],False,[]
+        self._wrapped,self._phases,self.active,self._contexts,self._draw_start = [],[],False,[],None
         self.result = Breakdown()  # what every fit this callback sees adds up to
 
     # ---- set up and tear down ----
@@ -116,7 +149,6 @@ class BreakdownCallback(Callback):
         self.active = True
         self._stack,self._draw_start,self._parts = [],None,{}
         if self.callbacks: self._wrap_callbacks()
-        if self.draw: _install_copy_timer(self)
 
     def _wrap_callbacks(self):
         "Shadow each callback's event methods and each metric's `accumulate` with timed wrappers"
@@ -148,37 +180,36 @@ class BreakdownCallback(Callback):
         self._wrapped.append((obj, attr))
 
     def restore(self):
-        "Take off every wrapper and timer this callback installed (also after a fit that ended by an exception)"
+        "Take off every wrapper and stand-in this callback installed (also after a fit that ended by an exception)"
         self._unwrap_all()
         self.active,self._contexts = False,[]
 
     def _unwrap_all(self):
         for obj,attr in self._wrapped: obj.__dict__.pop(attr, None)
         self._wrapped = []
-        self._restore_pipes()
-        _remove_copy_timer(self)
+        while self._phases: self._end_phase()
 
-    def _wrap_pipe(self):
-        "Time each transform of the loader's `after_batch` for this phase"
-        if not (self.active and self.draw): return
-        dl = _loader(self.learn.dl)
-        if dl is None or not hasattr(dl, 'fs') and not hasattr(getattr(dl, 'after_batch', None), 'fs'): return
-        d = dl.__dict__
-        if isinstance(d.get('after_batch'), TimedPipeline): return
-        self._pipes.append((dl, 'after_batch' in d, d.get('after_batch')))
-        dl.__dict__['after_batch'] = TimedPipeline(dl.after_batch, self._draw_part, owner=self,
-                                                   clock=draw_clock(getattr(dl, 'device', None)))
+    # ---- the phases: one `TimedPipeline` per fastai loader of the phase, on for each draw ----
+    def _pipelines(self) -> list:
+        "A `TimedPipeline` for each fastai loader of this phase; the outermost does the copy to the device"
+        out = []
+        for i,dl in enumerate(_loaders(self.learn.dl)):
+            ab,dev = dl.after_batch,(dl.device if i == 0 else None)
+            if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
+            out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dl.device), device=dev, loader=dl))
+        return out
 
-    def _restore_pipes(self):
-        for dl,had,old in reversed(self._pipes):
-            if had: dl.__dict__['after_batch'] = old
-            else: dl.__dict__.pop('after_batch', None)
-        self._pipes = []
+    def _start_phase(self):
+        if self.active and self.draw: self._phases.append(self._pipelines())
+    def _end_phase(self):
+        "Put the loaders of the innermost phase back (a `validate()` inside a training batch is a phase inside a phase)"
+        if not self._phases: return
+        for tp in self._phases.pop(): tp.off()
 
-    def before_train(self): self._wrap_pipe()
-    def before_validate(self): self._wrap_pipe()
-    def after_train(self): self._restore_pipes()
-    def after_validate(self): self._restore_pipes()
+    def before_train(self): self._start_phase()
+    def before_validate(self): self._start_phase()
+    def after_train(self): self._end_phase()
+    def after_validate(self): self._end_phase()
     def after_fit(self):
         "Restore everything at the end of a fit this callback timed"
         if not (self._contexts and self._contexts.pop()): return
@@ -187,16 +218,21 @@ class BreakdownCallback(Callback):
 
     # ---- the draw split ----
     def before_draw(self):
-        if self.active and self.draw: self._draw_start,self._parts,self._first = time.perf_counter(),{},None
+        if not (self.active and self.draw): return
+        if self._phases:
+            for tp in self._phases[-1]: tp.on()
+        self._draw_start,self._parts,self._first = time.perf_counter(),{},None
 
     def _draw_part(self, name, t0, t1):
-        "Called by the copy and transform timers: add `t1-t0` to this batch's `name`"
+        "Called by the timed pipelines: add `t1-t0` to this batch's `name`"
         if self._draw_start is None: return
         if self._first is None: self._first = t0
         self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
 
     def before_batch(self):
         if not self.active: return
+        if self._phases:  # a pipeline that did not run (the loader's `after_batch` was not called) comes off here
+            for tp in self._phases[-1]: tp.off()
         self.result._count_batch('train' if self.training else 'valid')
         if not self.draw or self._draw_start is None: return
         now = time.perf_counter()
@@ -205,10 +241,12 @@ class BreakdownCallback(Callback):
         self._draw_start = None
 
 # %% ../nbs/08_breakdown.ipynb #dfe43dd1
+def _part_stats(): return defaultdict(StreamingStats)  # a module-level function: a `Breakdown` pickles
+
 class Breakdown:
     "What a `BreakdownCallback` measured: per-batch draw parts and the cost of each callback at each event"
     def __init__(self):
-        self.draw = defaultdict(lambda: defaultdict(StreamingStats))  # phase -> part -> per-batch seconds
+        self.draw = defaultdict(_part_stats)  # phase -> part -> per-batch seconds
         self.costs = {}  # (phase, name, event) -> [total seconds, calls]
         self.batches = defaultdict(int)  # phase -> batches seen
 

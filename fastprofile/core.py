@@ -68,7 +68,7 @@ class Facts:
     batch_size:int|None=None # Batch size of the training loader
     staging:dict=field(default_factory=dict) # phase -> `Staging`, when `CudaPrefetchCallback` was active
     prefetch:bool=False # `CudaPrefetchCallback` was active
-    breakdown:object=None # A `Breakdown` of the same call (`learn.profile_breakdown()`), if any
+    breakdown:object=None # A `Breakdown` of the same call (`learn.profile(breakdown=True)`), if any
     extra:dict=field(default_factory=dict) # Anything else a section needs (e.g. efficiency numbers)
 
     @property

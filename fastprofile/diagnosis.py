@@ -209,8 +209,8 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
             change = dict(kind='remove_callback', name=name) if name not in CORE_CBS else None
         cand('callbacks', knob, total_step(main_fn=lambda p,d: d['main'] - min(cost_p[p], d['callbacks'])), 'model', change)
     else:
-        cand('callbacks', "a callback or metric inside the batch: profile with `learn.profile(breakdown=True)` "
-             "to the next profiled call to name it.", total_step(main_fn=lambda p,d: d['main'] - d['callbacks']), 'bound')
+        cand('callbacks', "a callback or metric inside the batch: profile again with `learn.profile(breakdown=True)` "
+             "to name it.", total_step(main_fn=lambda p,d: d['main'] - d['callbacks']), 'bound')
     # outside the batches: fit-level, not in the loop model
     cands.append(dict(resource='outside', share=shares['outside'], kind='bound', change=None,
                       knob="epoch-level callbacks (`SaveModelCallback`, logging), validation set-up, and with workers their "

@@ -4,9 +4,9 @@ import pytest, torch
 from torch import nn
 from fastai.basics import *
 from fastai.data.core import TfmdDL
-from fastprofile.callback import *
-from fastprofile.diagnosis import diagnose, check_advice, Diagnosis, diagnosis_hook
-from fastprofile.breakdown import BreakdownCallback
+from fastprofile.learner import *
+from fastprofile.diagnosis import diagnose, Diagnosis, diagnosis_section
+from fastprofile.advice import check_advice
 
 class SleepyDS(torch.utils.data.Dataset):
     "A regression dataset whose items take `item_sleep` seconds each to load"
@@ -51,9 +51,8 @@ def make_learner(n_train=24, n_valid=8, bs=8, item_sleep=0., fwd_sleep=.001, ste
     return Learner(dls, SleepyModel(fwd_sleep), loss_func=MSELossFlat(), opt_func=opt, lr=1e-2, cbs=cbs, metrics=metrics)
 
 def profiled(learn, breakdown=False):
-    if breakdown: learn.profile_breakdown()
-    learn.profile(show_report=False, logger_callback=None).fit(1)
-    return learn.simple_profile_report.diagnosis
+    learn.profile(breakdown=breakdown, show_report=False, logger_callback=None).fit(1)
+    return learn.simple_profile.section('Diagnosis')
 
 # ---- verdicts ----
 def test_slow_loader_is_input_bound():
@@ -75,22 +74,21 @@ def test_slow_loader_is_input_bound_with_prefetch_too():
     assert staged[1] == 24 and staged[0] > 23*8*.001  # batches 2..24 drawn inside the one before, then the loader end
     rep = learn.simple_profile_report.plain()
     assert "shows in the batch's `other`" in rep
-    kept = dict(learn.simple_profile_record.prefetch['staging'])
+    kept = dict(learn.simple_profile.facts.staging)
     learn.validate()                                   # stages more batches: the fit's report keeps the fit's numbers
-    assert learn.cuda_prefetch.staging['valid'][1] > kept['valid'][1]
-    assert learn.simple_profile_record.prefetch['staging'] == kept and kept['train'] == tuple(staged)
+    assert learn.cuda_prefetch.staging['valid'][1] > kept['valid'].batches
+    assert learn.simple_profile.facts.staging == kept and kept['train'] == tuple(staged)
     assert diagnose(learn).verdict == 'input'
 
 def test_gpu_bound_is_compute_not_callbacks():
     "On a GPU the host waits for queued work where it syncs (the batch's `other`): the GPU spans say it is compute"
-    from fastprofile.record import FakeClock
-    from fastprofile.gpu_timing import GpuProfileRecord, FakeStream, FakeEvent, drive_gpu_batches
+    from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
+    from fastprofile.gpu_timing import GpuProfileRecord
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=4)
-    rec.timing = 'events'
-    rec.start_fit(); rec.start_epoch(0)
+    rec.start_stage(); rec.start_epoch(0)
     drive_gpu_batches(rec, clock, fs, n=40, host=.0003)  # 0.3 ms launches per phase; 20+1+30 ms of GPU compute, 5.5 ms optimizer
-    rec.end_epoch(); rec.end_fit()
+    rec.end_epoch(); rec.end_stage(); rec.close()
     assert rec.stats[('train','batch_other')].mean > .040       # the wall clock alone puts the GPU time in `other`
     d = diagnose(rec)
     assert d.verdict == 'compute', d
@@ -114,7 +112,7 @@ def test_slow_callback_named_with_breakdown():
 
 def test_slow_callback_without_breakdown_asks_for_one():
     d = profiled(make_learner(cbs=SleepyCallback(.008)))
-    assert d.verdict == 'callbacks' and 'profile_breakdown()' in d.knob and d.change is None
+    assert d.verdict == 'callbacks' and 'learn.profile(breakdown=True)' in d.knob and d.change is None
     assert 'not split' in d.basis
 
 def test_slow_metric_named():
@@ -130,7 +128,8 @@ def test_report_section_and_diagnose_agree():
     assert 'Diagnosis:' in txt and 'Bound by: model compute' in txt
     d2 = diagnose(learn)
     assert d2.verdict == d.verdict and math.isclose(d2.predicted_speedup, d.predicted_speedup)
-    assert diagnosis_hook in REPORT_HOOKS
+    assert learn.simple_profile.section('Diagnosis') is d  # the report's section is the Diagnosis itself
+    assert diagnosis_section in SECTIONS
 
 # ---- the advice, measured ----
 @pytest.mark.parametrize('attempt', [0])
@@ -157,7 +156,7 @@ def test_check_advice_without_automatic_change():
     learn = make_learner(fwd_sleep=.006)
     chk = check_advice(learn, n_batches=6)
     assert chk.change is None and 'No automatic change' in repr(chk)
-    with pytest.raises(ValueError, match="valid resources are"): check_advice(learn, n_batches=4, resource='gpu')
+    with pytest.raises(ValueError, match="`resource` must be one of"): check_advice(learn, n_batches=4, resource='gpu')
     with pytest.raises(ValueError, match="n_batches"): check_advice(learn, n_batches=1)
 
 def test_check_advice_for_another_resource():
@@ -176,65 +175,5 @@ def _best_of(f, tries=2):
     return chk
 
 
-def test_breakdown_leftovers_after_interrupt_are_inert():
-    "After a KeyboardInterrupt (no after_fit), the breakdown's wrappers time nothing and change nothing once it is removed"
-    from fastai.test_utils import synth_learner
-    class Stop(Callback):
-        def after_pred(self):
-            if self.training and self.iter == 2: raise KeyboardInterrupt
-    learn = synth_learner(n_trn=6, n_val=2, cbs=Stop())
-    learn.profile_breakdown()
-    with pytest.raises(KeyboardInterrupt): learn.fit(1)
-    bd = learn.breakdown
-    learn.remove_cbs([Stop, bd])
-    n = bd.result.batches['train']
-    learn.fit(1)                       # untimed: the left-over wrappers pass straight through
-    assert bd.result.batches['train'] == n
-
-def test_breakdown_survives_nested_validate():
-    "A callback that calls learn.validate() mid-fit does not end the breakdown of the outer fit"
-    from fastai.test_utils import synth_learner
-    class Val(Callback):
-        order = 70
-        def before_fit(self): self.done = getattr(self, 'done', False)
-        def after_epoch(self):
-            if self.epoch == 0 and not self.done:  # validate() fires after_epoch too: once only
-                self.done = True
-                self.learn.validate()
-    learn = synth_learner(n_trn=5, n_val=2, cbs=Val())
-    learn.profile_breakdown()
-    learn.fit(3)
-    assert learn.simple_profile_breakdown.batches['train'] == 3*5
-
-
-def test_check_advice_leaves_the_learner_as_it_was(tmp_path):
-    "Callbacks (the user's profiler pair included), Recorder history and RNG are restored; saving callbacks sit the windows out"
-    from fastai.test_utils import synth_learner
-    from fastai.callback.tracker import SaveModelCallback
-    learn = synth_learner(n_trn=6, n_val=2, path=tmp_path)
-    learn.fit(2)
-    learn.profile(show_report=False, logger_callback=None)
-    learn.add_cb(SaveModelCallback())
-    cbs = [type(cb).__name__ for cb in learn.cbs]
-    losses,values = list(learn.recorder.losses),[list(v) for v in learn.recorder.values]
-    torch.manual_seed(5); state = torch.get_rng_state()
-    check_advice(learn, n_batches=3)
-    assert [type(cb).__name__ for cb in learn.cbs] == cbs
-    assert list(learn.recorder.losses) == losses and [list(v) for v in learn.recorder.values] == values
-    assert torch.equal(torch.get_rng_state(), state)
-    assert not (tmp_path/'models').exists()     # SaveModelCallback did not run in the windows
-
-
-def test_breakdown_times_gpu_loaders_with_a_synchronizing_clock():
-    "A loader on a CUDA device gets its transforms timed after a synchronize (their GPU work in full); a CPU one does not"
-    from fastprofile.breakdown import TimedPipeline
-    learn = make_learner(cbs=BreakdownCallback())
-    bd = learn.cbs.filter(lambda c: isinstance(c, BreakdownCallback))[0]
-    bd.active,learn.dl = True,learn.dls.train
-    bd._wrap_pipe()
-    assert isinstance(learn.dl.after_batch, TimedPipeline) and learn.dl.after_batch.clock is time.perf_counter
-    bd._restore_pipes()
-    learn.dls.train.device = torch.device('cuda')        # set only: nothing runs on it
-    bd._wrap_pipe()
-    assert getattr(learn.dl.after_batch.clock, '__wrapped__', None) is time.perf_counter
-    bd._restore_pipes(); bd.active = False
+# The breakdown's own tests (left-overs after an interrupt, a nested `validate()`, the synchronizing clock for a
+# GPU loader) are in test_breakdown.py; check_advice leaving the learner as it was is in test_advice.py.
