@@ -16,6 +16,7 @@ from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_
 from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
 from .diagnosis import diagnosis_section
+from .efficiency import EfficiencyCallback, efficiency_section, efficiency_summary
 from .distributed import rank_gather, distributed_section
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
@@ -25,7 +26,7 @@ __all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'training_meth
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
-SECTIONS = [diagnosis_section, distributed_section]
+SECTIONS = [diagnosis_section, efficiency_section, distributed_section]
 
 class _Default(str):
     "A default argument value, told apart from the same value passed explicitly"
@@ -77,8 +78,9 @@ class _ProfiledMethod:
 
 class ProfileSession:
     "`Learner.profile`'s hold on one learner: the pair and its `Profile` for the next training call, taken off however it ends"
-    def __init__(self, learn, profile:Profile, cbs, breakdown:BreakdownCallback|None=None):
+    def __init__(self, learn, profile:Profile, cbs, breakdown:BreakdownCallback|None=None, efficiency:EfficiencyCallback|None=None):
         self.learn,self.profile,self.cbs,self.breakdown,self.depth = learn,profile,list(cbs),breakdown,0
+        self.efficiency = efficiency
         profile.facts,profile.publish = self.facts,self.publish
 
     @staticmethod
@@ -97,6 +99,7 @@ class ProfileSession:
         for n in [n for n,v in d.items() if isinstance(v, _ProfiledMethod) and v.session is self]: del d[n]
         self.learn.remove_cbs([cb for cb in self.cbs if cb in self.learn.cbs])
         if self.breakdown is not None: self.breakdown.restore()  # a fit ended by an exception never reached its `after_fit`
+        if self.efficiency is not None: self.efficiency.restore()
 
     def call(self, name, *args, **kwargs):
         "Run the learner's own `name`; the outermost call is the profiled call"
@@ -116,7 +119,8 @@ class ProfileSession:
         finally: self.disarm()
 
     def facts(self) -> Facts:
-        return learner_facts(self.learn, getattr(self, 'staging0', None), None if self.breakdown is None else self.breakdown.result)
+        f = learner_facts(self.learn, getattr(self, 'staging0', None), None if self.breakdown is None else self.breakdown.result)
+        return f if self.efficiency is None else self.efficiency.add_facts(f)
 
     def publish(self, result:ProfileResult): self.learn.__dict__['simple_profile'] = result
 
@@ -130,16 +134,19 @@ def profile(self:Learner,
     breakdown:bool=False, # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`)
     rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
     gather_timeout:float=30., # Under DDP, seconds rank 0 waits at the end for the other ranks' profiles
+    efficiency:bool=True, # Count FLOPs per sample on the warm-up batch, FLOP/s, MFU, peak memory (`EfficiencyCallback`)
+    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.efficiency.PEAK_FLOPS`, GPUs only)
     **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     bad = [k for k in kwargs if k not in _OPTION_NAMES]
     if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
-                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout'] + _OPTION_NAMES)}")
+                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops'] + _OPTION_NAMES)}")
     opts = ProfileOptions(**kwargs)
     check_type('csv_name', csv_name, (str, Path), 'a file name (str or Path)')
     if str(csv_name) in ('', '.'): raise ValueError(f"`csv_name` must be a non-empty file name, got {csv_name!r}")
-    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv)
+    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv); check_bool('efficiency', efficiency)
+    if peak_flops is not None: check_number('peak_flops', peak_flops, 0, lo_open=True)
     gather_timeout = check_number('gather_timeout', gather_timeout, 0, lo_open=True)
     resolve_timing(opts.timing, train_device(self))  # 'events'/'sync' on a CPU learner: refused now, not at fit start
     sink = logger_sink(self, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
@@ -149,7 +156,8 @@ def profile(self:Learner,
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS,
                    gather=rank_gather(csv_path if rank_csv else None, gather_timeout), csv_path=csv_path)
     bd = BreakdownCallback() if breakdown else None
-    ProfileSession(self, prof, [SimpleProfilerCallback(prof), SimpleProfilerPostCallback(prof)] + ([bd] if bd else []), bd).arm()
+    eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
+    ProfileSession(self, prof, [SimpleProfilerCallback(prof), SimpleProfilerPostCallback(prof)] + [c for c in (bd, eff) if c], bd, eff).arm()
     return self
 
 # %% ../nbs/17_learner.ipynb #c9daebfc
@@ -186,3 +194,8 @@ def simple_profile_breakdown(self:Learner):
     "The `Breakdown` of the last profiled call (`learn.profile(breakdown=True)`), or None"
     f = _result(self).facts
     return None if f is None else f.breakdown
+
+@patch(as_prop=True)
+def simple_profile_efficiency(self:Learner) -> dict:
+    "FLOPs per sample, the training step's FLOP/s, peak FLOP/s, MFU and peak memory of the last profiled call (`efficiency_summary`)"
+    return efficiency_summary(_result(self))
