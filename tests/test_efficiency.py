@@ -271,6 +271,43 @@ def test_cancelled_first_batch_counts_the_next_warmup():
     assert e['forward_flops_per_sample'] == FWD and e['backward_flops_per_sample'] == BWD
     no_leftovers(learn)
 
+def _dynamo_frames():
+    from torch._dynamo.utils import counters
+    return counters['frames']['ok']
+
+def test_compiled_model_counted_after_it_compiled():
+    "A compiled model compiles in the first epoch's warm-up batch as usual, and is counted in the second epoch's"
+    torch._dynamo.reset()
+    compiled_in = {}
+    class Probe(Callback):
+        order = -2000  # around everything else in the batch
+        def before_batch(self): self.f0 = _dynamo_frames()
+        def after_batch(self):
+            if _dynamo_frames() > self.f0: compiled_in[(self.epoch, self.training, self.iter)] = True
+    learn = learner(n=256, model=torch.compile(mlp(), backend='eager'), cbs=Probe())  # full batches: no recompile for a shape
+    profiled(learn).fit(2)
+    # it compiled, in the warm-up batches of the first epoch (training, then evaluation mode), not in the statistics
+    assert set(compiled_in) == {(0, True, 0), (0, False, 0)}, compiled_in
+    e = learn.simple_profile_efficiency
+    assert e['forward_flops_per_sample'] == FWD and e['backward_flops_per_sample'] == BWD and e['predict_flops_per_sample'] == FWD
+    learn = learner(n=160, model=torch.compile(mlp(), backend='eager'))
+    profiled(learn).fit(1)
+    assert 'the model is compiled' in learn.simple_profile_efficiency['flops_note']
+    no_leftovers(learn)
+
+def test_compiled_function_inside_the_model_still_compiles():
+    "An undetectable compiled function inside forward: the counted batch runs it eagerly, it compiles at its next call"
+    torch._dynamo.reset()
+    @torch.compile(backend='eager')
+    def act(x): return torch.relu(x)*2
+    class Act(nn.Module):
+        def forward(self, x): return act(x)
+    learn = learner(n=160, model=mlp(extra=[Act()]))
+    before = _dynamo_frames()
+    profiled(learn).fit(1)
+    assert _dynamo_frames() > before
+    assert learn.simple_profile_efficiency['forward_flops_per_sample'] == FWD
+
 def test_hand_added_and_pickled():
     cb = EfficiencyCallback()
     learn = learner(cbs=cb)
