@@ -79,6 +79,7 @@ def counted_batch_cost(reps:int, device='cpu') -> list:
     from fastprofile.efficiency import FlopCount, prepare_flop_counter
     prepare_flop_counter()
     sync = torch.cuda.synchronize if device != 'cpu' else (lambda: None)
+    clock = time.perf_counter if device != 'cpu' else time.process_time
     lt,rows = lightning_throughput(),[]
     for name,model,x,y in models(device):
         loss_fn = nn.MSELoss()
@@ -91,15 +92,16 @@ def counted_batch_cost(reps:int, device='cpu') -> list:
             model.zero_grad(set_to_none=True)
             return f,b
         for _ in range(3): step(); counted()
-        plain,cnt = [],[]
-        for _ in range(reps):
-            for f,acc in ((step, plain), (counted, cnt)):
-                sync(); t0 = time.perf_counter(); r = f(); sync(); acc.append(time.perf_counter() - t0)
+        plain,cnt,diff = [],[],[]
+        for _ in range(reps):  # pairs, each way round in turn; CPU time of this process (what it costs, not what others cost it)
+            t = {}
+            for f in ((step, counted) if len(plain) % 2 else (counted, step)):
+                sync(); t0 = clock(); r = f(); sync(); t[f] = clock() - t0
                 if f is counted: fwd,bwd = r
+            plain.append(t[step]); cnt.append(t[counted]); diff.append(t[counted] - t[step])
         ops = count_ops(step)
-        row = dict(model=name, plain_ms=1e3*median(plain), counted_ms=1e3*median(cnt), ops=ops,
-                   spread_ms=1e3*(iqr(plain) + iqr(cnt)), fwd=fwd/len(x), bwd=bwd/len(x))
-        row['extra_ms'] = row['counted_ms'] - row['plain_ms']
+        row = dict(model=name, plain_ms=1e3*median(plain), counted_ms=1e3*median(cnt), ops=ops, extra_ms=1e3*median(diff),
+                   spread_ms=1e3*iqr(diff), fwd=fwd/len(x), bwd=bwd/len(x))
         if lt is not None:
             row['lt_fwd'] = lt.measure_flops(model, lambda: model(x))/len(x)
             row['lt_fwd_bwd'] = lt.measure_flops(model, lambda: model(x), lambda o: loss_fn(o, y))/len(x)
@@ -116,7 +118,7 @@ def profiled_fit(trials:int) -> dict:
     import fastprofile.learner  # noqa: F401  (patches Learner.profile)
     out = {True: {'warmup': [], 'batch': [], 'forward': [], 'fit': []}, False: {'warmup': [], 'batch': [], 'forward': [], 'fit': []}}
     for t in range(trials + 1):
-        for eff in (False, True):
+        for eff in ((False, True) if t % 2 else (True, False)):
             learn = mlp_learner(n_batches=200, bs=64)
             learn.profile(logger_callback=None, show_report=False, efficiency=eff).fit(1, 1e-3)
             if t == 0: continue  # warm-up round
@@ -131,7 +133,7 @@ def profiled_fit(trials:int) -> dict:
 
 # ---------------------------------------------------------------- 4. the idle callback per batch
 
-def idle_dispatch_cost(n:int=2000, rounds:int=7) -> dict:
+def idle_dispatch_cost(n:int=200, rounds:int=60) -> dict:
     "µs per training batch that an idle `EfficiencyCallback` (after its warm-up work) adds through fastai's dispatch"
     from fastai.basics import Learner, Callback, L
     from fastprofile.callback import TIMED_EVENTS
@@ -147,17 +149,18 @@ def idle_dispatch_cost(n:int=2000, rounds:int=7) -> dict:
     events = ['before_batch','after_pred','after_loss','before_backward','after_backward','before_step','after_step','after_batch']
     def run(cbs):
         ns = types.SimpleNamespace(cbs=L(cbs))
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(n):
             for e in events: call(ns, e)
-        return (time.perf_counter() - t0)/n
-    res = {'none': [], 'idle EfficiencyCallback': [], 'fastai Callback, no method': []}
-    for _ in range(rounds):
-        res['none'].append(run(others))
-        res['idle EfficiencyCallback'].append(run(others + [idle]))
-        res['fastai Callback, no method'].append(run(others + [plain]))
-    base = min(res['none'])
-    return {k: 1e6*(min(v) - base) for k,v in res.items() if k != 'none'} | {'base_us': 1e6*base}
+        return (time.process_time() - t0)/n
+    variants = {'none': others, 'idle EfficiencyCallback': others + [idle], 'fastai Callback, no method': others + [plain]}
+    res = {k: [] for k in variants}
+    for r in range(rounds):  # short chunks, the order rotated each round; differences taken within a round
+        ks = list(variants)[r % 3:] + list(variants)[:r % 3]
+        got = {k: run(variants[k]) for k in ks}
+        for k in variants: res[k].append(got[k] - got['none'] if k != 'none' else got[k])
+    return {k: 1e6*median(v) for k,v in res.items() if k != 'none'} | {'base_us': 1e6*median(res['none']),
+            'spread_us': 1e6*iqr(res['idle EfficiencyCallback'])}
 
 # ---------------------------------------------------------------- 5. memory reads
 
@@ -234,31 +237,38 @@ def tables(d:dict) -> str:
           f"`prepare_flop_counter()` in {len(s)} fresh processes: median {median(s):.2f} s (min {min(s):.2f}, max {max(s):.2f}). "
           "It is the first dispatch of any `TorchDispatchMode`, which imports `torch._dynamo`; later calls cost nothing. "
           "It is paid before the fit and is not in the report's table.", '']
-    hdr = ['model', 'step, uncounted (ms)', 'step, counted (ms)', 'counting adds (ms)', 'aten ops in the step',
-           'µs per op', 'noise (IQR sum, ms)', 'forward FLOPs/sample', 'backward FLOPs/sample',
+    hdr = ['model', 'step, uncounted (ms)', 'step, counted (ms)', 'counting adds (ms, median of pairs)', 'IQR of the pairs (ms)',
+           'aten ops in the step', 'µs per op', 'forward FLOPs/sample', 'backward FLOPs/sample',
            'Lightning `measure_flops` fwd / fwd+bwd per sample']
     rows = []
     for r in d['counting']:
         lt = (f"{r['lt_fwd']:,.0f} / {r['lt_fwd_bwd']:,.0f}" + (' (same)' if r['lt_fwd'] == r['fwd'] and r['lt_fwd_bwd'] == r['fwd'] + r['bwd'] else ' (DIFFERENT)')
               if 'lt_fwd' in r else '—')
-        rows.append([r['model'], fmt(r['plain_ms'], '.2f'), fmt(r['counted_ms'], '.2f'), fmt(r['extra_ms'], '+.2f'), r['ops'],
-                     fmt(1e3*r['extra_ms']/r['ops'], '.0f'), fmt(r['spread_ms'], '.2f'), f"{r['fwd']:,.0f}", f"{r['bwd']:,.0f}", lt])
+        rows.append([r['model'], fmt(r['plain_ms'], '.2f'), fmt(r['counted_ms'], '.2f'), fmt(r['extra_ms'], '+.2f'), fmt(r['spread_ms'], '.2f'),
+                     r['ops'], fmt(1e3*r['extra_ms']/r['ops'], '.0f'), f"{r['fwd']:,.0f}", f"{r['bwd']:,.0f}", lt])
     L += ['### Counting one batch (what lands in the warm-up batch, once per fit)', '',
-          f"Forward + loss + backward of each model on the CPU, {d['reps']} interleaved repetitions each way (after 3 warm-ups), medians.", '',
+          f"Forward + loss + backward of each model on the CPU, {d['reps']} pairs (uncounted, counted; the order alternating), "
+          "process CPU time, after 3 warm-ups; medians. The counter's cost is a Python call per operation: it grows with the "
+          "number of operations, not with their size.", '',
           md_table(hdr, rows), '']
     f = d['fit']
     m = lambda eff,k: 1e3*median(f[eff][k])
+    dm = lambda k: 1e3*median([a - b for a,b in zip(f[True][k], f[False][k])])  # within each trial round
     L += ['### In a profiled fit: tiny MLP (16-32-1), bs 64, 200 batches, 1 epoch', '',
-          f"{d['trials']} trials of `learn.profile(efficiency=False)` and `(efficiency=True)`, interleaved in one process (after a warm-up round); medians.", '',
-          md_table(['row', 'efficiency=False', 'efficiency=True', 'difference'],
-                   [['train `warmup` (the counted batch), ms', fmt(m(False,'warmup'), '.2f'), fmt(m(True,'warmup'), '.2f'), fmt(m(True,'warmup') - m(False,'warmup'), '+.2f')],
-                    ['train `batch` mean (statistics), µs', fmt(1e3*m(False,'batch'), '.1f'), fmt(1e3*m(True,'batch'), '.1f'), fmt(1e3*(m(True,'batch') - m(False,'batch')), '+.1f')],
-                    ['train `forward` mean, µs', fmt(1e3*m(False,'forward'), '.1f'), fmt(1e3*m(True,'forward'), '.1f'), fmt(1e3*(m(True,'forward') - m(False,'forward')), '+.1f')],
-                    ['fit total, ms', fmt(m(False,'fit'), '.1f'), fmt(m(True,'fit'), '.1f'), fmt(m(True,'fit') - m(False,'fit'), '+.1f')]]), '']
+          f"{d['trials']} trials of `learn.profile(efficiency=False)` and `(efficiency=True)`, interleaved in one process (after a warm-up "
+          "round), the profiler's own (wall-clock) rows; medians. The counting lands in `warmup`; the per-batch rows must not move "
+          "beyond the noise.", '',
+          md_table(['row', 'efficiency=False', 'efficiency=True', 'difference (median of the trials\' differences)'],
+                   [['train `warmup` (the counted batch), ms', fmt(m(False,'warmup'), '.2f'), fmt(m(True,'warmup'), '.2f'), fmt(dm('warmup'), '+.2f')],
+                    ['train `batch` mean (statistics), µs', fmt(1e3*m(False,'batch'), '.1f'), fmt(1e3*m(True,'batch'), '.1f'), fmt(1e3*dm('batch'), '+.1f')],
+                    ['train `forward` mean, µs', fmt(1e3*m(False,'forward'), '.1f'), fmt(1e3*m(True,'forward'), '.1f'), fmt(1e3*dm('forward'), '+.1f')],
+                    ['fit total, ms', fmt(m(False,'fit'), '.1f'), fmt(m(True,'fit'), '.1f'), fmt(dm('fit'), '+.1f')]]), '']
     i = d['idle']
     L += ['### The idle callback per batch', '',
-          f"The 8 per-batch events through `Learner._call_one` with 4 other callbacks (base {i['base_us']:.1f} µs/batch), best of 7 rounds of 2,000 batches:", '',
-          md_table(['added to the learner', 'µs per batch'], [[k, fmt(v, '.2f')] for k,v in i.items() if k != 'base_us']), '']
+          f"The 8 per-batch events through `Learner._call_one` with 4 other callbacks (base {i['base_us']:.1f} µs/batch), "
+          f"60 rounds of 200 batches, the three variants in rotating order, CPU time; median of the differences within a round "
+          f"(IQR of the idle callback's: {i['spread_us']:.2f} µs):", '',
+          md_table(['added to the learner', 'µs per batch'], [[k, fmt(v, '.2f')] for k,v in i.items() if k not in ('base_us','spread_us')]), '']
     L += ['### Memory reads', '', md_table(['call (CPU: resident memory)', 'µs per call'], [[k, fmt(v, '.1f')] for k,v in d['rss'].items()]),
           '', "A profiled call makes 3 of them at its start and end, 1 (`rss_bytes`) at each phase end: a few µs per epoch.", '']
     if d.get('cuda'):
@@ -284,7 +294,7 @@ def main(argv=None):
     ap.add_argument('--json', type=Path, default=None, help="also write the raw measurements to this file")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
+    t0,load0 = time.perf_counter(),os.getloadavg()[0]
     lt = lightning_throughput()
     d = {'machine': machine_info(), 'reps': a.reps, 'trials': a.trials, 'lightning': lt.source if lt else None}
     log('[bench] set-up per process'); d['setup'] = setup_cost()
@@ -295,7 +305,9 @@ def main(argv=None):
     if torch.cuda.is_available():
         d['cuda'] = cuda_costs()
         d['gpu'] = gpu_side_by_side()
-    md = '\n'.join([machine_md(d['machine']), '', tables(d), f"Run time: {time.perf_counter()-t0:.0f} s (one torch thread)."])
+    d['load'] = (load0, os.getloadavg()[0])
+    md = '\n'.join([machine_md(d['machine']), '', tables(d), f"Run time: {time.perf_counter()-t0:.0f} s (one torch thread); "
+                    f"1-minute load average {d['load'][0]:.1f} at the start, {d['load'][1]:.1f} at the end (on {os.cpu_count()} cores)."])
     print(md)
     if a.json: a.json.write_text(json.dumps(d, indent=1, default=str))
 
