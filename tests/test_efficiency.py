@@ -404,6 +404,19 @@ def test_cuda_path_in_a_profiled_call_and_the_section():
     assert any('NVIDIA H100 80GB HBM3, fp32 peak' in l for l in lines)
     no_leftovers(learn)
 
+def test_cuda_step_cancelled_no_opt_step_reading():
+    "A callback that cancels the step before ours resets (gradient accumulation does): no opt_step peak from that batch"
+    class SkipStep(Callback):
+        order = 0
+        def before_step(self): raise CancelStepException()
+    fake = FakeCudaMemory()
+    learn = learner(model=allocating_model(fake), cbs=[SkipStep(), StepAlloc(fake)])
+    cb = EfficiencyCallback(cuda_api=fake)
+    learn.add_cb(cb)
+    learn.fit(1)
+    assert set(cb.result.memory) == {'forward', 'backward'} and cb.result.sampled == 1
+    learn.remove_cb(cb)
+
 def test_cuda_memory_failure_warns_and_training_goes_on(monkeypatch):
     class Broken(FakeCudaMemory):
         def max_memory_allocated(self, device=None): raise RuntimeError('CUDA error: device lost')
