@@ -35,13 +35,17 @@ def _record(src):
     if isinstance(rec, ProfileRecord): return rec
     raise TypeError(f"`src` must be a ProfileRecord, a ProfileResult or a profiled Learner, got {type(src).__name__}")
 
+def _several_stages(rec) -> bool:
+    "True when the record's call ran several fastai fits (`fine_tune`): its epochs are then labelled `stage.epoch`"
+    return len(rec.stages) > 1 or len({e.stage for e in rec.epochs}) > 1
+
 def _epoch_parts(rec, p):
     "Per-epoch seconds of each part of phase `p`, from the record's per-epoch totals"
-    rows,stages = [],len({e.stage for e in rec.epochs}) > 1
+    rows,stages = [],_several_stages(rec)
     for e in rec.epochs:
         parts = e.phases.get(p)
         if not parts or 'total' not in parts: continue
-        r = {'epoch':f'{e.stage+1}.{e.epoch}' if stages else e.epoch, 'draw':parts.get('draw', 0.)}  # fit.epoch with several fits
+        r = {'epoch':f'{e.stage}.{e.epoch}' if stages else e.epoch, 'draw':parts.get('draw', 0.)}  # each fit counts epochs from 0
         for s in STEPS[p]: r[s.name] = parts.get(s.name, 0.)
         r['other'] = parts.get('batch_other', 0.)
         r['warmup'] = parts.get('warmup', 0.)
@@ -65,7 +69,7 @@ def plot_phase_shares(src, # A `ProfileRecord` or a profiled `Learner`
     for ax,p in zip(axs, PHASES):
         df = _epoch_parts(rec, p)
         ax.set_title(f'{p}: share of the phase per epoch', fontsize=10)
-        ax.set_xlabel('epoch (and the phase\'s time)')
+        ax.set_xlabel(f"{'stage.epoch' if _several_stages(rec) else 'epoch'} (and the phase's time)")
         if not len(df) or not (df.total > 0).any():
             ax.text(.5, .5, f'no {p} phase', ha='center', va='center', transform=ax.transAxes); continue
         parts = ['draw', *[s.name for s in STEPS[p]], 'other', 'warmup', 'between']

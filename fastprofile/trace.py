@@ -50,14 +50,16 @@ def trace_events(src, # A `ProfileRecord`, a profiled `Learner`, or `record.rece
     gpu_cols = [c for c in df.columns if c.endswith('_gpu')]
     if gpu_cols: meta.append({'name':'thread_name', 'ph':'M', 'pid':rank, 'tid':GPU_TID, 'args':{'name':'GPU (CUDA events)'}})
     evs = []
-    for (e,p),g in df.groupby(['epoch','phase'], sort=False):
+    if 'stage' not in df: df = df.assign(stage=0)
+    stages = (rec is not None and len(rec.stages) > 1) or df.stage.nunique() > 1  # several fits (`fine_tune`): epochs count from 0 in each
+    for (s,e,p),g in df.groupby(['stage','epoch','phase'], sort=False):
         start,end = g.draw_start.min(),g.batch_end.max()
-        evs.append(_x(f'{p} (epoch {e})', us(start), (end-start)*1e6, CPU_TID, rank, 'phase',
-                      {'epoch':int(e), 'batches':len(g)}))
+        evs.append(_x(f'{p} (stage {s}, epoch {e})' if stages else f'{p} (epoch {e})', us(start), (end-start)*1e6, CPU_TID, rank,
+                      'phase', {'stage':int(s), 'epoch':int(e), 'batches':len(g)}))
     gpu_free = -math.inf
     for r in df.itertuples(index=False):
         p = r.phase
-        args = {'epoch':int(r.epoch), 'iter':int(r.iter), 'bs':int(r.bs), 'warmup':bool(r.warmup)}
+        args = {'stage':int(r.stage), 'epoch':int(r.epoch), 'iter':int(r.iter), 'bs':int(r.bs), 'warmup':bool(r.warmup)}
         evs.append(_x(f'{p} batch', us(r.draw_start), (r.batch_end - r.draw_start)*1e6, CPU_TID, rank, 'batch', args))
         evs.append(_x('draw', us(r.draw_start), (r.batch_start - r.draw_start)*1e6, CPU_TID, rank, 'draw'))
         for st in STEPS[p]:
