@@ -55,7 +55,7 @@ def _epoch_parts(rec, p):
     return pd.DataFrame(rows)
 
 # %% ../nbs/14_plots.ipynb #84bf12ef
-def plot_phase_shares(src, # A `ProfileRecord` or a profiled `Learner`
+def plot_phase_shares(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
                       axs=None, # Two axes (train, valid) to draw into; default: a new figure
                      ):
     "Stacked bars: per epoch, the share of the train and of the valid phase spent in each part"
@@ -94,7 +94,7 @@ def _batches(rec, last):
     if last is not None and len(df) > last: df = df.iloc[-last:].reset_index(drop=True)
     return df
 
-def plot_timeline(src, # A `ProfileRecord` or a profiled `Learner`
+def plot_timeline(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
                   last:int|None=200, # The most recent batches to show (None: all recorded)
                   axs=None, # Two axes (spans, per-batch bars) to draw into; default: a new figure
                  ):
@@ -162,7 +162,7 @@ def plot_profile(src, last:int|None=200):
     plot_timeline(rec, last=last, axs=bottom.subplots(2, 1, height_ratios=[1, 2]))
     return fig
 
-def save_plots(src, # A `ProfileRecord` or a profiled `Learner`
+def save_plots(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
                path, # The image file to write (atomically); its suffix picks the format (.png, .svg, .pdf)
                last:int|None=200, # The most recent batches in the timeline
                dpi:int=110, # Resolution of raster formats
