@@ -115,15 +115,13 @@ def test_events_mode_fine_tune_is_one_call(monkeypatch):
     assert learn.count_events.at_end == rec.pool.n_events + 64*13   # one pool for the call, the calibration once
     assert rec.gpu_stats[('train','forward')].n == 2*19
 
-@pytest.mark.xfail(strict=True, reason="record.state() leaves out `timing` when it is a class attribute (GpuProfileRecord): "
-                   "a pickled or gathered events record reads back as 'wall' (fix in nbs/03_record.ipynb)")
 def test_events_record_keeps_its_timing_when_pickled_or_gathered():
     "`learn.export()` and the DDP gather send `state()`: the record read back still says its GPU times came from CUDA events"
-    from fastprofile.distributed import gather_profiles
     rec = _gpu_record()
     back = pickle.loads(pickle.dumps(rec))
     assert back.timing == 'events' and 'CUDA events' in _report(back)
-    assert gather_profiles(rec)[0].record.timing == 'events'
+    m = _gather_two(rec, _gpu_record())
+    assert m.timing == 'events' and all(p.record.timing == 'events' for p in m.ranks)
 
 def test_report_layout_with_both_clocks():
     rec = _gpu_record(n=12)
@@ -247,14 +245,23 @@ def test_events_on_a_second_gpu():
     res = learn.simple_profile_results.set_index(['Phase','Action','Step'])
     assert abs(res.loc[('train','batch','backward'),'GPU Mean Duration'] - 1e-3) < 2e-4
 
+def _gather_two(rec0, rec1):
+    "Rank 0 and rank 1 gather through the real store protocol (a `HashStore`, rank 1 in a thread): what rank 0 merges"
+    import threading
+    import torch.distributed as dist
+    from fastprofile.distributed import gather_profiles, merge_gathered
+    store = dist.HashStore()
+    t = threading.Thread(target=gather_profiles, args=(rec1,), kwargs=dict(timeout=30., store=store, rank=1, world=2))
+    t.start()
+    got = gather_profiles(rec0, timeout=30., store=store, rank=0, world=2)
+    t.join()
+    assert not got.missing, got.missing
+    return merge_gathered(got)
+
 def test_gpu_times_merge_across_ranks():
     "A record gathered from several ranks keeps the GPU columns, merged like the wall times"
-    from fastprofile.distributed import RankProfile, merge_records, gather_profiles, distributed_section
-    recs = []
-    for r,bwd in enumerate((.030, .050)):
-        rec = _gpu_record(gpu=dict(backward=bwd))
-        recs.append(RankProfile(r, gather_profiles(rec)[0].record))  # what the gather sends: `state()`, read back
-    m = merge_records(recs)
+    from fastprofile.distributed import distributed_section
+    m = _gather_two(_gpu_record(gpu=dict(backward=.030)), _gpu_record(gpu=dict(backward=.050)))
     r = m.results().set_index(['Phase','Action','Step'])
     assert r.loc[('train','batch','backward'),'Number of Calls'] == 20
     assert abs(r.loc[('train','batch','backward'),'GPU Mean Duration'] - .040) < 1e-9
