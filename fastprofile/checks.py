@@ -37,6 +37,7 @@ def check_number(name:str, v, lo:float|None=None, hi:float|None=None, lo_open:bo
     if hi is not None and f > hi: raise ValueError(f"`{name}` must be {want}, got {v!r}")
     return f
 
+# %% ../nbs/02_checks.ipynb #573df28d
 def check_bool(name:str, v) -> bool:
     "Return `v` if it is True or False"
     if not isinstance(v, (bool, np.bool_)): raise TypeError(f"`{name}` must be True or False, {_got(v)}")
@@ -48,6 +49,7 @@ def check_choice(name:str, v, choices) -> object:
         raise ValueError(f"`{name}` must be one of {', '.join(map(repr, choices))}, got {v!r}")
     return v
 
+# %% ../nbs/02_checks.ipynb #9e7cb5fa
 def check_type(name:str, v, types, want:str) -> object:
     "Return `v` if it is an instance of `types`; `want` says what is valid in words"
     if not isinstance(v, types): raise TypeError(f"`{name}` must be {want}, {_got(v)}")
@@ -58,6 +60,7 @@ def check_callable(name:str, v, want:str='a function') -> object:
     if not callable(v): raise TypeError(f"`{name}` must be {want}, {_got(v)}")
     return v
 
+# %% ../nbs/02_checks.ipynb #a7e6e4a3
 def check_items(name:str, v, types, want:str, min_len:int=0) -> list:
     "Return `v` as a list if it is a list or tuple (or another non-string, non-mapping iterable) of at least `min_len` instances of `types`"
     if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Iterable): raise TypeError(f"`{name}` must be a list of {want}, {_got(v)}")
@@ -67,6 +70,7 @@ def check_items(name:str, v, types, want:str, min_len:int=0) -> list:
     if len(v) < min_len: raise ValueError(f"`{name}` must hold at least {min_len} of {want}, got {v!r}")
     return v
 
+# %% ../nbs/02_checks.ipynb #95d186d3
 def _writable(folder:Path) -> bool:
     "True if a file can be created in `folder` (tried for real: `os.access` says yes to root everywhere)"
     try: fd,tmp = tempfile.mkstemp(dir=folder, prefix='.fastprofile-check-')
@@ -91,6 +95,7 @@ def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=Fal
     if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
     return full
 
+# %% ../nbs/02_checks.ipynb #22c25096
 def check_folder(name:str, v) -> Path:
     "Return `v` as a `Path` of a folder that exists or can be made, and can be written to"
     if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a folder path (str or Path), {_got(v)}")
