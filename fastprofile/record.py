@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np, pandas as pd
 from .stats import StreamingStats
 from .checks import check_int, check_callable
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'N_COLS', 'ROW_KEYS', 'MAX_KEEP_BATCHES',
@@ -143,201 +144,218 @@ class ProfileRecord:
         self.marks = list(_NAN_MARKS)
         if len(self._queue) >= self.fold_every: self.fold()
 
-    # ---- stages, epochs, phases ----
-    def start_stage(self):
-        "Start a fastai fit of this profiled call"
-        self.end_stage()
-        now = self.clock()
-        if self.fit_start is None: self.fit_start = now
-        self.stage,self.stage_start,self.closed = self.stage+1,now,False
-        self._stage_phases,self._stage_epochs,self._stage_train_batches = 0.,0,0
+# %% ../nbs/03_record.ipynb #46c75679
+@patch
+def start_stage(self:ProfileRecord):
+    "Start a fastai fit of this profiled call"
+    self.end_stage()
+    now = self.clock()
+    if self.fit_start is None: self.fit_start = now
+    self.stage,self.stage_start,self.closed = self.stage+1,now,False
+    self._stage_phases,self._stage_epochs,self._stage_train_batches = 0.,0,0
 
-    def start_epoch(self, epoch:int):
-        self.end_epoch()
-        self.epoch,self.epoch_start = epoch,self.clock()
-        self._epoch_totals = EpochTotals(self.stage, epoch)
+@patch
+def start_epoch(self:ProfileRecord, epoch:int):
+    "Start epoch `epoch` of the stage in flight"
+    self.end_epoch()
+    self.epoch,self.epoch_start = epoch,self.clock()
+    self._epoch_totals = EpochTotals(self.stage, epoch)
 
-    def start_phase(self, phase:str):
-        "Start the `train` or `valid` part of an epoch"
-        self.end_phase()
-        self.phase,self.phase_start,self._phase_batches,self._phase_span = phase,self.clock(),0,0.
+@patch
+def start_phase(self:ProfileRecord, phase:str):
+    "Start the `train` or `valid` part of an epoch"
+    self.end_phase()
+    self.phase,self.phase_start,self._phase_batches,self._phase_span = phase,self.clock(),0,0.
+    self.marks = list(_NAN_MARKS)
+
+@patch
+def end_phase(self:ProfileRecord, bs:int=0, at:float|None=None):
+    "End the open train/valid part (at time `at`, default now): close a batch cut short (of size `bs`), attribute the rest to `other`"
+    if self.phase is None: return
+    if not math.isnan(self.marks[Slot.BATCH_START]) and at is None:  # a batch cancelled out of its phase ends here
+        self.mark(Slot.BATCH_END); self.end_batch(bs)
+    self.fold()
+    p,now = self.phase,(self.clock() if at is None else at)
+    total = max(now - self.phase_start, self._phase_span)
+    self.stats[('fit',p)].update(total)
+    self.stats[(p,'other')].update(total - self._phase_span)
+    if self._epoch_totals is not None:
+        parts = self._epoch_totals.phases.setdefault(p, {})
+        parts['total'],parts['other'] = total,total - self._phase_span
+    self._stage_phases += total
+    if p == 'train': self._stage_train_batches += self._phase_batches
+    self.phase,self.marks = None,list(_NAN_MARKS)
+
+# %% ../nbs/03_record.ipynb #28e4d82b
+@patch
+def end_epoch(self:ProfileRecord, bs:int=0, at:float|None=None):
+    "End the open epoch (and its open phase)"
+    self.end_phase(bs, at)
+    if self._epoch_totals is None: return
+    self.stats[('fit','epoch')].update((self.clock() if at is None else at) - self.epoch_start)
+    self.epochs.append(self._epoch_totals)
+    self._stage_epochs += 1
+    self._epoch_totals = None
+
+@patch
+def end_stage(self:ProfileRecord, bs:int=0, at:float|None=None):
+    "End the open stage (a fastai fit) and whatever is open in it; its time outside the phases is the fit's `other`"
+    self.end_epoch(bs, at)
+    if self.stage_start is None: return
+    total = max((self.clock() if at is None else at) - self.stage_start, self._stage_phases)
+    self.stats[('fit','fit')].update(total)
+    self.stats[('fit','other')].update(total - self._stage_phases)
+    self.stages.append(StageTotals(self.stage, self._stage_epochs, total, self._stage_train_batches))
+    self.stage_start = None
+
+@patch
+def close(self:ProfileRecord, interrupted:bool=False):
+    "End whatever is open; after an interrupt, drop the unfinished batch and end at the last batch seen"
+    if self.closed: return self
+    at = None
+    if interrupted:
         self.marks = list(_NAN_MARKS)
+        starts = [t for t in (self.phase_start, self.epoch_start, self.stage_start) if t is not None]
+        at = self.clock() if not starts else max([*starts, *([] if math.isnan(self.last_seen) else [self.last_seen])])
+    self.end_stage(at=at)
+    self.fold()
+    self.closed = True
+    return self
 
-    def end_phase(self, bs:int=0, at:float|None=None):
-        "End the open train/valid part (at time `at`, default now): close a batch cut short (of size `bs`), attribute the rest to `other`"
-        if self.phase is None: return
-        if not math.isnan(self.marks[Slot.BATCH_START]) and at is None:  # a batch cancelled out of its phase ends here
-            self.mark(Slot.BATCH_END); self.end_batch(bs)
-        self.fold()
-        p,now = self.phase,(self.clock() if at is None else at)
-        total = max(now - self.phase_start, self._phase_span)
-        self.stats[('fit',p)].update(total)
-        self.stats[(p,'other')].update(total - self._phase_span)
-        if self._epoch_totals is not None:
-            parts = self._epoch_totals.phases.setdefault(p, {})
-            parts['total'],parts['other'] = total,total - self._phase_span
-        self._stage_phases += total
-        if p == 'train': self._stage_train_batches += self._phase_batches
-        self.phase,self.marks = None,list(_NAN_MARKS)
+@patch(as_prop=True)
+def fit_total(self:ProfileRecord) -> float:
+    "Seconds of the stages that ended"
+    return self.stats[('fit','fit')].total
 
-    def end_epoch(self, bs:int=0, at:float|None=None):
-        "End the open epoch (and its open phase)"
-        self.end_phase(bs, at)
-        if self._epoch_totals is None: return
-        self.stats[('fit','epoch')].update((self.clock() if at is None else at) - self.epoch_start)
-        self.epochs.append(self._epoch_totals)
-        self._stage_epochs += 1
-        self._epoch_totals = None
+# %% ../nbs/03_record.ipynb #082f47c4
+@patch
+def fold(self:ProfileRecord):
+    "Fold queued batches into the statistics and the ring of recent batches"
+    if not self._queue: return
+    p = self.phase
+    m = np.array(self._queue, dtype=np.float64)
+    bs = np.array(self._queue_bs, dtype=np.float64)
+    self._queue,self._queue_bs = [],[]
+    n = len(m)
+    idx = self._phase_batches + np.arange(n)
+    warm = idx < self.warmup
+    self._phase_batches += n
+    span = m[:,Slot.BATCH_END] - m[:,Slot.DRAW_START]
+    self._phase_span += float(np.nansum(span))
+    parts = self._epoch_totals.phases.setdefault(p, {}) if self._epoch_totals is not None else {}
+    if warm.any():
+        self.stats[(p,'warmup')].update(span[warm])
+        self.samples[(p,'warmup')] += int(bs[warm].sum())
+        parts['warmup'] = parts.get('warmup', 0.) + float(np.nansum(span[warm]))
+    keep = ~warm
+    if keep.any():
+        d = batch_durations(m[keep], p)
+        nsamp = int(bs[keep].sum())
+        for a,v in d.items():
+            k = (p, 'batch_other' if a=='other' else a)
+            self.stats[k].update(v)
+            self.samples[k] += int(bs[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else nsamp
+            parts[k[1]] = parts.get(k[1], 0.) + float(np.nansum(v))
+    self.samples[('fit',p)] += int(bs.sum())
+    rows = np.empty((n, N_COLS))
+    rows[:,:N_MARKS] = m
+    rows[:,Col.BS],rows[:,Col.PHASE],rows[:,Col.STAGE] = bs,PHASES.index(p),self.stage
+    rows[:,Col.EPOCH],rows[:,Col.ITER],rows[:,Col.WARMUP] = self.epoch,idx,warm
+    k = self.keep_batches
+    start = self.n_batches + max(0, n-k)
+    rows = rows[-k:]
+    self.ring[(start + np.arange(len(rows))) % k] = rows
+    self.n_batches += n
 
-    def end_stage(self, bs:int=0, at:float|None=None):
-        "End the open stage (a fastai fit) and whatever is open in it; its time outside the phases is the fit's `other`"
-        self.end_epoch(bs, at)
-        if self.stage_start is None: return
-        total = max((self.clock() if at is None else at) - self.stage_start, self._stage_phases)
-        self.stats[('fit','fit')].update(total)
-        self.stats[('fit','other')].update(total - self._stage_phases)
-        self.stages.append(StageTotals(self.stage, self._stage_epochs, total, self._stage_train_batches))
-        self.stage_start = None
+@patch(as_prop=True)
+def nbytes(self:ProfileRecord) -> int:
+    "Memory held by the record's arrays and statistics, in bytes (the queue is bounded by `fold_every`)"
+    gpu = 0 if self.gpu_ring is None else self.gpu_ring.nbytes + sum(s.nbytes for s in self.gpu_stats.values())
+    return (self.ring.nbytes + sum(s.nbytes for s in self.stats.values()) + gpu
+            + len(self.epochs)*64*len(ROW_KEYS) + self.fold_every*(N_MARKS+1)*8)
 
-    def close(self, interrupted:bool=False):
-        "End whatever is open; after an interrupt, drop the unfinished batch and end at the last batch seen"
-        if self.closed: return self
-        at = None
-        if interrupted:
-            self.marks = list(_NAN_MARKS)
-            starts = [t for t in (self.phase_start, self.epoch_start, self.stage_start) if t is not None]
-            at = self.clock() if not starts else max([*starts, *([] if math.isnan(self.last_seen) else [self.last_seen])])
-        self.end_stage(at=at)
-        self.fold()
-        self.closed = True
-        return self
+# %% ../nbs/03_record.ipynb #6ced1ec3
+@patch
+def _ring_rows(self:ProfileRecord) -> np.ndarray:
+    "The ring's rows, oldest first"
+    k,n = self.keep_batches,self.n_batches
+    return self.ring[:n] if n <= k else np.roll(self.ring, -(n % k), axis=0)
 
-    @property
-    def fit_total(self) -> float:
-        "Seconds of the stages that ended"
-        return self.stats[('fit','fit')].total
-
-    # ---- folding ----
-    def fold(self):
-        "Fold queued batches into the statistics and the ring of recent batches"
-        if not self._queue: return
-        p = self.phase
-        m = np.array(self._queue, dtype=np.float64)
-        bs = np.array(self._queue_bs, dtype=np.float64)
-        self._queue,self._queue_bs = [],[]
-        n = len(m)
-        idx = self._phase_batches + np.arange(n)
-        warm = idx < self.warmup
-        self._phase_batches += n
-        span = m[:,Slot.BATCH_END] - m[:,Slot.DRAW_START]
-        self._phase_span += float(np.nansum(span))
-        parts = self._epoch_totals.phases.setdefault(p, {}) if self._epoch_totals is not None else {}
-        if warm.any():
-            self.stats[(p,'warmup')].update(span[warm])
-            self.samples[(p,'warmup')] += int(bs[warm].sum())
-            parts['warmup'] = parts.get('warmup', 0.) + float(np.nansum(span[warm]))
-        keep = ~warm
-        if keep.any():
-            d = batch_durations(m[keep], p)
-            nsamp = int(bs[keep].sum())
-            for a,v in d.items():
-                k = (p, 'batch_other' if a=='other' else a)
-                self.stats[k].update(v)
-                self.samples[k] += int(bs[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else nsamp
-                parts[k[1]] = parts.get(k[1], 0.) + float(np.nansum(v))
-        self.samples[('fit',p)] += int(bs.sum())
-        rows = np.empty((n, N_COLS))
-        rows[:,:N_MARKS] = m
-        rows[:,Col.BS],rows[:,Col.PHASE],rows[:,Col.STAGE] = bs,PHASES.index(p),self.stage
-        rows[:,Col.EPOCH],rows[:,Col.ITER],rows[:,Col.WARMUP] = self.epoch,idx,warm
+@patch
+def last(self:ProfileRecord, n:int) -> RecentMarks:
+    "Marks, sizes and warm-up flags of the last `n` finished batches of the phase in flight, oldest first"
+    n = max(int(n), 0)
+    q = np.array(self._queue[-n:] if n else [], dtype=np.float64).reshape(-1, N_MARKS)
+    nq = len(q)
+    qbs = np.array(self._queue_bs[-n:], dtype=np.float64) if nq else np.zeros(0)
+    qwarm = (self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase else np.zeros(nq, bool)
+    need = n - nq
+    if need > 0 and self.n_batches and self.phase:
         k = self.keep_batches
-        start = self.n_batches + max(0, n-k)
-        rows = rows[-k:]
-        self.ring[(start + np.arange(len(rows))) % k] = rows
-        self.n_batches += n
+        take = min(need, self.n_batches, k)
+        r = self.ring[(self.n_batches - take + np.arange(take)) % k]
+        r = r[(r[:,Col.PHASE] == PHASES.index(self.phase)) & (r[:,Col.EPOCH] == self.epoch) & (r[:,Col.STAGE] == self.stage)]
+        q = np.concatenate([r[:,:N_MARKS], q])
+        qbs = np.concatenate([r[:,Col.BS], qbs])
+        qwarm = np.concatenate([r[:,Col.WARMUP].astype(bool), qwarm])
+    return RecentMarks(q, qbs, qwarm)
 
-    @property
-    def nbytes(self) -> int:
-        "Memory held by the record's arrays and statistics, in bytes (the queue is bounded by `fold_every`)"
-        gpu = 0 if self.gpu_ring is None else self.gpu_ring.nbytes + sum(s.nbytes for s in self.gpu_stats.values())
-        return (self.ring.nbytes + sum(s.nbytes for s in self.stats.values()) + gpu
-                + len(self.epochs)*64*len(ROW_KEYS) + self.fold_every*(N_MARKS+1)*8)
+@patch
+def phase_marks(self:ProfileRecord, phase:str, warmup:bool=False) -> np.ndarray:
+    "Marks `(n, N_MARKS)` of the recent batches of `phase` kept in the ring, warm-up batches left out unless `warmup`"
+    self.fold()
+    r = self._ring_rows()
+    r = r[r[:,Col.PHASE] == PHASES.index(phase)]
+    if not warmup: r = r[r[:,Col.WARMUP] == 0]
+    return r[:,:N_MARKS]
 
-    # ---- reading ----
-    def _ring_rows(self) -> np.ndarray:
-        "The ring's rows, oldest first"
-        k,n = self.keep_batches,self.n_batches
-        return self.ring[:n] if n <= k else np.roll(self.ring, -(n % k), axis=0)
-
-    def last(self, n:int) -> RecentMarks:
-        "Marks, sizes and warm-up flags of the last `n` finished batches of the phase in flight, oldest first"
-        n = max(int(n), 0)
-        q = np.array(self._queue[-n:] if n else [], dtype=np.float64).reshape(-1, N_MARKS)
-        nq = len(q)
-        qbs = np.array(self._queue_bs[-n:], dtype=np.float64) if nq else np.zeros(0)
-        qwarm = (self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase else np.zeros(nq, bool)
-        need = n - nq
-        if need > 0 and self.n_batches and self.phase:
-            k = self.keep_batches
-            take = min(need, self.n_batches, k)
-            r = self.ring[(self.n_batches - take + np.arange(take)) % k]
-            r = r[(r[:,Col.PHASE] == PHASES.index(self.phase)) & (r[:,Col.EPOCH] == self.epoch) & (r[:,Col.STAGE] == self.stage)]
-            q = np.concatenate([r[:,:N_MARKS], q])
-            qbs = np.concatenate([r[:,Col.BS], qbs])
-            qwarm = np.concatenate([r[:,Col.WARMUP].astype(bool), qwarm])
-        return RecentMarks(q, qbs, qwarm)
-
-    def phase_marks(self, phase:str, warmup:bool=False) -> np.ndarray:
-        "Marks `(n, N_MARKS)` of the recent batches of `phase` kept in the ring, warm-up batches left out unless `warmup`"
-        self.fold()
-        r = self._ring_rows()
-        r = r[r[:,Col.PHASE] == PHASES.index(phase)]
-        if not warmup: r = r[r[:,Col.WARMUP] == 0]
-        return r[:,:N_MARKS]
-
-    def recent(self) -> pd.DataFrame:
-        "The last `keep_batches` batches, oldest first: phase, stage, epoch, iteration, marks, bs and each step's duration"
-        self.fold()
-        rows = self._ring_rows()
-        gpu = None if self.gpu_ring is None else (self.gpu_ring[:self.n_batches] if self.n_batches <= self.keep_batches
-                                                  else np.roll(self.gpu_ring, -(self.n_batches % self.keep_batches), axis=0))
-        out = []
-        for pi,p in enumerate(PHASES):
-            sel = rows[:,Col.PHASE]==pi
-            r = rows[sel]
-            if not len(r): continue
-            df = pd.DataFrame({'phase':p, 'stage':r[:,Col.STAGE].astype(int), 'epoch':r[:,Col.EPOCH].astype(int),
-                               'iter':r[:,Col.ITER].astype(int), 'warmup':r[:,Col.WARMUP].astype(bool), 'bs':r[:,Col.BS].astype(int)})
-            for s in Slot: df[SLOTS[s]] = r[:,s]
-            for a,v in batch_durations(r[:,:N_MARKS], p).items(): df[a] = v
-            if gpu is not None:
-                for i,c in enumerate(GPU_COLS): df[f'{c}_gpu'] = gpu[sel, i]
-            out.append(df)
-        if not out: return pd.DataFrame()
-        return pd.concat(out).sort_values('draw_start', kind='stable').reset_index(drop=True)
-
-    def results(self) -> pd.DataFrame:
-        "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
-        self.fold()
-        fit_total,rows = self.fit_total,[]
-        for (p,a),s in self.stats.items():
-            if s.n == 0 and (p,a) != ('fit','fit'): continue
-            action,step = ('batch','other') if a=='batch_other' else (a,'')
-            if p != 'fit' and a in [x.name for x in STEPS[p]]: action,step = 'batch',a
-            samples = (self.samples[('fit','train')] + self.samples[('fit','valid')]) if (p,a) in (('fit','fit'),('fit','epoch')) \
-                      else self.samples[(p,a)]
-            rate = samples/s.total if (samples and s.total > 0 and a not in ('other','batch_other')) else math.nan
-            rows.append({'Phase':p, 'Action':action, 'Step':step, 'Mean Duration':s.mean if s.n else math.nan,
-                         'Duration Std Dev':s.std, 'Number of Calls':s.n, 'Samples/Second':rate,
-                         'Total Time':s.total, 'Percent of Total':100*s.total/fit_total if fit_total > 0 else math.nan,
-                         'P50':s.quantile(.5), 'P90':s.quantile(.9), 'P99':s.quantile(.99),
-                         'Min':s.min if s.n else math.nan, 'Max':s.max if s.n else math.nan})
-        res = pd.DataFrame(rows)
-        if self.gpu_stats:  # GPU time per row, when CUDA events were recorded
-            sts = [self.gpu_stats.get((p, 'batch_other' if (a,st)==('batch','other') else (st or a)))
-                   for p,a,st in zip(res.Phase, res.Action, res.Step)]
-            res['GPU Mean Duration'] = [g.mean if g is not None and g.n else math.nan for g in sts]
-            res['GPU Total Time'] = [g.total if g is not None and g.n else math.nan for g in sts]
-        return res
-
+# %% ../nbs/03_record.ipynb #d72c9558
 GPU_COLS = ('draw','batch','forward','predict','loss','backward','opt_step','zero_grad','other')  # columns of `gpu_ring`
+
+@patch
+def recent(self:ProfileRecord) -> pd.DataFrame:
+    "The last `keep_batches` batches, oldest first: phase, stage, epoch, iteration, marks, bs and each step's duration"
+    self.fold()
+    rows = self._ring_rows()
+    gpu = None if self.gpu_ring is None else (self.gpu_ring[:self.n_batches] if self.n_batches <= self.keep_batches
+                                              else np.roll(self.gpu_ring, -(self.n_batches % self.keep_batches), axis=0))
+    out = []
+    for pi,p in enumerate(PHASES):
+        sel = rows[:,Col.PHASE]==pi
+        r = rows[sel]
+        if not len(r): continue
+        df = pd.DataFrame({'phase':p, 'stage':r[:,Col.STAGE].astype(int), 'epoch':r[:,Col.EPOCH].astype(int),
+                           'iter':r[:,Col.ITER].astype(int), 'warmup':r[:,Col.WARMUP].astype(bool), 'bs':r[:,Col.BS].astype(int)})
+        for s in Slot: df[SLOTS[s]] = r[:,s]
+        for a,v in batch_durations(r[:,:N_MARKS], p).items(): df[a] = v
+        if gpu is not None:
+            for i,c in enumerate(GPU_COLS): df[f'{c}_gpu'] = gpu[sel, i]
+        out.append(df)
+    if not out: return pd.DataFrame()
+    return pd.concat(out).sort_values('draw_start', kind='stable').reset_index(drop=True)
+
+# %% ../nbs/03_record.ipynb #e35ed3e9
+@patch
+def results(self:ProfileRecord) -> pd.DataFrame:
+    "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
+    self.fold()
+    fit_total,rows = self.fit_total,[]
+    for (p,a),s in self.stats.items():
+        if s.n == 0 and (p,a) != ('fit','fit'): continue
+        action,step = ('batch','other') if a=='batch_other' else (a,'')
+        if p != 'fit' and a in [x.name for x in STEPS[p]]: action,step = 'batch',a
+        samples = (self.samples[('fit','train')] + self.samples[('fit','valid')]) if (p,a) in (('fit','fit'),('fit','epoch')) \
+                  else self.samples[(p,a)]
+        rate = samples/s.total if (samples and s.total > 0 and a not in ('other','batch_other')) else math.nan
+        rows.append({'Phase':p, 'Action':action, 'Step':step, 'Mean Duration':s.mean if s.n else math.nan,
+                     'Duration Std Dev':s.std, 'Number of Calls':s.n, 'Samples/Second':rate,
+                     'Total Time':s.total, 'Percent of Total':100*s.total/fit_total if fit_total > 0 else math.nan,
+                     'P50':s.quantile(.5), 'P90':s.quantile(.9), 'P99':s.quantile(.99),
+                     'Min':s.min if s.n else math.nan, 'Max':s.max if s.n else math.nan})
+    res = pd.DataFrame(rows)
+    if self.gpu_stats:  # GPU time per row, when CUDA events were recorded
+        sts = [self.gpu_stats.get((p, 'batch_other' if (a,st)==('batch','other') else (st or a)))
+               for p,a,st in zip(res.Phase, res.Action, res.Step)]
+        res['GPU Mean Duration'] = [g.mean if g is not None and g.n else math.nan for g in sts]
+        res['GPU Total Time'] = [g.total if g is not None and g.n else math.nan for g in sts]
+    return res
