@@ -14,6 +14,7 @@ from .stats import StreamingStats
 from .checks import check_choice, check_int
 from .record import ProfileRecord, Slot, STEPS, PHASES, GPU_COLS, N_MARKS
 from .report import fmt_time, fmt_pct
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['TIMINGS', 'check_timing', 'resolve_timing', 'EventPool', 'PendingBatch', 'GpuProfileRecord', 'sync_clock',
@@ -48,8 +49,11 @@ class EventPool:
         "A free row's index, or None when every row is in flight"
         return self.free.popleft() if self.free else None
 
-    def give(self, i:int): self.free.append(i)
+    def give(self, i:int):
+        "Hand row `i` back to the pool"
+        self.free.append(i)
 
+# %% ../nbs/04_gpu_timing.ipynb #49706842
 class PendingBatch(NamedTuple):
     "A finished batch whose events are not resolved yet"
     row:int; phase:str; no:int; warmup:bool; marks:list
@@ -76,66 +80,19 @@ class GpuProfileRecord(ProfileRecord):
         self.n_waits,self._batch_no = 0,0  # times the pool ran dry and the profiler waited for the GPU; batches ended
         self._take_row()
 
-    def _take_row(self):
-        "Take a free row of events for the next batch, resolving (and if need be waiting for) finished ones"
-        row = self.pool.take()
-        if row is None:  # every row in flight: resolve what has completed, else wait for the oldest
-            self._resolve()
-            row = self.pool.take()
-        if row is None:
-            self.n_waits += 1
-            self._resolve(block_oldest=True)
-            row = self.pool.take()
-        self._row,self._evs = row,self.pool.rows[row]
-
     def mark(self, slot:int):
+        "Record the wall time of boundary `slot`, and its event on the stream"
         self.marks[slot] = self.clock()
         self._evs[slot].record(self.stream)
 
     def end_batch(self, bs:int):
+        "Queue the batch's marks, keep its row of events pending, and take a row for the next batch"
         warm = self._phase_batches + len(self._queue) < self.warmup if self.phase else False
         self._pending.append(PendingBatch(self._row, self.phase, self._batch_no, warm, self.marks))
         self._batch_no += 1
         super().end_batch(bs)
         # a slot not reached in the next batch keeps a NaN wall mark, so its (older) event is never read
         self._take_row()
-
-    def _resolve(self, block_oldest=False, block_all=False):
-        "Resolve pending rows whose last recorded event has completed, oldest first"
-        while self._pending:
-            b = self._pending[0]
-            evs = self.pool.rows[b.row]
-            if block_all or block_oldest: evs[Slot.BATCH_END].synchronize(); block_oldest = False
-            elif not evs[Slot.BATCH_END].query(): break
-            self._pending.popleft()
-            self._add_gpu(evs, b)
-            self.pool.give(b.row)
-        if len(self._gpu_buf) >= 64 or (block_all and self._gpu_buf): self._flush_gpu()
-
-    def _add_gpu(self, evs, b:PendingBatch):
-        "GPU durations (seconds) of one batch's phases into the ring, and queued for the statistics"
-        marks = b.marks
-        def el(a, z):
-            # a slot with no wall mark was not reached in this batch: its event holds an older batch's time
-            if math.isnan(marks[a]) or math.isnan(marks[z]): return math.nan
-            return evs[a].elapsed_time(evs[z])/1e3
-        d = {'draw': el(Slot.DRAW_START, Slot.BATCH_START), 'batch': el(Slot.BATCH_START, Slot.BATCH_END)}
-        for s in STEPS[b.phase]: d[s.name] = el(s.start, s.end)
-        named = [d[s.name] for s in STEPS[b.phase] if not math.isnan(d[s.name])]
-        d['other'] = d['batch'] - sum(named) if not math.isnan(d['batch']) else math.nan
-        row = [d.get(c, math.nan) for c in GPU_COLS]
-        self.gpu_ring[b.no % self.keep_batches] = row
-        if not b.warmup: self._gpu_buf.append((b.phase, row))
-
-    def _flush_gpu(self):
-        "Fold the queued GPU durations into the statistics, one array per row of the report"
-        for p in PHASES:
-            rows = np.array([r for ph,r in self._gpu_buf if ph == p], dtype=np.float64).reshape(-1, len(GPU_COLS))
-            if not len(rows): continue
-            for i,c in enumerate(GPU_COLS):
-                key = (p, 'batch_other' if c == 'other' else c)
-                if key in self.gpu_stats: self.gpu_stats[key].update(rows[:,i])
-        self._gpu_buf = []
 
     def fold(self):
         super().fold()
@@ -160,6 +117,60 @@ class GpuProfileRecord(ProfileRecord):
         self.fold()
         self._resolve(block_all=True)
         return super().state()
+
+# %% ../nbs/04_gpu_timing.ipynb #b88b28dc
+@patch
+def _take_row(self:GpuProfileRecord):
+    "Take a free row of events for the next batch, resolving (and if need be waiting for) finished ones"
+    row = self.pool.take()
+    if row is None:  # every row in flight: resolve what has completed, else wait for the oldest
+        self._resolve()
+        row = self.pool.take()
+    if row is None:
+        self.n_waits += 1
+        self._resolve(block_oldest=True)
+        row = self.pool.take()
+    self._row,self._evs = row,self.pool.rows[row]
+
+@patch
+def _resolve(self:GpuProfileRecord, block_oldest=False, block_all=False):
+    "Resolve pending rows whose last recorded event has completed, oldest first"
+    while self._pending:
+        b = self._pending[0]
+        evs = self.pool.rows[b.row]
+        if block_all or block_oldest: evs[Slot.BATCH_END].synchronize(); block_oldest = False
+        elif not evs[Slot.BATCH_END].query(): break
+        self._pending.popleft()
+        self._add_gpu(evs, b)
+        self.pool.give(b.row)
+    if len(self._gpu_buf) >= 64 or (block_all and self._gpu_buf): self._flush_gpu()
+
+@patch
+def _add_gpu(self:GpuProfileRecord, evs, b:PendingBatch):
+    "GPU durations (seconds) of one batch's phases into the ring, and queued for the statistics"
+    marks = b.marks
+    def el(a, z):
+        # a slot with no wall mark was not reached in this batch: its event holds an older batch's time
+        if math.isnan(marks[a]) or math.isnan(marks[z]): return math.nan
+        return evs[a].elapsed_time(evs[z])/1e3
+    d = {'draw': el(Slot.DRAW_START, Slot.BATCH_START), 'batch': el(Slot.BATCH_START, Slot.BATCH_END)}
+    for s in STEPS[b.phase]: d[s.name] = el(s.start, s.end)
+    named = [d[s.name] for s in STEPS[b.phase] if not math.isnan(d[s.name])]
+    d['other'] = d['batch'] - sum(named) if not math.isnan(d['batch']) else math.nan
+    row = [d.get(c, math.nan) for c in GPU_COLS]
+    self.gpu_ring[b.no % self.keep_batches] = row
+    if not b.warmup: self._gpu_buf.append((b.phase, row))
+
+@patch
+def _flush_gpu(self:GpuProfileRecord):
+    "Fold the queued GPU durations into the statistics, one array per row of the report"
+    for p in PHASES:
+        rows = np.array([r for ph,r in self._gpu_buf if ph == p], dtype=np.float64).reshape(-1, len(GPU_COLS))
+        if not len(rows): continue
+        for i,c in enumerate(GPU_COLS):
+            key = (p, 'batch_other' if c == 'other' else c)
+            if key in self.gpu_stats: self.gpu_stats[key].update(rows[:,i])
+    self._gpu_buf = []
 
 # %% ../nbs/04_gpu_timing.ipynb #5f1e0a77
 def sync_clock(device, clock=time.perf_counter):
@@ -194,6 +205,7 @@ def gpu_idle_share(rec:ProfileRecord, phase:str='train') -> float:
     busy = g[(phase,'draw')].total + sum(g[(phase,s.name)].total for s in STEPS[phase])
     return max(0., 1 - busy/wall) if wall > 0 else math.nan
 
+# %% ../nbs/04_gpu_timing.ipynb #7c4f5460
 class Backlog(NamedTuple):
     "One phase of the step, from the means: its wall and GPU span, GPU work queued before and after it, which phases queued it"
     name:str; wall:float; gpu:float; before:float; after:float; blamed:dict
@@ -213,6 +225,7 @@ def _backlog_walk(rec, phase) -> list:
         B = after
     return out
 
+# %% ../nbs/04_gpu_timing.ipynb #0484d2e2
 def gpu_notes(rec:ProfileRecord, phase:str='train', ratio:float=2., material:float=.05) -> list:
     "Plain-words notes on GPU idle time and on phases whose wall time waits for earlier phases' GPU work"
     notes = []
