@@ -41,6 +41,7 @@ def train_device(learn) -> torch.device:
     p = next(iter(learn.model.parameters()), None)  # `model.to(None)` leaves the model where it is
     return p.device if p is not None else torch.device('cpu')
 
+# %% ../nbs/07_callback.ipynb #4904ffe2
 class _TableDispatch(Callback):
     "A `Callback` whose events go through two tables: `_slots` (mark a time) and `_handlers` (run a method)"
     _slots,_handlers = {},{}
