@@ -94,7 +94,9 @@ class LoggingOps:
         self.log.append(('hand_off',))
         return b
 
-    def reset(self): self.log.append(('reset',))
+    def reset(self):
+        "Log the reset"
+        self.log.append(('reset',))
 
 # %% ../nbs/10_prefetch.ipynb #740ecf06
 _empty = object()
@@ -185,7 +187,9 @@ class HostBatches:
     def handed(self, b):
         "The batch `b` goes to the model now: count it where the loader counts what it hands out"
         if self.counts: self.dl.i += find_bs(b)
-    def close(self): self.it.close()
+    def close(self):
+        "Close the loader's iterator"
+        self.it.close()
 
 # %% ../nbs/10_prefetch.ipynb #26b33d54
 class StagedLoader(GetAttr):
@@ -236,33 +240,6 @@ class CudaPrefetchCallback(Callback):
         self.active,self.cur_ops,self._stager,self._ops_by_device,self._warned = False,None,None,{},set()
         self.staging = {}  # phase -> [seconds, batches]: host time drawing and staging next batches inside the current one (cumulative)
 
-    def _ops_for(self, device):
-        "The staging operations for `device` (created once per device), or None to pass batches through"
-        if self.ops is not None: return self.ops
-        if device is None or device.type!='cuda':
-            self._warn('device', f"CudaPrefetchCallback: batches are made on {getattr(device,'type',None) or 'the CPU'} "
-                       "(the loaders' device), so they pass through unchanged; prefetching needs loaders on a CUDA device "
-                       "(`dls.to('cuda')`), where fastai runs the batch transforms")
-            return None
-        if device not in self._ops_by_device: self._ops_by_device[device] = CudaStreamOps(device)
-        return self._ops_by_device[device]
-
-    def _warn(self, key, msg):
-        if key in self._warned: return
-        self._warned.add(key)
-        warnings.warn(msg, stacklevel=2)
-
-    def _warn_unpinned(self):
-        self._warn('pinned', "CudaPrefetchCallback: batches are not in pinned memory, so their copy to the GPU "
-                   "cannot overlap compute; use fastai `DataLoader`s (they pin with `pin=True`) or `pin_memory=True`")
-
-    def _staging_device(self):
-        "Where fastai runs this loader's batch transforms: a fastai loader's `device`; for another loader, the model's"
-        if hasattr(self.dl, 'after_batch') and hasattr(self.dl, 'device'):
-            return None if self.dl.device is None else torch.device(self.dl.device)
-        p = next(self.model.parameters(), None)
-        return None if p is None else p.device
-
     def _wrap(self):
         self.cur_ops = self._ops_for(self._staging_device())
         self.active = self.cur_ops is not None
@@ -290,6 +267,39 @@ class CudaPrefetchCallback(Callback):
     def after_validate(self): self._unwrap()
     def after_cancel_epoch(self): self._unwrap()
     def after_fit(self): self._unwrap()
+
+# %% ../nbs/10_prefetch.ipynb #4c02b38a
+@patch
+def _ops_for(self:CudaPrefetchCallback, device):
+    "The staging operations for `device` (created once per device), or None to pass batches through"
+    if self.ops is not None: return self.ops
+    if device is None or device.type!='cuda':
+        self._warn('device', f"CudaPrefetchCallback: batches are made on {getattr(device,'type',None) or 'the CPU'} "
+                   "(the loaders' device), so they pass through unchanged; prefetching needs loaders on a CUDA device "
+                   "(`dls.to('cuda')`), where fastai runs the batch transforms")
+        return None
+    if device not in self._ops_by_device: self._ops_by_device[device] = CudaStreamOps(device)
+    return self._ops_by_device[device]
+
+@patch
+def _warn(self:CudaPrefetchCallback, key, msg):
+    "Warn with `msg`, once per `key`"
+    if key in self._warned: return
+    self._warned.add(key)
+    warnings.warn(msg, stacklevel=2)
+
+@patch
+def _warn_unpinned(self:CudaPrefetchCallback):
+    self._warn('pinned', "CudaPrefetchCallback: batches are not in pinned memory, so their copy to the GPU "
+               "cannot overlap compute; use fastai `DataLoader`s (they pin with `pin=True`) or `pin_memory=True`")
+
+@patch
+def _staging_device(self:CudaPrefetchCallback):
+    "Where fastai runs this loader's batch transforms: a fastai loader's `device`; for another loader, the model's"
+    if hasattr(self.dl, 'after_batch') and hasattr(self.dl, 'device'):
+        return None if self.dl.device is None else torch.device(self.dl.device)
+    p = next(self.model.parameters(), None)
+    return None if p is None else p.device
 
 # %% ../nbs/10_prefetch.ipynb #1a3ed157
 @patch
