@@ -23,7 +23,7 @@ __all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERV
            'INTERRUPTED', 'distributed_world', 'MergedRecord', 'RankProfile', 'merge_records', 'rank_spread',
            'interval_means', 'find_stragglers', 'straggler_lines', 'missing_lines', 'distributed_lines',
            'distributed_section', 'default_store', 'send_profile', 'clock_offset', 'Gathered', 'collect_profiles',
-           'gather_profiles', 'rank_csv_path', 'save_rank_csvs', 'merge_gathered', 'rank_gather', 'merged_trace',
+           'gather_profiles', 'merge_gathered', 'rank_csv_path', 'save_rank_csvs', 'rank_gather', 'merged_trace',
            'save_merged_trace', 'fix_cpu_broadcast']
 
 # %% ../nbs/11_distributed.ipynb #cd48b2c7
@@ -32,6 +32,7 @@ def distributed_world() -> tuple:
     if not (dist.is_available() and dist.is_initialized()): return 0,1
     return dist.get_rank(),dist.get_world_size()
 
+# %% ../nbs/11_distributed.ipynb #8ed15262
 class MergedRecord(ProfileRecord):
     "The records of several ranks in one: statistics merged exactly, samples summed, recent batches rank 0's"
     STATE_KEYS = ProfileRecord.STATE_KEYS + ('ranks','stragglers','missing_ranks','missing_why','world','gather_seconds')
@@ -41,7 +42,7 @@ class MergedRecord(ProfileRecord):
         self.world,self.gather_seconds = 0,math.nan  # ranks in the job; how long rank 0 waited for the others
     def __reduce__(self): return (MergedRecord.from_state, (self.state(),))
 
-
+# %% ../nbs/11_distributed.ipynb #80a7022f
 @dataclass
 class RankProfile:
     "One rank's closed profile, where it ran, and how its clock maps onto rank 0's"
@@ -121,6 +122,7 @@ def interval_means(rec:ProfileRecord, phase:str) -> dict:
         out['step'] = float(np.nanmean(r[:,Slot.BATCH_END]-r[:,Slot.DRAW_START])) if len(r) else math.nan
     return out
 
+# %% ../nbs/11_distributed.ipynb #d0fb6ff8
 def find_stragglers(profiles:list, margin:float=STRAGGLER_MARGIN) -> list:
     "Ranks slower than the others' median at their own work by more than `margin` of a step, with where the others wait"
     check_number('margin', margin, 0, lo_open=True)  # a share of the step time
@@ -194,6 +196,7 @@ def missing_lines(record:MergedRecord) -> list:
                            "its batches are placed from its fit start.")
     return lines
 
+# %% ../nbs/11_distributed.ipynb #809991db
 def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> list:
     "The `Distributed` section of a merged record: ranks, spread of the main rows, job throughput, stragglers, missing ranks"
     profiles = record.ranks
@@ -265,6 +268,7 @@ def send_profile(store, # The store of this gather (keys of this gather only)
         store.set(f'pong/{rank}/{i}', repr(clock()).encode())
     return 'taken'
 
+# %% ../nbs/11_distributed.ipynb #94e4423d
 def clock_offset(store, rank:int, clock=time.perf_counter, wait:float=1.) -> float:
     "Seconds to add to `rank`'s clock to read rank 0's: ping it `CLOCK_PINGS` times, keep the shortest round trip's midpoint"
     if store.check([f'left/{rank}']): return math.nan
@@ -277,6 +281,7 @@ def clock_offset(store, rank:int, clock=time.perf_counter, wait:float=1.) -> flo
     for k in keys: store.delete_key(k)
     return best[1]
 
+# %% ../nbs/11_distributed.ipynb #920bcb77
 @dataclass
 class Gathered:
     "What rank 0 took at the end of a call"
@@ -326,6 +331,7 @@ def collect_profiles(store, # The store of this gather
         store.delete_key(f'data/{r}')  # posted as we closed: nobody will read it
     return Gathered(sorted(profiles, key=lambda p: p.rank), dict(sorted(missing.items())), time.monotonic() - t0, world)
 
+# %% ../nbs/11_distributed.ipynb #1fb69551
 def gather_profiles(rec:ProfileRecord, # This rank's closed record
                     timeout:float=GATHER_TIMEOUT, # Seconds rank 0 waits for ranks that have not arrived (and they for rank 0)
                     interrupted:bool=False, # This rank's call ended by an exception: tell rank 0, send no profile
@@ -346,6 +352,14 @@ def gather_profiles(rec:ProfileRecord, # This rank's closed record
         except Exception as e: payload,answer = pickle.dumps(dict(rank=rank, error=f"{type(e).__name__}: {e}")),False
     return send_profile(store, rank, payload, clock, timeout, answer)
 
+def merge_gathered(got:Gathered) -> MergedRecord:
+    "One `MergedRecord` of what rank 0 gathered: the ranks, their stragglers, the missing ranks and why"
+    m = merge_records(got.profiles)
+    m.stragglers = find_stragglers(got.profiles)
+    m.missing_ranks,m.missing_why,m.world,m.gather_seconds = sorted(got.missing),dict(got.missing),got.world,got.seconds
+    return m
+
+# %% ../nbs/11_distributed.ipynb #df3f1d11
 def rank_csv_path(path, rank:int) -> Path:
     "Where rank `rank`'s CSV goes, next to `path`: `simple_profile.csv` -> `simple_profile_rank1.csv`"
     path = Path(check_type('path', path, (str, os.PathLike), 'a file path (str or Path)')); check_int('rank', rank, 0)
@@ -358,13 +372,7 @@ def save_rank_csvs(record:ProfileRecord, path) -> list:
     if not profiles: raise ValueError("save_rank_csvs needs a record gathered from several ranks (with `.ranks`)")
     return [atomic_write_csv(p.record.results(), rank_csv_path(path, p.rank)) for p in profiles]
 
-def merge_gathered(got:Gathered) -> MergedRecord:
-    "One `MergedRecord` of what rank 0 gathered: the ranks, their stragglers, the missing ranks and why"
-    m = merge_records(got.profiles)
-    m.stragglers = find_stragglers(got.profiles)
-    m.missing_ranks,m.missing_why,m.world,m.gather_seconds = sorted(got.missing),dict(got.missing),got.world,got.seconds
-    return m
-
+# %% ../nbs/11_distributed.ipynb #5b93aecc
 def rank_gather(rank_csv=None, # Where rank 0 also writes each rank's CSV (`rank_csv_path`), or None
                 timeout:float=GATHER_TIMEOUT, # Seconds rank 0 waits for the profiles of ranks that have not arrived
                ):
