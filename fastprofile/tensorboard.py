@@ -28,7 +28,6 @@ class TensorBoardSink(Sink):
     ):
         self._learn,self.step = learn,0  # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
 
-
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> TensorBoardSink|None:
         "A sink for `learn`'s `TensorBoardCallback`; None, after one warning, if there is none"

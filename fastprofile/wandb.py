@@ -30,6 +30,7 @@ def wandb_summary(results:pd.DataFrame) -> dict:
         res.update({f'{k}/{n}':float(v) if n != 'calls' else v for n,v in vals.items() if not (isinstance(v, float) and math.isnan(v))})
     return res
 
+# %% ../nbs/12_wandb.ipynb #d1077038
 class WandbSink(Sink):
     "Log samples/second charts and the report tables to the active wandb run"
     name = 'wandb'
@@ -40,7 +41,6 @@ class WandbSink(Sink):
         # Kept under names that are not `__init__` parameters: fastai's `Learner.gather_args()` (`WandbCallback`'s run
         # config) walks the parameters an object keeps (`init_args`), and would log the learner again and a module
         self._learn,self._wandb,self.base,self.last = learn,wandb,None,None
-
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> WandbSink|None:
@@ -56,18 +56,6 @@ class WandbSink(Sink):
                               "not logging to wandb, training goes on")
             return None
         return cls(learn, wandb)
-
-    def _step(self, train_iter):
-        "fastai's `WandbCallback`'s step if it is on the learner, else the run's step at the start + training iteration - 1"
-        cb = _wandb_callback(self._learn)
-        if cb is not None and hasattr(cb, '_wandb_step'): return cb._wandb_step
-        if self.base is None: self.base = self._wandb.run.step
-        return self.base + train_iter - 1
-
-    def _log(self, d, step):
-        step = max(step, self._wandb.run.step)  # never behind the run's step, which wandb would drop
-        self._wandb.log(d, step=step)
-        self.last = step
 
     def log_batch(self, record, step, window):
         "Log the rolling samples/second of each training action over the last `window` batches, at this batch's wandb step"
@@ -90,6 +78,22 @@ class WandbSink(Sink):
         step = cb._wandb_step if cb is not None and hasattr(cb, '_wandb_step') else (wb.run.step if self.last is None else self.last + 1)
         self._log(d, step)
         wb.run.summary.update(wandb_summary(res))
+
+# %% ../nbs/12_wandb.ipynb #bccc941d
+@patch
+def _step(self:WandbSink, train_iter):
+    "fastai's `WandbCallback`'s step if it is on the learner, else the run's step at the start + training iteration - 1"
+    cb = _wandb_callback(self._learn)
+    if cb is not None and hasattr(cb, '_wandb_step'): return cb._wandb_step
+    if self.base is None: self.base = self._wandb.run.step
+    return self.base + train_iter - 1
+
+@patch
+def _log(self:WandbSink, d, step):
+    "Log `d` at `step`, or at the run's step if that is further on"
+    step = max(step, self._wandb.run.step)  # never behind the run's step, which wandb would drop
+    self._wandb.log(d, step=step)
+    self.last = step
 
 # %% ../nbs/12_wandb.ipynb #8bf9a83c
 def _safe_init_args(o):
