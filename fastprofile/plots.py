@@ -6,7 +6,6 @@ Docs: https://fastprofile.github.io/fastprofile/plots.html.md"""
 
 # %% ../nbs/14_plots.ipynb #fc2d5f4b
 from __future__ import annotations
-import math, os, tempfile
 from pathlib import Path
 import numpy as np, pandas as pd
 from matplotlib.figure import Figure
@@ -94,26 +93,9 @@ def _batches(rec, last):
     if last is not None and len(df) > last: df = df.iloc[-last:].reset_index(drop=True)
     return df
 
-def plot_timeline(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
-                  last:int|None=200, # The most recent batches to show (None: all recorded)
-                  axs=None, # Two axes (spans, per-batch bars) to draw into; default: a new figure
-                 ):
-    "The recorded batches as coloured spans over time, and each batch's time per part as stacked bars"
-    rec = _record(src)
-    if last is not None: check_int('last', last, 1)
-    if axs is not None: axs = check_items('axs', axs, Axes, 'two matplotlib Axes (spans, per-batch bars)', 2)
-    df = _batches(rec, last)
-    fig = None
-    if axs is None:
-        fig = Figure(figsize=(10, 5.2), layout='constrained')
-        axs = fig.subplots(2, 1, height_ratios=[1, 2])
-    ax0,ax1 = axs
-    if not len(df):
-        for ax in axs: ax.text(.5, .5, 'no recorded batches', ha='center', va='center', transform=ax.transAxes)
-        return fig or ax0.figure
+def _timeline_spans(ax0, df, handles):
+    "Draw the batches of `df` as coloured spans over time, one row per phase"
     t0 = df.draw_start.min()
-    handles = {}
-    # spans: one row per phase
     for row,p in enumerate(PHASES):
         g = df[df.phase==p]
         if not len(g): continue
@@ -128,7 +110,9 @@ def plot_timeline(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_pro
     ax0.set_yticks(range(len(PHASES)), PHASES)
     ax0.set_xlabel('time since the first recorded batch (s)')
     ax0.set_title(f'the last {len(df)} recorded batches', fontsize=10)
-    # per-batch stacked bars (ms), in recorded order
+
+def _batch_bars(ax1, df, handles):
+    "Draw each batch of `df`'s time per part as stacked bars (ms), in recorded order"
     x = np.arange(len(df))
     bottom = np.zeros(len(df))
     for k in ['draw', 'forward', 'predict', 'loss', 'backward', 'opt_step', 'zero_grad', 'other']:
@@ -147,6 +131,28 @@ def plot_timeline(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_pro
     ax1.set_xlim(-.5, len(df) - .5)
     ax1.set_xlabel('batch (recorded order; dotted lines: train/valid changes)')
     ax1.set_ylabel('ms per batch')
+
+# %% ../nbs/14_plots.ipynb #8e1c028c
+def plot_timeline(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
+                  last:int|None=200, # The most recent batches to show (None: all recorded)
+                  axs=None, # Two axes (spans, per-batch bars) to draw into; default: a new figure
+                 ):
+    "The recorded batches as coloured spans over time, and each batch's time per part as stacked bars"
+    rec = _record(src)
+    if last is not None: check_int('last', last, 1)
+    if axs is not None: axs = check_items('axs', axs, Axes, 'two matplotlib Axes (spans, per-batch bars)', 2)
+    df = _batches(rec, last)
+    fig = None
+    if axs is None:
+        fig = Figure(figsize=(10, 5.2), layout='constrained')
+        axs = fig.subplots(2, 1, height_ratios=[1, 2])
+    ax0,ax1 = axs
+    if not len(df):
+        for ax in axs: ax.text(.5, .5, 'no recorded batches', ha='center', va='center', transform=ax.transAxes)
+        return fig or ax0.figure
+    handles = {}
+    _timeline_spans(ax0, df, handles)
+    _batch_bars(ax1, df, handles)
     owner = fig or ax0.figure
     owner.legend(handles.values(), handles.keys(), loc='outside right center', fontsize=8, frameon=False)
     return owner
@@ -162,6 +168,7 @@ def plot_profile(src, last:int|None=200):
     plot_timeline(rec, last=last, axs=bottom.subplots(2, 1, height_ratios=[1, 2]))
     return fig
 
+# %% ../nbs/14_plots.ipynb #dfd17ec0
 def save_plots(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
                path, # The image file to write (atomically); its suffix picks the format (.png, .svg, .pdf)
                last:int|None=200, # The most recent batches in the timeline
