@@ -6,9 +6,9 @@ Docs: https://fastprofile.github.io/fastprofile/trace.html.md"""
 
 # %% ../nbs/15_trace.ipynb #c51da2d9
 from __future__ import annotations
-import json, math, os, tempfile, time, warnings
+import json, math, os, time, warnings
 from pathlib import Path
-import numpy as np, pandas as pd
+import pandas as pd
 from fastai.basics import *
 from .record import ProfileRecord, STEPS, SLOTS as SLOTS_
 from .report import atomic_write_text
@@ -35,6 +35,7 @@ def _x(name, t, dur, tid, pid, cat, args=None):
     if args: ev['args'] = args
     return ev
 
+# %% ../nbs/15_trace.ipynb #f7f18333
 def trace_events(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`), a profiled `Learner`, or `record.recent()`
                  rank:int=0, # The process (`pid`) the events belong to
                  t0:float|None=None, # Time (record clock, seconds) of `ts` 0; default: the start of the profiled call
@@ -98,6 +99,7 @@ def save_trace(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profil
     path = check_path('path', path); check_int('rank', rank, 0)
     return atomic_write_text(json.dumps(chrome_trace(src, rank), allow_nan=False), path)
 
+# %% ../nbs/15_trace.ipynb #19ca172e
 def _load_trace(t):
     if isinstance(t, dict): return t
     return json.loads(Path(t).read_text())
@@ -156,21 +158,6 @@ class RecordFunctionCallback(Callback):
         store_attr()
         self._stack = []
 
-    def _push(self, name):
-        name = f'{self.prefix}.{name}'
-        rf = torch.autograd.profiler.record_function(name)
-        rf.__enter__()
-        if self.nvtx: torch.cuda.nvtx.range_push(name)
-        self._stack.append(rf)
-
-    def _pop(self, n=1):
-        for _ in range(min(n, len(self._stack))):
-            rf = self._stack.pop()
-            if self.nvtx: torch.cuda.nvtx.range_pop()
-            rf.__exit__(None, None, None)
-
-    def _pop_to(self, depth): self._pop(len(self._stack) - depth)
-
     def __call__(self, event_name):
         "Open and close ranges at fastai's events"
         if not self.run: return
@@ -193,6 +180,30 @@ class RecordFunctionCallback(Callback):
     def before_batch(self): self('before_batch')
     def after_batch(self): self('after_batch')
 
+# %% ../nbs/15_trace.ipynb #f9108717
+@patch
+def _push(self:RecordFunctionCallback, name):
+    "Open the range `{prefix}.{name}`"
+    name = f'{self.prefix}.{name}'
+    rf = torch.autograd.profiler.record_function(name)
+    rf.__enter__()
+    if self.nvtx: torch.cuda.nvtx.range_push(name)
+    self._stack.append(rf)
+
+@patch
+def _pop(self:RecordFunctionCallback, n=1):
+    "Close the `n` innermost open ranges"
+    for _ in range(min(n, len(self._stack))):
+        rf = self._stack.pop()
+        if self.nvtx: torch.cuda.nvtx.range_pop()
+        rf.__exit__(None, None, None)
+
+@patch
+def _pop_to(self:RecordFunctionCallback, depth):
+    "Close ranges until `depth` are open"
+    self._pop(len(self._stack) - depth)
+
+# %% ../nbs/15_trace.ipynb #c60129c1
 @patch
 @delegates(RecordFunctionCallback)
 def annotate(self:Learner, **kwargs):
