@@ -6,21 +6,23 @@ Docs: https://fastprofile.github.io/fastprofile/efficiency.html.md"""
 
 # %% ../nbs/16_efficiency.ipynb #88b4fa3d
 from __future__ import annotations
-import contextlib, math, os, re, sys, time, warnings
+import math, os, sys, time, warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
-import numpy as np, pandas as pd
 from fastai.basics import *
 from .checks import check_int, check_bool, check_number
 from .core import Facts, ProfileResult, guarded, strict_mode
 from .report import Section, fmt_time, fmt_pct
 from .callback import starts_a_fit, train_device
+from .flops import PEAK_FLOPS, GPU_NAMES, gpu_key, peak_flops_for, compute_dtype, mixed_peak, FlopCount, is_compiled, prepare_flop_counter
+# these names moved to `fastprofile.flops`; they stay importable from here, and in `from fastprofile.efficiency import *`
+_all_ = ['PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for', 'compute_dtype', 'mixed_peak', 'FlopCount', 'is_compiled', 'prepare_flop_counter']
 
 # %% auto #0
-__all__ = ['PEAK_FLOPS', 'GPU_NAMES', 'LOW_MFU', 'fmt_flops', 'fmt_mem', 'gpu_key', 'peak_flops_for', 'compute_dtype',
-           'mixed_peak', 'FlopCount', 'is_compiled', 'prepare_flop_counter', 'StageFlops', 'Efficiency', 'rss_bytes',
-           'maxrss_bytes', 'mem_available', 'EfficiencyCallback', 'efficiency_summary', 'efficiency_advice',
-           'efficiency_lines', 'efficiency_section', 'efficiency_scalars', 'efficiency_fit_scalars']
+__all__ = ['LOW_MFU', 'fmt_flops', 'fmt_mem', 'StageFlops', 'Efficiency', 'rss_bytes', 'maxrss_bytes', 'mem_available',
+           'EfficiencyCallback', 'efficiency_summary', 'efficiency_advice', 'efficiency_lines', 'efficiency_section',
+           'efficiency_scalars', 'efficiency_fit_scalars', 'PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for',
+           'compute_dtype', 'mixed_peak', 'FlopCount', 'is_compiled', 'prepare_flop_counter']
 
 # %% ../nbs/16_efficiency.ipynb #b153e332
 def fmt_flops(x, unit:str='FLOP/s') -> str:
@@ -36,184 +38,6 @@ def fmt_mem(n) -> str:
     for p,s in ((2**40,'TiB'),(2**30,'GiB'),(2**20,'MiB'),(2**10,'KiB')):
         if abs(n) >= p*.9995: return f'{n/p:.3g} {s}'
     return f'{n:.0f} B'
-
-# %% ../nbs/16_efficiency.ipynb #281e59e8
-PEAK_FLOPS = {
-    # NVIDIA H100 Tensor Core GPU datasheet, https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
-    # H100 SXM: FP32 67 TF; TF32 989*, BF16 1,979*, FP16 1,979*, FP8 3,958* TF
-    'h100-sxm':  dict(fp32=67e12, tf32=494.5e12, bf16=989.5e12, fp16=989.5e12, fp8=1979e12),
-    # same datasheet, H100 PCIe: FP32 51 TF; TF32 756*, BF16 1,513*, FP16 1,513*, FP8 3,026* TF
-    'h100-pcie': dict(fp32=51e12, tf32=378e12, bf16=756.5e12, fp16=756.5e12, fp8=1513e12),
-    # same datasheet, H100 NVL: FP32 60 TF; TF32 835*, BF16 1,671*, FP16 1,671*, FP8 3,341* TF
-    'h100-nvl':  dict(fp32=60e12, tf32=417.5e12, bf16=835.5e12, fp16=835.5e12, fp8=1670.5e12),
-    # NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/ : H200 SXM, the H100 SXM figures
-    'h200':      dict(fp32=67e12, tf32=494.5e12, bf16=989.5e12, fp16=989.5e12, fp8=1979e12),
-    # same page, H200 NVL: the H100 NVL figures
-    'h200-nvl':  dict(fp32=60e12, tf32=417.5e12, bf16=835.5e12, fp16=835.5e12, fp8=1670.5e12),
-    # NVIDIA A100 datasheet (SXM4 and PCIe, 40 and 80 GB alike): FP32 19.5 TF; TF32 156, BF16 312, FP16 312 TF dense
-    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
-    'a100':      dict(fp32=19.5e12, tf32=156e12, bf16=312e12, fp16=312e12),
-    # NVIDIA A10 datasheet: FP32 31.2 TF; TF32 62.5, BF16 125, FP16 125 TF dense
-    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf
-    'a10':       dict(fp32=31.2e12, tf32=62.5e12, bf16=125e12, fp16=125e12),
-    # AWS's A10G (G5 instances) has no public NVIDIA datasheet; figures from Baseten's A10 vs A10G spec table
-    # (https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/): FP32 35 TF; TF32 35, BF16 70, FP16 70 TF
-    # dense. Lightning's `ThroughputMonitor` uses the A10 figures for it instead: pass `peak_flops=` if you know better
-    'a10g':      dict(fp32=35e12, tf32=35e12, bf16=70e12, fp16=70e12),
-    # NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/ : FP32 30.3 TF; TF32 120*, BF16 242*, FP16 242*, FP8 485* TF
-    'l4':        dict(fp32=30.3e12, tf32=60e12, bf16=121e12, fp16=121e12, fp8=242.5e12),
-    # NVIDIA L40S datasheet, https://www.nvidia.com/en-us/data-center/l40s/ : FP32 91.6 TF; TF32 366*, BF16 733*, FP16 733*, FP8 1,466* TF
-    'l40s':      dict(fp32=91.6e12, tf32=183e12, bf16=366.5e12, fp16=366.5e12, fp8=733e12),
-    # NVIDIA T4 datasheet: FP32 8.1 TF; mixed precision (FP16/FP32) 65 TF. Turing: no BF16, no TF32 tensor cores
-    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf
-    't4':        dict(fp32=8.1e12, fp16=65e12),
-    # NVIDIA V100 datasheet: SXM2 FP32 15.7 TF, tensor (FP16) 125 TF; PCIe 14 / 112 TF. Volta: no BF16, no TF32
-    # https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf
-    'v100-sxm':  dict(fp32=15.7e12, fp16=125e12),
-    'v100-pcie': dict(fp32=14e12, fp16=112e12),
-    # NVIDIA Ada Lovelace architecture whitepaper, appendix table for the GeForce RTX 4090: FP32 82.6 TF; TF32 82.6,
-    # BF16 165.2, FP16 165.2 TF with FP32 accumulate (what PyTorch uses), FP8 330.3 TF (dense; sparse doubles them)
-    # https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf
-    'rtx-4090':  dict(fp32=82.6e12, tf32=82.6e12, bf16=165.2e12, fp16=165.2e12, fp8=330.3e12),
-}
-
-# (pattern in the lower-cased `torch.cuda.get_device_name()`, key of `PEAK_FLOPS`): the first match wins
-GPU_NAMES = ((r'h200.*\bnvl', 'h200-nvl'), (r'h200', 'h200'), (r'h100.*\bnvl', 'h100-nvl'), (r'h100.*(pcie|hbm2e)', 'h100-pcie'),
-             (r'h100', 'h100-sxm'), (r'a100', 'a100'), (r'a10g', 'a10g'), (r'\ba10\b', 'a10'), (r'l40s', 'l40s'),
-             (r'\bl4\b', 'l4'), (r'\bt4\b', 't4'), (r'v100.*pcie', 'v100-pcie'), (r'v100', 'v100-sxm'),
-             (r'rtx 4090(?!.*(\bd\b|laptop))', 'rtx-4090'))
-
-def gpu_key(device_name:str|None) -> str|None:
-    "The `PEAK_FLOPS` key of the GPU called `device_name` (`torch.cuda.get_device_name()`), or None"
-    if not device_name: return None
-    name = device_name.lower()
-    return next((k for pat,k in GPU_NAMES if re.search(pat, name)), None)
-
-def peak_flops_for(device_name:str|None, dtype:str) -> float|None:
-    "Peak dense FLOP/s of the GPU called `device_name` in `dtype` ('fp32', 'tf32', 'bf16', 'fp16', 'fp8'), or None"
-    k = gpu_key(device_name)
-    if k is None: return None
-    t = PEAK_FLOPS[k]
-    if dtype == 'tf32' and 'tf32' not in t: dtype = 'fp32'  # no TF32 tensor cores: fp32 matmuls run as fp32
-    return t.get(dtype)
-
-# %% ../nbs/16_efficiency.ipynb #11b927cc
-_DTYPES = {torch.float32:'fp32', torch.float16:'fp16', torch.bfloat16:'bf16', torch.float64:'fp64'}
-
-def _tf32_allowed(family:str) -> bool:
-    if family == 'conv': return bool(torch.backends.cudnn.allow_tf32)
-    return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != 'highest'
-
-def compute_dtype(dtype, device_type:str, family:str='matmul') -> str:
-    "What an operation of `family` ('matmul', 'conv', 'attention') on `dtype` inputs on `device_type` ran as: 'fp32', 'tf32', 'bf16', 'fp16'..."
-    if 'float8' in str(dtype): return 'fp8'
-    d = _DTYPES.get(dtype, str(dtype).replace('torch.', ''))
-    if d != 'fp32' or device_type != 'cuda': return d
-    return 'tf32' if _tf32_allowed(family) else 'fp32'
-
-def mixed_peak(device_name:str|None, dtype_flops:dict) -> float|None:
-    "Peak FLOP/s for FLOPs split by dtype (`{'bf16': n, ...}`) on the GPU `device_name`: all FLOPs / the time each share takes at its peak"
-    tot = sum(dtype_flops.values())
-    if not tot: return None
-    shares = []
-    for d,n in dtype_flops.items():
-        p = peak_flops_for(device_name, d)
-        if p is None:
-            if n > .01*tot: return None  # a real share with no known peak: no MFU rather than a wrong one
-            continue
-        if n: shares.append((n, p))
-    if len(shares) == 1: return shares[0][1]
-    return sum(n for n,_ in shares)/sum(n/p for n,p in shares) if shares else None
-
-# %% ../nbs/16_efficiency.ipynb #f8aba29c
-class _GlobalOnly:
-    "Stands in for `FlopCounterMode`'s module tracker: every FLOP under 'Global', no module or autograd hooks"
-    parents = frozenset({'Global'})
-    def __enter__(self): return self
-    def __exit__(self, *args): pass
-
-def _family(op) -> str:
-    name = str(op)
-    return 'conv' if 'conv' in name else 'attention' if 'attention' in name else 'matmul'
-
-class FlopCount:
-    "A `FlopCounterMode` that can stop early, never raises from a FLOP formula, and splits FLOPs by compute dtype and op family"
-    def __init__(self):
-        from torch.utils.flop_counter import FlopCounterMode
-        self.mode = FlopCounterMode(display=False)
-        if hasattr(self.mode, 'mod_tracker'): self.mode.mod_tracker = _GlobalOnly()
-        self.by = defaultdict(int)  # (compute dtype, family) -> FLOPs
-        self.errors = []  # 'aten.mm (RuntimeError: ...)' for each formula that failed
-        self.channels_last = None  # whether the first 4-d convolution input was channels_last
-        reg = getattr(self.mode, 'flop_registry', None)
-        if reg is not None: self.mode.flop_registry = {op:self._guard(op, f) for op,f in reg.items()}
-        self.on,self._stance = False,None
-
-    def _guard(self, op, f):
-        fam,name,bwd = _family(op),str(op),'backward' in str(op)
-        def count(*args, out_val=None, **kwargs):
-            try:
-                n = f(*args, out_val=out_val, **kwargs)
-                t = next((a for a in args if isinstance(a, torch.Tensor)), None)
-                if t is not None:
-                    self.by[(compute_dtype(t.dtype, t.device.type, fam), fam)] += int(n)
-                    if fam == 'conv' and not bwd and t.dim() == 4 and self.channels_last is None:
-                        self.channels_last = t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
-                return n
-            except Exception as e:
-                self.errors.append(f"{name} ({type(e).__name__}: {e})")
-                return 0
-        return count
-
-    def start(self):
-        "Count from now, with `torch.compile`d code run eagerly (`force_eager`: compiled under a dispatch mode, it would never compile)"
-        if self.on: return self
-        set_stance = getattr(torch.compiler, 'set_stance', None)
-        self._stance = set_stance('force_eager') if set_stance is not None else contextlib.nullcontext()
-        self._stance.__enter__()
-        try: self.mode.__enter__()
-        except BaseException: self._stance.__exit__(None, None, None); raise
-        self.on = True
-        return self
-    def stop(self):
-        "Stop counting (again: nothing)"
-        if not self.on: return
-        self.on = False
-        try: self.mode.__exit__(None, None, None)
-        finally: self._stance.__exit__(None, None, None)
-    def __enter__(self): return self.start()
-    def __exit__(self, *args): self.stop()
-
-    @property
-    def total(self) -> int:
-        "FLOPs counted so far"
-        return int(self.mode.get_total_flops())
-
-    def dtypes(self) -> dict:
-        "FLOPs per compute dtype"
-        d = defaultdict(int)
-        for (dt,_),n in self.by.items(): d[dt] += n
-        return dict(d)
-
-    def families(self) -> dict:
-        "FLOPs per op family"
-        d = defaultdict(int)
-        for (_,fam),n in self.by.items(): d[fam] += n
-        return dict(d)
-
-def is_compiled(model) -> bool:
-    "True if `model` or one of its modules is compiled (`torch.compile(module)` or `module.compile()`)"
-    return any(type(m).__name__ == 'OptimizedModule' or getattr(m, '_compiled_call_impl', None) is not None for m in model.modules())
-
-_SETUP = []  # seconds the first `FlopCount` of this process took, once it ran
-
-def prepare_flop_counter() -> float:
-    "Count one tiny matmul, once per process, so that the counter's one-time set-up happens now and not in a batch; its seconds (0. after the first)"
-    if _SETUP: return 0.
-    t0 = time.perf_counter()
-    with FlopCount(): torch.ones(1, 1) @ torch.ones(1, 1)
-    _SETUP.append(time.perf_counter() - t0)
-    return _SETUP[0]
 
 # %% ../nbs/16_efficiency.ipynb #20e2e617
 @dataclass
@@ -235,6 +59,7 @@ class StageFlops:
         if self.forward is None or self.backward is None: return None
         return self.forward + (self.loss or 0.) + self.backward
 
+# %% ../nbs/16_efficiency.ipynb #0044774d
 @dataclass
 class Efficiency:
     "What an `EfficiencyCallback` measured in one profiled call: FLOPs per sample per stage, the device, memory"
@@ -257,67 +82,79 @@ class Efficiency:
     maxrss_end:int|None=None # The same at the end of the call
     mem_available:int|None=None # The machine's available memory at the end of the call (`MemAvailable`)
 
-    def _weights(self, stages):
-        w = [s.train_batches for s in stages]
-        return w if sum(w) > 0 else [1]*len(stages)
+# %% ../nbs/16_efficiency.ipynb #59323b9e
+@patch
+def _weights(self:Efficiency, stages):
+    "Each stage's weight: its training batches (all alike if none were counted)"
+    w = [s.train_batches for s in stages]
+    return w if sum(w) > 0 else [1]*len(stages)
 
-    def flops_per_sample(self) -> dict:
-        "The call's FLOPs per sample of 'forward', 'loss', 'backward', 'train' and 'predict' (None where unknown)"
-        out = {}
-        for k in ('forward','loss','backward','train','predict'):
-            st = [s for s in self.stages if getattr(s, k) is not None]
-            if self.failure is not None or not st: out[k] = None; continue
-            w = self._weights(st)
-            out[k] = sum(getattr(s, k)*x for s,x in zip(st, w))/sum(w)
-        return out
+@patch
+def flops_per_sample(self:Efficiency) -> dict:
+    "The call's FLOPs per sample of 'forward', 'loss', 'backward', 'train' and 'predict' (None where unknown)"
+    out = {}
+    for k in ('forward','loss','backward','train','predict'):
+        st = [s for s in self.stages if getattr(s, k) is not None]
+        if self.failure is not None or not st: out[k] = None; continue
+        w = self._weights(st)
+        out[k] = sum(getattr(s, k)*x for s,x in zip(st, w))/sum(w)
+    return out
 
-    def dtype_flops(self) -> dict:
-        "FLOPs of the counted training batches per compute dtype"
-        d = defaultdict(int)
-        for s in self.stages:
-            for k,n in s.dtypes.items(): d[k] += n
-        return dict(d)
+@patch
+def dtype_flops(self:Efficiency) -> dict:
+    "FLOPs of the counted training batches per compute dtype"
+    d = defaultdict(int)
+    for s in self.stages:
+        for k,n in s.dtypes.items(): d[k] += n
+    return dict(d)
 
-    def family_flops(self) -> dict:
-        d = defaultdict(int)
-        for s in self.stages:
-            for k,n in s.families.items(): d[k] += n
-        return dict(d)
+@patch
+def family_flops(self:Efficiency) -> dict:
+    "FLOPs of the counted training batches per op family"
+    d = defaultdict(int)
+    for s in self.stages:
+        for k,n in s.families.items(): d[k] += n
+    return dict(d)
 
-    @property
-    def dtype(self) -> str|None:
-        "The compute dtype of most counted FLOPs"
-        d = self.dtype_flops()
-        return max(d, key=d.get) if d else None
+@patch(as_prop=True)
+def dtype(self:Efficiency) -> str|None:
+    "The compute dtype of most counted FLOPs"
+    d = self.dtype_flops()
+    return max(d, key=d.get) if d else None
 
-    def peak(self) -> tuple:
-        "(peak FLOP/s, where it came from: 'given' or 'table'), or (None, None)"
-        if self.peak_flops is not None: return self.peak_flops,'given'
-        p = mixed_peak(self.device_name, self.dtype_flops())
-        return (p,'table') if p is not None else (None,None)
+@patch
+def peak(self:Efficiency) -> tuple:
+    "(peak FLOP/s, where it came from: 'given' or 'table'), or (None, None)"
+    if self.peak_flops is not None: return self.peak_flops,'given'
+    p = mixed_peak(self.device_name, self.dtype_flops())
+    return (p,'table') if p is not None else (None,None)
 
-    def row_flops(self) -> dict:
-        "FLOPs per sample of each results row they apply to, for `Facts.flops` (the `FLOP/s` column)"
-        f,rows = self.flops_per_sample(),{}
-        if f['forward'] is not None: rows[('train','batch','forward')] = f['forward']
-        if f['backward'] is not None: rows[('train','batch','backward')] = f['backward']
-        if f['train'] is not None: rows[('train','batch','')] = rows[('fit','train','')] = f['train']
-        if f['predict'] is not None:
-            rows[('valid','batch','predict')] = rows[('valid','batch','')] = rows[('fit','valid','')] = f['predict']
-        return rows
+@patch
+def row_flops(self:Efficiency) -> dict:
+    "FLOPs per sample of each results row they apply to, for `Facts.flops` (the `FLOP/s` column)"
+    f,rows = self.flops_per_sample(),{}
+    if f['forward'] is not None: rows[('train','batch','forward')] = f['forward']
+    if f['backward'] is not None: rows[('train','batch','backward')] = f['backward']
+    if f['train'] is not None: rows[('train','batch','')] = rows[('fit','train','')] = f['train']
+    if f['predict'] is not None:
+        rows[('valid','batch','predict')] = rows[('valid','batch','')] = rows[('fit','valid','')] = f['predict']
+    return rows
 
-    def batch_growth(self) -> float|None:
-        "CUDA: how many times the batch could grow before the device is full, if activations grow with it (10% kept back)"
-        peak = max(self.memory.values(), default=None)
-        if peak is None or self.device_usable is None or self.memory_base is None or peak <= self.memory_base: return None
-        return (.9*self.device_usable - self.memory_base)/(peak - self.memory_base)
+# %% ../nbs/16_efficiency.ipynb #29ffcf8d
+@patch
+def batch_growth(self:Efficiency) -> float|None:
+    "CUDA: how many times the batch could grow before the device is full, if activations grow with it (10% kept back)"
+    peak = max(self.memory.values(), default=None)
+    if peak is None or self.device_usable is None or self.memory_base is None or peak <= self.memory_base: return None
+    return (.9*self.device_usable - self.memory_base)/(peak - self.memory_base)
 
-    def peak_rss(self) -> tuple:
-        "The process's peak resident memory during the call as (bytes, exact): exact when the call set the process's peak"
-        if self.maxrss_end is not None and self.maxrss_start is not None and self.maxrss_end > self.maxrss_start:
-            return self.maxrss_end,True
-        seen = [v for v in (self.rss_start, self.rss_seen, self.rss_end) if v is not None]
-        return (max(seen) if seen else None),False
+@patch
+def peak_rss(self:Efficiency) -> tuple:
+    "The process's peak resident memory during the call as (bytes, exact): exact when the call set the process's peak"
+    if self.maxrss_end is not None and self.maxrss_start is not None and self.maxrss_end > self.maxrss_start:
+        return self.maxrss_end,True
+    seen = [v for v in (self.rss_start, self.rss_seen, self.rss_end) if v is not None]
+    return (max(seen) if seen else None),False
 
 # %% ../nbs/16_efficiency.ipynb #5df54e59
 def rss_bytes() -> int|None:
@@ -374,193 +211,236 @@ class EfficiencyCallback(Callback):
         h = self._handlers.get(event_name)
         if h is not None: h()
 
-    # ---- fits ----
-    def _before_fit(self):
-        "A fit starts a stage (what a fit that crashed left behind is dropped); `validate`, `get_preds`, `lr_find` are nested: ignored"
-        if not starts_a_fit(self.learn):
-            self._stack.append((False, self._handlers, self._shadowed is not None))
-            self._unshadow()  # its batches are not the phase's first: counted later
-            self._handlers = self._nested
-            return
-        self.restore()
-        self._stack = [(True, self._idle, False)]
-        r,dev = self.result,train_device(self.learn)
-        if r.device is None:  # the call's first fit
-            r.device = str(dev)
-            cuda = self.cuda_api if self.cuda_api is not None else (torch.cuda if dev.type == 'cuda' else None)
-            self._dev,self._mem = dev,cuda
-            if cuda is not None:
-                r.device_name = guarded('reading the GPU name', cuda.get_device_name, dev)
-                if r.device_name is None: self._mem = None
-            r.rss_start,r.maxrss_start = rss_bytes(),maxrss_bytes()
-        self._stage,self._compiled = StageFlops(),is_compiled(self.learn.model)
-        r.stages.append(self._stage)
-        if self.count_flops and not self.warmup and r.failure is None:
-            r.failure = "not counted: `warmup=0` puts the first batch in the statistics, and counting slows it down"
-        self._handlers = self._per_phase
+# %% ../nbs/16_efficiency.ipynb #92068b5d
+@patch
+def _before_fit(self:EfficiencyCallback):
+    "A fit starts a stage (what a fit that crashed left behind is dropped); `validate`, `get_preds`, `lr_find` are nested: ignored"
+    if not starts_a_fit(self.learn):
+        self._stack.append((False, self._handlers, self._shadowed is not None))
+        self._unshadow()  # its batches are not the phase's first: counted later
+        self._handlers = self._nested
+        return
+    self.restore()
+    self._stack = [(True, self._idle, False)]
+    r,dev = self.result,train_device(self.learn)
+    if r.device is None:  # the call's first fit
+        r.device = str(dev)
+        cuda = self.cuda_api if self.cuda_api is not None else (torch.cuda if dev.type == 'cuda' else None)
+        self._dev,self._mem = dev,cuda
+        if cuda is not None:
+            r.device_name = guarded('reading the GPU name', cuda.get_device_name, dev)
+            if r.device_name is None: self._mem = None
+        r.rss_start,r.maxrss_start = rss_bytes(),maxrss_bytes()
+    self._stage,self._compiled = StageFlops(),is_compiled(self.learn.model)
+    r.stages.append(self._stage)
+    if self.count_flops and not self.warmup and r.failure is None:
+        r.failure = "not counted: `warmup=0` puts the first batch in the statistics, and counting slows it down"
+    self._handlers = self._per_phase
 
-    def _after_fit(self):
-        if not self._stack: return
-        stage,prev,reshadow = self._stack.pop()
-        if stage: self._end_stage()
-        self._handlers = prev
-        if reshadow: self._shadow(self._phase)
+@patch
+def _after_fit(self:EfficiencyCallback):
+    "A fit or a nested context ends: the stage ends, or the outer context's table comes back"
+    if not self._stack: return
+    stage,prev,reshadow = self._stack.pop()
+    if stage: self._end_stage()
+    self._handlers = prev
+    if reshadow: self._shadow(self._phase)
 
-    def _end_stage(self):
+@patch
+def _end_stage(self:EfficiencyCallback):
+    "Take the shadow off and keep the stage's training batches (its weight)"
+    self._unshadow()
+    if self._stage is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
+    self._stage = None
+
+# %% ../nbs/16_efficiency.ipynb #62ee3609
+@patch
+def _wants_count(self:EfficiencyCallback, phase) -> bool:
+    "Whether the first batch of `phase` is to be counted"
+    s = self._stage
+    if not (self.count_flops and self.warmup and s is not None and self.result.failure is None): return False
+    if self._compiled and getattr(self.learn, 'epoch', 0) == 0: return False  # the first epoch compiles: count the next
+    return (s.forward is None or s.backward is None) if phase == 'train' else s.predict is None
+
+@patch
+def _start_phase(self:EfficiencyCallback, phase):
+    "Start `phase`: shadow its first batch if it is counted; per-batch events only while there is work in the warm-up batches"
+    self._phase,self._batches = phase,0
+    count = self._wants_count(phase)
+    if count: self._shadow(phase)
+    mem = self._mem is not None and phase == 'train' and self.warmup > 0
+    self._handlers = self._per_batch if (count or mem) else self._per_phase
+
+@patch
+def _before_train(self:EfficiencyCallback): self._start_phase('train')
+
+@patch
+def _before_validate(self:EfficiencyCallback): self._start_phase('valid')
+
+@patch
+def _after_phase(self:EfficiencyCallback):
+    "End of a phase: take the shadow off, read the resident memory"
+    self._unshadow()
+    self._handlers = self._per_phase
+    r,rss = self.result,rss_bytes()
+    if rss is not None: r.rss_seen = max(r.rss_seen or 0, rss)
+
+# %% ../nbs/16_efficiency.ipynb #5044e408
+@patch
+def _shadow(self:EfficiencyCallback, phase):
+    "Run the next batch (only) inside a `FlopCount`"
+    learn,d = self.learn,self.learn.__dict__
+    self._shadowed = (d['_do_one_batch'],) if '_do_one_batch' in d else ()
+    run = learn._do_one_batch  # the learner's own (or what another library put there)
+    def counted():
         self._unshadow()
-        if self._stage is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
-        self._stage = None
+        fc = guarded('starting the FLOP counter', lambda: FlopCount().start())
+        if fc is None: self.result.failure = 'counting failed: the FLOP counter could not start'
+        self._counter,self._reads = fc,{}
+        t0 = time.perf_counter()
+        try: return run()
+        finally:
+            if fc is not None: fc.stop()
+            self._counter = None
+            if fc is not None: guarded('recording the FLOP count', self._record, phase, fc, time.perf_counter() - t0)
+    d['_do_one_batch'] = counted
 
-    # ---- phases ----
-    def _wants_count(self, phase) -> bool:
-        s = self._stage
-        if not (self.count_flops and self.warmup and s is not None and self.result.failure is None): return False
-        if self._compiled and getattr(self.learn, 'epoch', 0) == 0: return False  # the first epoch compiles: count the next
-        return (s.forward is None or s.backward is None) if phase == 'train' else s.predict is None
+@patch
+def _unshadow(self:EfficiencyCallback):
+    "Put the learner's `_do_one_batch` back as it was"
+    if self._shadowed is None: return
+    d = self.learn.__dict__ if self.learn is not None else {}
+    if self._shadowed: d['_do_one_batch'] = self._shadowed[0]
+    else: d.pop('_do_one_batch', None)
+    self._shadowed = None
 
-    def _start_phase(self, phase):
-        self._phase,self._batches = phase,0
-        count = self._wants_count(phase)
-        if count: self._shadow(phase)
-        mem = self._mem is not None and phase == 'train' and self.warmup > 0
-        self._handlers = self._per_batch if (count or mem) else self._per_phase
+@patch
+def _record(self:EfficiencyCallback, phase, fc, seconds):
+    "Turn the reads of the counted batch into FLOPs per sample"
+    s,r,reads = self._stage,self.result,self._reads
+    s.seconds += seconds
+    if fc.errors:
+        r.failure = f"counting failed on {fc.errors[0]}"
+        return
+    if 'forward' not in reads: return  # cancelled before the forward ended: the next fit's first batch counts
+    try: bs = find_bs(self.learn.xb)
+    except Exception: bs = 0
+    if not bs: return
+    if phase == 'valid':
+        s.predict = reads['forward']/bs
+        return
+    s.forward,s.batch_size = reads['forward']/bs,bs
+    if 'backward_start' in reads: s.loss = (reads['backward_start'] - reads['forward'])/bs
+    if 'backward' in reads: s.backward = reads['backward']/bs
+    s.dtypes,s.families = fc.dtypes(),fc.families()
+    if fc.channels_last is not None: r.channels_last = fc.channels_last
+    if reads['forward'] == 0 and r.failure is None:
+        r.failure = ("none counted: the model ran no matmul, convolution or attention that torch's FLOP counter knows "
+                     "(custom kernels are not counted)")
 
-    def _before_train(self): self._start_phase('train')
-    def _before_validate(self): self._start_phase('valid')
+# %% ../nbs/16_efficiency.ipynb #ec986e96
+@patch
+def _sampling(self:EfficiencyCallback) -> bool:
+    "True while memory is sampled: on CUDA, in a training phase"
+    return self._mem is not None and self._phase == 'train'
 
-    def _after_phase(self):
-        self._unshadow()
-        self._handlers = self._per_phase
-        r,rss = self.result,rss_bytes()
-        if rss is not None: r.rss_seen = max(r.rss_seen or 0, rss)
+@patch
+def _mem_call(self:EfficiencyCallback, f, *args):
+    "Call the CUDA memory API; if it fails, warn once and stop sampling memory (raise in strict mode)"
+    try: return f(*args)
+    except Exception as e:
+        self._mem = None
+        if strict_mode(): raise
+        warnings.warn(f"fastprofile: sampling CUDA memory failed and is off for this call ({type(e).__name__}: {e}); training is unaffected")
+        return None
 
-    # ---- the counted batch ----
-    def _shadow(self, phase):
-        "Run the next batch (only) inside a `FlopCount`"
-        learn,d = self.learn,self.learn.__dict__
-        self._shadowed = (d['_do_one_batch'],) if '_do_one_batch' in d else ()
-        run = learn._do_one_batch  # the learner's own (or what another library put there)
-        def counted():
-            self._unshadow()
-            fc = guarded('starting the FLOP counter', lambda: FlopCount().start())
-            if fc is None: self.result.failure = 'counting failed: the FLOP counter could not start'
-            self._counter,self._reads = fc,{}
-            t0 = time.perf_counter()
-            try: return run()
-            finally:
-                if fc is not None: fc.stop()
-                self._counter = None
-                if fc is not None: guarded('recording the FLOP count', self._record, phase, fc, time.perf_counter() - t0)
-        d['_do_one_batch'] = counted
+@patch
+def _mem_reset(self:EfficiencyCallback):
+    "Reset CUDA's peak memory statistics"
+    self._mem_call(self._mem.reset_peak_memory_stats, self._dev)
 
-    def _unshadow(self):
-        if self._shadowed is None: return
-        d = self.learn.__dict__ if self.learn is not None else {}
-        if self._shadowed: d['_do_one_batch'] = self._shadowed[0]
-        else: d.pop('_do_one_batch', None)
-        self._shadowed = None
+@patch
+def _mem_read(self:EfficiencyCallback, what):
+    "Keep the peak allocated memory since the last reset as `what`'s (the max over sampled batches)"
+    v = self._mem_call(self._mem.max_memory_allocated, self._dev)
+    if v is not None: self.result.memory[what] = max(self.result.memory.get(what, 0), int(v))
 
-    def _record(self, phase, fc, seconds):
-        "Turn the reads of the counted batch into FLOPs per sample"
-        s,r,reads = self._stage,self.result,self._reads
-        s.seconds += seconds
-        if fc.errors:
-            r.failure = f"counting failed on {fc.errors[0]}"
-            return
-        if 'forward' not in reads: return  # cancelled before the forward ended: the next fit's first batch counts
-        try: bs = find_bs(self.learn.xb)
-        except Exception: bs = 0
-        if not bs: return
-        if phase == 'valid':
-            s.predict = reads['forward']/bs
-            return
-        s.forward,s.batch_size = reads['forward']/bs,bs
-        if 'backward_start' in reads: s.loss = (reads['backward_start'] - reads['forward'])/bs
-        if 'backward' in reads: s.backward = reads['backward']/bs
-        s.dtypes,s.families = fc.dtypes(),fc.families()
-        if fc.channels_last is not None: r.channels_last = fc.channels_last
-        if reads['forward'] == 0 and r.failure is None:
-            r.failure = ("none counted: the model ran no matmul, convolution or attention that torch's FLOP counter knows "
-                         "(custom kernels are not counted)")
+# %% ../nbs/16_efficiency.ipynb #203395f2
+@patch
+def _before_batch(self:EfficiencyCallback):
+    "A new batch: fresh reads; on CUDA, the memory base, and a reset for the forward's peak"
+    if self._counter is None: self._reads = {}
+    if self._sampling():
+        base = self._mem_call(self._mem.memory_allocated, self._dev)
+        if base is not None: self.result.memory_base = max(self.result.memory_base or 0, int(base))
+        if self._mem is not None: self._mem_reset()
+        if self._mem is not None: self.result.sampled += 1
 
-    # ---- the warm-up batches ----
-    def _sampling(self) -> bool: return self._mem is not None and self._phase == 'train'
+@patch
+def _after_pred(self:EfficiencyCallback):
+    "Read the forward's FLOPs (validation stops counting here) and its peak memory"
+    fc = self._counter
+    if fc is not None:
+        self._reads['forward'] = fc.total
+        if self._phase == 'valid': fc.stop()
+    if self._sampling(): self._mem_read('forward')
 
-    def _mem_call(self, f, *args):
-        "Call the CUDA memory API; if it fails, warn once and stop sampling memory (raise in strict mode)"
-        try: return f(*args)
-        except Exception as e:
-            self._mem = None
-            if strict_mode(): raise
-            warnings.warn(f"fastprofile: sampling CUDA memory failed and is off for this call ({type(e).__name__}: {e}); training is unaffected")
-            return None
+@patch
+def _before_backward(self:EfficiencyCallback):
+    "Read the FLOPs so far; reset the peak for the backward"
+    if self._counter is not None: self._reads['backward_start'] = self._counter.total
+    if self._sampling(): self._mem_reset()
 
-    def _mem_reset(self): self._mem_call(self._mem.reset_peak_memory_stats, self._dev)
-    def _mem_read(self, what):
-        v = self._mem_call(self._mem.max_memory_allocated, self._dev)
-        if v is not None: self.result.memory[what] = max(self.result.memory.get(what, 0), int(v))
+@patch
+def _after_backward(self:EfficiencyCallback):
+    "Read the backward's FLOPs and stop counting: the optimizer step runs uncounted; read its peak memory"
+    fc = self._counter
+    if fc is not None and 'backward_start' in self._reads:
+        self._reads['backward'] = fc.total - self._reads['backward_start']
+        fc.stop()
+    if self._sampling(): self._mem_read('backward')
 
-    def _before_batch(self):
-        if self._counter is None: self._reads = {}
-        if self._sampling():
-            base = self._mem_call(self._mem.memory_allocated, self._dev)
-            if base is not None: self.result.memory_base = max(self.result.memory_base or 0, int(base))
-            if self._mem is not None: self._mem_reset()
-            if self._mem is not None: self.result.sampled += 1
+@patch
+def _before_step(self:EfficiencyCallback):
+    "Reset the peak for the optimizer step"
+    if self._sampling(): self._mem_reset(); self._reads['step_reset'] = True
 
-    def _after_pred(self):
-        fc = self._counter
-        if fc is not None:
-            self._reads['forward'] = fc.total
-            if self._phase == 'valid': fc.stop()
-        if self._sampling(): self._mem_read('forward')
+@patch
+def _after_step(self:EfficiencyCallback):
+    "The step's peak, if its `before_step` reset it (a callback cancelling the step before us: no reading)"
+    if self._sampling() and self._reads.pop('step_reset', False): self._mem_read('opt_step')
 
-    def _before_backward(self):
-        if self._counter is not None: self._reads['backward_start'] = self._counter.total
-        if self._sampling(): self._mem_reset()
+@patch
+def _after_batch(self:EfficiencyCallback):
+    "After the warm-up batches, or once nothing is left to do in them, the table has no per-batch event"
+    self._batches += 1
+    if self._batches >= self.warmup or not (self._sampling() or self._wants_count(self._phase)): self._handlers = self._per_phase
 
-    def _after_backward(self):
-        fc = self._counter
-        if fc is not None and 'backward_start' in self._reads:
-            self._reads['backward'] = fc.total - self._reads['backward_start']
-            fc.stop()
-        if self._sampling(): self._mem_read('backward')
+# %% ../nbs/16_efficiency.ipynb #5e08b98d
+@patch
+def restore(self:EfficiencyCallback):
+    "Stop counting and take the shadow off (also after a fit that ended by an exception)"
+    if self._counter is not None: self._counter.stop(); self._counter = None
+    self._unshadow()
+    self._handlers,self._stack = self._idle,[]
 
-    def _before_step(self):
-        if self._sampling(): self._mem_reset(); self._reads['step_reset'] = True
-
-    def _after_step(self):
-        "The step's peak, if its `before_step` reset it (a callback cancelling the step before us: no reading)"
-        if self._sampling() and self._reads.pop('step_reset', False): self._mem_read('opt_step')
-
-    def _after_batch(self):
-        "After the warm-up batches, or once nothing is left to do in them, the table has no per-batch event"
-        self._batches += 1
-        if self._batches >= self.warmup or not (self._sampling() or self._wants_count(self._phase)): self._handlers = self._per_phase
-
-    # ---- the end of the call ----
-    def restore(self):
-        "Stop counting and take the shadow off (also after a fit that ended by an exception)"
-        if self._counter is not None: self._counter.stop(); self._counter = None
-        self._unshadow()
-        self._handlers,self._stack = self._idle,[]
-
-    def add_facts(self, facts:Facts) -> Facts:
-        "Close the call's numbers and put them into `facts`: FLOPs per sample per results row, and the `Efficiency` (`extra['efficiency']`)"
-        if self._stage is not None and self.learn is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
-        self.restore()
-        r = self.result
-        if self._compiled and r.failure is None and not any(x.forward is not None for x in r.stages):
-            r.failure = ("not counted: the model is compiled (`torch.compile`), so its FLOPs are counted in the first batch of a "
-                         "fit's second epoch (the first epoch compiles it), and no fit here had one")
-        r.rss_end,r.maxrss_end,r.mem_available = rss_bytes(),maxrss_bytes(),mem_available()
-        if self._mem is not None:
-            info = self._mem_call(self._mem.mem_get_info, self._dev)
-            held = self._mem_call(self._mem.memory_reserved, self._dev) if self._mem is not None else None
-            if info is not None and held is not None: r.device_usable,r.device_total = int(info[0]) + int(held),int(info[1])
-        facts.flops = r.row_flops()
-        facts.extra['efficiency'] = r
-        return facts
+@patch
+def add_facts(self:EfficiencyCallback, facts:Facts) -> Facts:
+    "Close the call's numbers and put them into `facts`: FLOPs per sample per results row, and the `Efficiency` (`extra['efficiency']`)"
+    if self._stage is not None and self.learn is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
+    self.restore()
+    r = self.result
+    if self._compiled and r.failure is None and not any(x.forward is not None for x in r.stages):
+        r.failure = ("not counted: the model is compiled (`torch.compile`), so its FLOPs are counted in the first batch of a "
+                     "fit's second epoch (the first epoch compiles it), and no fit here had one")
+    r.rss_end,r.maxrss_end,r.mem_available = rss_bytes(),maxrss_bytes(),mem_available()
+    if self._mem is not None:
+        info = self._mem_call(self._mem.mem_get_info, self._dev)
+        held = self._mem_call(self._mem.memory_reserved, self._dev) if self._mem is not None else None
+        if info is not None and held is not None: r.device_usable,r.device_total = int(info[0]) + int(held),int(info[1])
+    facts.flops = r.row_flops()
+    facts.extra['efficiency'] = r
+    return facts
 
 # %% ../nbs/16_efficiency.ipynb #0a171fc1
 LOW_MFU = .3  # below this a compute-bound GPU run leaves most of the device idle (well-tuned training reaches 35-55%)
@@ -591,6 +471,7 @@ def efficiency_summary(result:ProfileResult) -> dict:
             'memory_headroom': eff.device_usable - max(mem.values()) if mem and eff.device_usable is not None else None,
             'batch_size_growth': eff.batch_growth(), 'peak_rss': rss, 'peak_rss_exact': exact}
 
+# %% ../nbs/16_efficiency.ipynb #ad7dbbb6
 def _compute_share(record) -> float|None:
     "Share of a mean training step spent in the model and the optimizer (GPU time where CUDA events timed it)"
     st,gs = record.stats,getattr(record, 'gpu_stats', None) or {}
@@ -627,6 +508,7 @@ def efficiency_advice(result:ProfileResult,
                    "(cuDNN's fastest convolutions, with `to_fp16()`).")
     return out
 
+# %% ../nbs/16_efficiency.ipynb #dab78df0
 def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
     "The report's efficiency lines: FLOPs per sample, achieved FLOP/s, MFU, peak memory (and `efficiency_advice`)"
     eff = _efficiency(result)
@@ -684,6 +566,7 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
     if advice: out += efficiency_advice(result)
     return out
 
+# %% ../nbs/16_efficiency.ipynb #9fe891ca
 def efficiency_section(result:ProfileResult,
     advice:bool=True, # Add `efficiency_advice` (False when the diagnosis gives it)
 ) -> Section|None:
