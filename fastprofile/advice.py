@@ -77,6 +77,7 @@ def _shared(learn, cbs, metrics) -> list:
     for dl in _loaders(learn): out += [dl, getattr(dl, 'dataset', None)]
     return [o for o in out if o is not None]
 
+# %% ../nbs/18_advice.ipynb #d1630b94
 class _LearnerState:
     "Everything `preserved` puts back, taken on entry"
     def __init__(self, learn):
@@ -94,34 +95,6 @@ class _LearnerState:
         self.rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
                      torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
 
-    def put_learner(self):
-        learn = self.learn
-        for cb in list(learn.cbs):
-            if cb not in self.cbs: cb.learn = None  # added inside the block
-        learn.__dict__.clear(); learn.__dict__.update(self.d)
-        self.cbs_obj.clear(); self.cbs_obj.extend(self.cbs)  # `learn.cbs`: the same `L`, with the same callbacks
-    def put_callbacks(self):
-        self.state.restore()
-        for cb in self.cbs: cb.learn = self.learn
-    def put_model(self):
-        m = self.learn.model
-        m.load_state_dict(self.weights)
-        for x,t in zip(m.modules(), self.modes): x.training = t
-        for p,g in zip(m.parameters(), self.grads): p.requires_grad_(g)
-    def put_optimizer(self):
-        if self.opt is None: return
-        self.opt.load_state_dict(self.opt_state)
-        if self.frozen_idx is not None: self.opt.frozen_idx = self.frozen_idx
-    def put_loaders(self):
-        for dl,d,rng,rs,fd in self.dls:
-            dl.__dict__.clear(); dl.__dict__.update(d)
-            if rs is not None: rng.setstate(rs)
-            if fd is not None: dl.fake_l.__dict__.clear(); dl.fake_l.__dict__.update(fd)
-    def put_rngs(self):
-        r = self.rngs
-        random.setstate(r[0]); np.random.set_state(r[1]); torch.set_rng_state(r[2])
-        if r[3] is not None: torch.cuda.set_rng_state_all(r[3])
-
     def restore(self, quiet:bool=False):
         "Put everything back; what fails is raised after the rest is back (with `quiet`: warned)"
         errors = []
@@ -133,6 +106,53 @@ class _LearnerState:
             for what,e in errors: warnings.warn(f"fastprofile: putting back the learner's {what} failed ({type(e).__name__}: {e})")
         else: raise errors[0][1]
 
+# %% ../nbs/18_advice.ipynb #a558e5f1
+@patch
+def put_learner(self:_LearnerState):
+    "The learner's attributes and its `cbs` (the same `L`, with the same callbacks); callbacks added in the block are unbound"
+    learn = self.learn
+    for cb in list(learn.cbs):
+        if cb not in self.cbs: cb.learn = None  # added inside the block
+    learn.__dict__.clear(); learn.__dict__.update(self.d)
+    self.cbs_obj.clear(); self.cbs_obj.extend(self.cbs)  # `learn.cbs`: the same `L`, with the same callbacks
+
+@patch
+def put_callbacks(self:_LearnerState):
+    "The state of each callback and metric, into the same objects; each callback bound to the learner again"
+    self.state.restore()
+    for cb in self.cbs: cb.learn = self.learn
+
+@patch
+def put_model(self:_LearnerState):
+    "Weights and buffers, train/eval modes, `requires_grad` flags"
+    m = self.learn.model
+    m.load_state_dict(self.weights)
+    for x,t in zip(m.modules(), self.modes): x.training = t
+    for p,g in zip(m.parameters(), self.grads): p.requires_grad_(g)
+
+@patch
+def put_optimizer(self:_LearnerState):
+    "The optimizer's state, hyper-parameters and frozen layer groups"
+    if self.opt is None: return
+    self.opt.load_state_dict(self.opt_state)
+    if self.frozen_idx is not None: self.opt.frozen_idx = self.frozen_idx
+
+@patch
+def put_loaders(self:_LearnerState):
+    "Each loader's attributes, its shuffling RNG's state and its `fake_l`"
+    for dl,d,rng,rs,fd in self.dls:
+        dl.__dict__.clear(); dl.__dict__.update(d)
+        if rs is not None: rng.setstate(rs)
+        if fd is not None: dl.fake_l.__dict__.clear(); dl.fake_l.__dict__.update(fd)
+
+@patch
+def put_rngs(self:_LearnerState):
+    "The global RNGs: Python, numpy, torch, every CUDA device"
+    r = self.rngs
+    random.setstate(r[0]); np.random.set_state(r[1]); torch.set_rng_state(r[2])
+    if r[3] is not None: torch.cuda.set_rng_state_all(r[3])
+
+# %% ../nbs/18_advice.ipynb #2995a6f0
 @contextmanager
 def preserved(learn:Learner):
     "On leaving, however the block ends, put `learn` (model, optimizer, callbacks, Recorder, loaders, RNGs) back as it was"
@@ -166,17 +186,21 @@ def _steady(rec):
     return {p:(rec.stats[(p,'draw')].mean + rec.stats[(p,'batch')].mean, rec.stats[(p,'batch')].n)
             for p in PHASES if rec.stats[(p,'batch')].n}
 
+# %% ../nbs/18_advice.ipynb #60840ecf
 @dataclass
 class AdviceCheck:
     "Predicted and measured speedup of the diagnosis' change"
     diagnosis:Diagnosis; change:dict|None; before:float; after:float; predicted:float; measured:float
     @property
-    def error(self) -> float: return self.measured/self.predicted - 1 if self.predicted else math.nan
+    def error(self) -> float:
+        "The measured speedup's relative error against the predicted one"
+        return self.measured/self.predicted - 1 if self.predicted else math.nan
     def __repr__(self):
         if self.change is None: return f"No automatic change for this advice: {self.diagnosis.knob}"
         return (f"Change: {self.change}\nPredicted: {self.predicted:.2f}x  Measured: {self.measured:.2f}x "
                 f"({fmt_time(self.before)} -> {fmt_time(self.after)} per batch; prediction off by {fmt_pct(100*abs(self.error))})")
 
+# %% ../nbs/18_advice.ipynb #d1db88c9
 def _run_window(learn, n_train, n_valid, lr):
     learn.add_cb(_Window(n_train, n_valid))
     learn.profile(breakdown=True, show_report=False, logger_callback=None, save_csv=False)
@@ -202,6 +226,7 @@ def _candidate(d, resource):
         if c['resource'] == resource: return c
     raise ValueError(f"No advice for {resource!r}: valid resources are {', '.join(repr(c['resource']) for c in d.candidates)}")
 
+# %% ../nbs/18_advice.ipynb #378de43d
 def check_advice(learn:Learner,
                  n_batches:int=30, # Training batches in each window (validation: `n_valid`)
                  n_valid:int|None=None, # Validation batches in each window (default: `n_batches`)
