@@ -7,7 +7,6 @@ Docs: https://fastprofile.github.io/fastprofile/cli.html.md"""
 # %% ../nbs/20_cli.ipynb #840a4114
 from __future__ import annotations
 import argparse, sys, time
-from pathlib import Path
 from . import __version__
 from .checks import check_path
 
@@ -47,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument('--plain', action='store_true', help='plain-text report')
     return p
 
+# %% ../nbs/20_cli.ipynb #a4499dc5
 def check_args(args):
     "Refuse, before any training, output paths that cannot be written and a device that is not there"
     for k,suffixes in OUTPUTS.items():
@@ -89,6 +89,7 @@ def demo(args) -> tuple:
     finally: learn.cleanup_demo()
     return learn,ok
 
+# %% ../nbs/20_cli.ipynb #2918a706
 def main(argv=None) -> int:
     "Entry point of the `fastprofile` console command: 0 when done, 2 for a refused argument, 1 if an output could not be written"
     args = parser().parse_args(argv)

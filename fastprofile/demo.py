@@ -23,6 +23,7 @@ SHAPES = ('circle','square','triangle','cross')
 _STATS = ([0.5,0.5,0.5],[0.25,0.25,0.25])
 
 def _draw_image(rng:np.random.Generator, label:int, size:int) -> Image.Image:
+    "One image of `SHAPES[label]` in a random colour, position and size, on a noisy background"
     bg = rng.integers(0, 80, (size, size, 3), dtype=np.uint8)
     im = Image.fromarray(bg)
     d = ImageDraw.Draw(im)
@@ -67,6 +68,7 @@ def demo_model(n_classes:int=len(SHAPES)) -> nn.Module:
     return nn.Sequential(ConvLayer(3, 16, stride=2), ConvLayer(16, 32, stride=2), ConvLayer(32, 64, stride=2),
                          ConvLayer(64, 64, stride=2), nn.AdaptiveAvgPool2d(1), Flatten(), nn.Linear(64, n_classes))
 
+# %% ../nbs/19_demo.ipynb #fba8ca75
 def make_demo_learner(
     n_train:int=1536, # Training images
     n_valid:int=384, # Validation images

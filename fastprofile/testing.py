@@ -18,6 +18,7 @@ class FakeClock:
     def __call__(self): return self.t
     def tick(self, dt:float): self.t += dt; return self
 
+# %% ../nbs/90_testing.ipynb #f8f1236e
 def drive_record(rec:ProfileRecord, clock:FakeClock, n_epochs=1, n_train=4, n_valid=2, bs=8, cost=None,
                  stage:bool=True, # Start and end a stage around the epochs (False: the caller does, as a `Profile` does)
                  close:bool=True, # Close the record at the end (False: leave it open for another stage)
@@ -60,6 +61,7 @@ class FakeStream:
     def sync(self):
         if self.busy_until > self.clock(): self.clock.tick(self.busy_until - self.clock())
 
+# %% ../nbs/90_testing.ipynb #da91669a
 class FakeEvent:
     "A CUDA-event stand-in on a `FakeStream`, with `torch.cuda.Event`'s methods and its rules for unrecorded and unfinished events"
     def __init__(self, fs:FakeStream): self.fs,self.t = fs,None
@@ -73,6 +75,7 @@ class FakeEvent:
         if not (self.query() and end.query()): raise RuntimeError('CUDA error: device not ready')
         return (end.t - self.t)*1e3
 
+# %% ../nbs/90_testing.ipynb #097d0577
 def drive_gpu_batches(rec, clock:FakeClock, fs:FakeStream, n:int=10, gpu=None, host=.001, sync_every_mark=False):
     "Run `n` training batches on a fake GPU: each step queues `gpu[step]` seconds of work in `host` (or `host[step]`) seconds"
     g = dict(draw=.002, forward=.020, loss=.001, backward=.030, opt_step=.005, zero_grad=.0005); g.update(gpu or {})
