@@ -130,19 +130,21 @@ class ProfileRecord:
 
     def __reduce__(self): return (ProfileRecord.from_state, (self.state(),))
 
-    # ---- hot path ----
-    def mark(self, slot:int):
-        "Record the time of boundary `slot` of the batch in flight"
-        self.marks[slot] = self.clock()
+# %% ../nbs/03_record.ipynb #319ed3e9
+@patch
+def mark(self:ProfileRecord, slot:int):
+    "Record the time of boundary `slot` of the batch in flight"
+    self.marks[slot] = self.clock()
 
-    def end_batch(self, bs:int):
-        "The batch in flight is done: queue its marks with its batch size `bs`"
-        m = self.marks
-        self._queue.append(m)
-        self._queue_bs.append(bs)
-        self.last_seen = m[Slot.BATCH_END]
-        self.marks = list(_NAN_MARKS)
-        if len(self._queue) >= self.fold_every: self.fold()
+@patch
+def end_batch(self:ProfileRecord, bs:int):
+    "The batch in flight is done: queue its marks with its batch size `bs`"
+    m = self.marks
+    self._queue.append(m)
+    self._queue_bs.append(bs)
+    self.last_seen = m[Slot.BATCH_END]
+    self.marks = list(_NAN_MARKS)
+    if len(self._queue) >= self.fold_every: self.fold()
 
 # %% ../nbs/03_record.ipynb #46c75679
 @patch
