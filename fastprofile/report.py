@@ -175,7 +175,7 @@ class ProfileReport:
     def _values(self) -> pd.DataFrame:
         "Each shown number as a string with its unit, under the results' column names"
         r = self.results
-        out = pd.DataFrame({c: r[c].map(col_format(c)).astype(object) for c in self.columns[3:]}, index=r.index)
+        out = pd.DataFrame({c: r[c].map(col_format(c)) for c in self.columns[3:]}, index=r.index)
         if 'Number of Calls' in r:  # a single call has no spread: '-' rather than '0 ns'
             single = r['Number of Calls'] <= 1
             for c in _SPREAD:
@@ -195,7 +195,7 @@ class ProfileReport:
         "The number columns that fit in `width` characters: `OPTIONAL_COLUMNS` ones, then other extras, left out first"
         v,cols = self._values(),self.columns[3:]
         first = max((2*l.level + len(l.name) for l in _outline(self.results)), default=0)
-        w = {c: max([len(col_label(c))] + v[c].str.len().tolist()) for c in cols}
+        w = {c: max([len(col_label(c))] + [len(s) for s in v[c]]) for c in cols}
         need = lambda cs: first + sum(w[c] + _GAP for c in cs)
         for c in [c for c in OPTIONAL_COLUMNS if c in cols] + [c for c in cols if c not in COLUMNS][::-1]:
             if need(cols) <= width: break

@@ -33,7 +33,7 @@ def test_report_is_html_in_jupyter(html_report):
         assert word in h, word
     assert 'Mean Duration' not in h and 'Percent of Total' not in h   # the labels, not the DataFrame's names
     assert re.search(r'\d<span class="fp-u">&nbsp;(µs|ms|s)</span>', h)   # times carry units, set apart
-    assert 'Profiler overhead' in h
+    assert 'Timing: wall clock' in h
     # the diagnosis is a block of its own: verdict first, code as <code>, no literal backticks anywhere
     assert re.search(r'<div class="fp-title">Diagnosis</div><p class="fp-headline">Bound by: ', h)
     assert '<code>' in h and '`' not in h
