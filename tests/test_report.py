@@ -1,6 +1,6 @@
 """The Jupyter report as a person sees it: headless Chromium renders it inside JupyterLab's output styles, light and dark.
 
-`python tests/test_report.py docs/img/report.png` renders the README's screenshot from a real fit (`fastprofile.demo`)."""
+`python tests/test_report.py docs/img/report.png [width]` renders the README's screenshot from a real fit (`fastprofile.demo`)."""
 import html, json, re, shutil, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np, pytest
@@ -189,9 +189,10 @@ def test_piped_output_keeps_the_core_columns(reports, tmp_path):
     assert 'Left out to fit 80 columns: P50, P90, P99, Min, Max, GPU Mean, GPU Total' in out
     assert any(l.startswith('    backward') for l in lines) and 'Diagnosis:' in out
 
-if __name__ == '__main__':
+if __name__ == '__main__':  # the README's screenshot: a page wide enough to show every column (at 960 px the last ones scroll)
     from fastprofile.demo import make_demo_learner
     out = Path(sys.argv[1] if len(sys.argv) > 1 else 'docs/img/report.png')
+    width = int(sys.argv[2]) if len(sys.argv) > 2 else 1100
     learn = make_demo_learner()
     learn.profile(show_report=False, logger_callback=None).fit(1)
-    print(screenshot(learn.simple_profile_report._repr_html_(), out))
+    print(screenshot(learn.simple_profile_report._repr_html_(), out, width=width))
