@@ -191,24 +191,26 @@ class ProfileReport:
         out.loc[blank_phase & r.Action.eq(r.Action.shift()) & r.Step.ne(''),'Action'] = ''
         return pd.concat([out, self._values().rename(columns=col_label)], axis=1)
 
-    def _fit(self, width:int) -> list:
-        "The number columns that fit in `width` characters: `OPTIONAL_COLUMNS` ones, then other extras, left out first"
-        v,cols = self._values(),self.columns[3:]
+    def _fit(self, v:pd.DataFrame, width:int) -> tuple:
+        "The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first), and their width"
+        cols = self.columns[3:]
         first = max((2*l.level + len(l.name) for l in _outline(self.results)), default=0)
         w = {c: max([len(col_label(c))] + [len(s) for s in v[c]]) for c in cols}
         need = lambda cs: first + sum(w[c] + _GAP for c in cs)
         for c in [c for c in OPTIONAL_COLUMNS if c in cols] + [c for c in cols if c not in COLUMNS][::-1]:
             if need(cols) <= width: break
             cols = [x for x in cols if x != c]
-        return cols
+        return cols,need(cols)
 
     def _text(self, width:int, plain:bool=False) -> list:
         "The report as rich renderables for `width` characters; `plain`: no styles, backticks kept"
-        cols,v = self._fit(width),self._values()
+        v = self._values()
+        cols,need = self._fit(v, width)
+        # `min_width`: what the table needs (more than `width` only when even the core columns do not fit)
         t = Table(box=_ASCII_RULES if plain else _RULES, show_edge=False, pad_edge=False, padding=(0,0,0,_GAP-1),
-                  header_style='' if plain else 'bold')
-        t.add_column('', no_wrap=True)
-        for c in cols: t.add_column(col_label(c), justify='right', no_wrap=True)
+                  header_style='' if plain else 'bold', min_width=need)
+        t.add_column('', overflow='fold')  # in a terminal narrower than the core columns: values on two lines, never cut
+        for c in cols: t.add_column(col_label(c), justify='right', overflow='fold')
         for k,l in enumerate(_outline(self.results)):
             if l.i is None:
                 if k: t.add_section()
@@ -226,16 +228,24 @@ class ProfileReport:
         return out
 
     def __rich_console__(self, console, options):
-        if console.color_system is None: yield Text(self.plain(max(options.max_width, 40)))  # a pipe, a file: the plain text
-        else: yield from self._text(options.max_width)
+        w,p = options.max_width,None
+        if console.color_system is None and w >= 40:  # a pipe, a file: the plain text, if it fits
+            p = self.plain(w)
+            if max(map(len, p.splitlines())) > w: p = None  # not even the core columns fit: values fold instead
+        if p is not None: yield Text(p)
+        else: yield from self._text(w, plain=console.color_system is None)
 
     def plain(self, width:int=120) -> str:
-        "The report as plain text at most `width` characters wide (percentiles left out if need be, and it says so)"
+        "The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core column"
         check_int('width', width, 40)
-        con = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False, force_jupyter=False,
-                      highlight=False, emoji=False, legacy_windows=False)
-        for r in self._text(width, plain=True): con.print(r)
-        return '\n'.join(l.rstrip() for l in con.file.getvalue().splitlines())
+        def render(r, w):
+            con = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
+                          highlight=False, emoji=False, legacy_windows=False)
+            con.print(r)
+            return con.file.getvalue()
+        # the table wider than `width` rather than cut, if even its core columns need more
+        txt = ''.join(render(r, max(width, getattr(r, 'min_width', None) or 0)) for r in self._text(width, plain=True))
+        return '\n'.join(l.rstrip() for l in txt.splitlines())
 
     def markdown(self) -> str:
         "The report as markdown: a table (Phase, Action and Step as columns), the notes, the sections"
