@@ -129,13 +129,19 @@ def _spans(s:str) -> list:
     if i < len(s): out.append((s[i:], False))
     return out
 
+def _indent(s:str) -> int: return len(s) - len(s.lstrip(' '))
+
+def _aligned(s:str) -> bool:
+    "An indented line whose words are lined up in columns (runs of spaces inside): a row of a small text table"
+    return s.startswith('  ') and re.search(r'\S  +\S', s) is not None
+
 def _blocks(lines) -> list:
-    "Consecutive `lines` grouped as `(indented, lines)`: indented lines are aligned text (kept as is), the rest prose"
+    "Consecutive `lines` grouped as `(aligned, lines)`: rows of a text table (kept as they are) or prose (indented: a sub-point)"
     out = []
     for l in lines:
-        ind = l.startswith('  ')
-        if out and out[-1][0] == ind: out[-1][1].append(l)
-        else: out.append((ind, [l]))
+        a = _aligned(l)
+        if out and out[-1][0] == a: out[-1][1].append(l)
+        else: out.append((a, [l]))
     return out
 
 # %% ../nbs/05_report.ipynb #5f6a7b82
@@ -224,7 +230,8 @@ class ProfileReport:
             out += [Text(''), Text(f'{sec.title}:', style='' if plain else 'bold')]
             for k,l in enumerate(sec.lines):
                 style = 'bold' if sec.headline and k == 0 and not plain else ''
-                out.append(Padding(_text_line(l, plain, style, labelled=not style), (0,0,0,2)))
+                i = _indent(l)  # an indented line keeps its indent when it wraps
+                out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
         return out
 
     def __rich_console__(self, console, options):
@@ -276,12 +283,15 @@ class ProfileReport:
         else: Console().print(self)
 
 def _md_section(sec:Section) -> str:
-    "A `Section` as markdown: title, verdict in bold, prose lines as a list, aligned lines as a code block"
+    "A `Section` as markdown: title, verdict in bold, prose lines as a list (indented ones nested), aligned lines as a code block"
     lines,out = list(sec.lines),[f'**{sec.title}**']
     if sec.headline and lines: out.append(f'**{lines.pop(0)}**')
-    for ind,ls in _blocks(lines):
-        if ind: out.append('```\n' + '\n'.join(ls) + '\n```')
-        else: out.append('\n'.join(f'- **{m[1]}:** {l[m.end():]}' if (m := _LABEL.match(l)) else f'- {l}' for l in ls))
+    def item(l):
+        sub,l = _indent(l) > 0,l.lstrip(' ')
+        m = _LABEL.match(l)
+        return ('  - ' if sub else '- ') + (f'**{m[1]}:** {l[m.end():]}' if m else l)
+    for aligned,ls in _blocks(lines):
+        out.append('```\n' + '\n'.join(ls) + '\n```' if aligned else '\n'.join(map(item, ls)))
     return '\n\n'.join(out)
 
 # %% ../nbs/05_report.ipynb #7b8c9da4
@@ -317,6 +327,7 @@ _CSS = """
  border-left:3px solid var(--jp-brand-color1,#1976d2)}
 .fastprofile-report ul.fp-lines{margin:0 0 .3em;padding-left:1.3em;list-style:disc}
 .fastprofile-report ul.fp-lines li{margin:.12em 0}
+.fastprofile-report ul.fp-lines li.fp-sub{margin-left:1.3em;list-style-type:circle}
 .fastprofile-report pre.fp-pre{font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace);
  font-size:.92em;margin:.2em 0 .4em;padding:0;white-space:pre;overflow-x:auto;background:transparent;color:inherit;line-height:1.35}
 .fastprofile-report code{font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace);font-size:.92em;
@@ -349,12 +360,13 @@ def _html_bar(pct:float) -> str:
     return f'<span class="fp-bar" role="presentation"><span style="width:{min(max(pct, 0), 100):.1f}%"></span></span>'
 
 def _html_section(sec:Section) -> str:
-    "A `Section` as an HTML block: title, verdict first and prominent, prose as a list, aligned lines kept aligned"
+    "A `Section` as an HTML block: title, verdict first and prominent, prose as a list (indented lines as sub-points), aligned lines kept aligned"
     lines,out = list(sec.lines),[f'<div class="fp-title">{_esc(sec.title)}</div>']
     if sec.headline and lines: out.append(f'<p class="fp-headline">{_html_inline(lines.pop(0))}</p>')
-    for ind,ls in _blocks(lines):
-        if ind: out.append(f'<pre class="fp-pre">{_esc(chr(10).join(ls))}</pre>')
-        else: out.append('<ul class="fp-lines">' + ''.join(f'<li>{_html_line(l)}</li>' for l in ls) + '</ul>')
+    li = lambda l: f'<li class="fp-sub">{_html_line(l.lstrip(" "))}</li>' if _indent(l) else f'<li>{_html_line(l)}</li>'
+    for aligned,ls in _blocks(lines):
+        if aligned: out.append(f'<pre class="fp-pre">{_esc(chr(10).join(ls))}</pre>')
+        else: out.append('<ul class="fp-lines">' + ''.join(map(li, ls)) + '</ul>')
     return f'<div class="fp-section">{"".join(out)}</div>'
 
 def _html_report(rep:ProfileReport) -> str:

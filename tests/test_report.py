@@ -116,13 +116,14 @@ def screenshot(fragment:str, png, theme:str='light', width:int=960):
     return png
 
 def real_report():
-    "The report of a real profiled fit (a diagnosis section included), plus the extra columns a GPU run has"
+    "The report of a real profiled fit (diagnosis and efficiency sections), and the same with the extra columns of a GPU run"
     learn = synth_learner(n_trn=16, n_val=4)  # synth_dbunch batches of 16: 16 train and 4 valid batches
-    learn.profile(show_report=False, logger_callback=None).fit(1)
+    learn.profile(show_report=False, logger_callback=None, efficiency=True, peak_flops=1e12).fit(1)
     rep = learn.simple_profile_report
-    assert rep.section('Diagnosis') is not None
+    assert rep.section('Diagnosis') is not None and rep.section('Efficiency') is not None
     res = rep.results.copy()
     res['GPU Mean Duration'] = res['Mean Duration']*.7; res['GPU Total Time'] = res['Total Time']*.7
+    res['FLOP/s'] = np.where(res.Step.isin(['forward','backward']), 3.21e12, np.nan)  # as `fastprofile.efficiency` adds it
     return rep, ProfileReport(res, rep.notes, rep.sections)
 
 @pytest.fixture(scope='module')
@@ -189,8 +190,8 @@ def test_piped_output_keeps_the_core_columns(reports, tmp_path):
     # what is left out (how much fits depends on how wide this run's numbers are) is said, and is never a core column
     shown = [col_label(c) for c in reports[1].columns[3:] if re.search(rf'(^|  ){re.escape(col_label(c))}($|  )', hdr)]
     left = [col_label(c) for c in reports[1].columns[3:] if col_label(c) not in shown]
-    assert left and set(left) <= {'P50','P90','P99','Min','Max','GPU Mean','GPU Total'}, (shown, left)
-    assert f"Left out to fit 80 columns: {', '.join(left)} (" in out
+    assert left and set(left) <= {'P50','P90','P99','Min','Max','GPU Mean','GPU Total','FLOP/s'}, (shown, left)
+    assert f"Left out to fit 80 columns: {', '.join(left)} (" in ' '.join(out.split())   # (a note may wrap)
     assert any(l.startswith('    backward') for l in lines) and 'Diagnosis:' in out
 
 if __name__ == '__main__':  # the README's screenshot: a page wide enough to show every column (at 960 px the last ones scroll)
