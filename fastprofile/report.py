@@ -6,22 +6,29 @@ Docs: https://fastprofile.github.io/fastprofile/report.html.md"""
 
 # %% ../nbs/05_report.ipynb #f76d62b9
 from __future__ import annotations
-import math, os, tempfile
-from dataclasses import dataclass, field
+import html, io, math, os, re, tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, NamedTuple
 import numpy as np, pandas as pd
+from rich import box
+from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
-from rich.console import Console, Group
 from rich.text import Text
+from .checks import check_int
 
 # %% auto #0
-__all__ = ['TIME_COLS', 'COLUMNS', 'EXTRA_COLUMNS', 'SHORT', 'fmt_time', 'fmt_rate', 'fmt_pct', 'Section', 'ProfileReport',
+__all__ = ['KEY_COLUMNS', 'TIME_COLS', 'COLUMNS', 'OPTIONAL_COLUMNS', 'LABELS', 'FORMATS', 'HOT_SHARE', 'fmt_time', 'fmt_si',
+           'fmt_rate', 'fmt_pct', 'fmt_count', 'fmt_num', 'col_label', 'col_format', 'Section', 'ProfileReport',
            'atomic_write', 'atomic_write_text', 'atomic_write_csv']
 
 # %% ../nbs/05_report.ipynb #dc8e54cc
+def _missing(x) -> bool: return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
+
 def fmt_time(s:float) -> str:
     "Format `s` seconds with a unit: `812 ns`, `12.3 µs`, `4.56 ms`, `1.23 s`, `2m 03s`"
-    if s is None or (isinstance(s, float) and math.isnan(s)): return '-'
+    if _missing(s): return '-'
     a = abs(s)
     if round(a*1e9) < 1000:    return f'{s*1e9:,.0f} ns'
     if round(a*1e6, 1) < 1000: return f'{s*1e6:,.1f} µs'
@@ -32,33 +39,124 @@ def fmt_time(s:float) -> str:
     h,m = divmod(m, 60)
     return f'{int(h)}h {int(m):02d}m'
 
+_SI = {6:'M', 9:'G', 12:'T', 15:'P', 18:'E'}
+
+def fmt_si(x:float) -> str|None:
+    "`x` to 3 significant digits with an SI prefix (`1.23 M`, `45.6 T`) if it is a million or more, else None"
+    if _missing(x) or round(abs(x)) < 1_000_000: return None
+    x3 = float(f'{x:.3g}')
+    e = min(int(math.floor(math.log10(abs(x3))/3))*3, 18)
+    return f'{x3/10**e:.3g} {_SI[e]}'
+
 def fmt_rate(r:float) -> str:
-    "Format a samples/second rate with thousands separators"
-    if r is None or math.isnan(r): return '-'
-    return f'{r:,.0f}' if r >= 10 else f'{r:,.2f}'
+    "Format a rate (per second) with thousands separators, or an SI prefix from a million up"
+    if _missing(r): return '-'
+    return fmt_si(r) or (f'{r:,.0f}' if r >= 10 else f'{r:,.2f}')
 
 def fmt_pct(p:float) -> str:
     "Format a percentage: `41%`, `0.4%`, `<0.1%`"
-    if p is None or math.isnan(p): return '-'
+    if _missing(p): return '-'
     if p == 0: return '0%'
     if p < 0.1: return '<0.1%'
     return f'{p:.1f}%' if p < 10 else f'{p:.0f}%'
 
+def fmt_count(n) -> str:
+    "Format a count: `1,234`"
+    return '-' if _missing(n) else f'{int(n):,}'
+
+def fmt_num(x:float) -> str:
+    "Format a number of no known kind: 3 significant digits, thousands separators, an SI prefix from a million up"
+    if _missing(x): return '-'
+    return fmt_si(x) or (f'{x:,.0f}' if abs(x) >= 100 or float(x).is_integer() else f'{x:.3g}')
+
 # %% ../nbs/05_report.ipynb #0a731c1a
+KEY_COLUMNS = ['Phase','Action','Step']
 TIME_COLS = ['Mean Duration','Duration Std Dev','Total Time','P50','P90','P99','Min','Max','GPU Mean Duration','GPU Total Time']
-COLUMNS = ['Phase','Action','Step','Mean Duration','Duration Std Dev','Number of Calls','Samples/Second',
-           'Total Time','Percent of Total','P50','P90','P99','Min','Max']
-# Shown when the results have them (GPU timing with CUDA events)
-EXTRA_COLUMNS = ['GPU Mean Duration','GPU Total Time']
+COLUMNS = KEY_COLUMNS + ['Mean Duration','Duration Std Dev','Number of Calls','Samples/Second','Total Time','Percent of Total',
+                  'P50','P90','P99','Min','Max']
+OPTIONAL_COLUMNS = ['Min','Max','P99','P90','P50'] # Left out in this order where the width is short; the other standard columns never are
+_SPREAD = ['Duration Std Dev','P50','P90','P99','Min','Max'] # Shown as '-' for single-call rows
+LABELS = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s',
+          'Total Time':'Total', 'Percent of Total':'% of Fit', 'GPU Mean Duration':'GPU Mean', 'GPU Total Time':'GPU Total'}
+FORMATS = {**{c:fmt_time for c in TIME_COLS}, 'Number of Calls':fmt_count, 'Samples/Second':fmt_rate, 'Percent of Total':fmt_pct}
 
-# Short headers for the terminal, where width is scarce (the DataFrame, CSV, HTML and markdown keep the full names)
-SHORT = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s',
-         'Total Time':'Total', 'Percent of Total':'% of Fit', 'GPU Mean Duration':'GPU Mean', 'GPU Total Time':'GPU Total'}
+def col_label(col:str) -> str:
+    "The label results column `col` has wherever it is rendered (its own name if it has no shorter one)"
+    return LABELS.get(col, col)
 
+def col_format(col:str) -> Callable:
+    "How values of results column `col` are written: by name, else by what the name says, else as a plain number"
+    if col in FORMATS: return FORMATS[col]
+    n = col.lower()
+    if n.endswith(('duration','time')): return fmt_time
+    if n.endswith(('/s','/second','per second')): return fmt_rate
+    if 'percent' in n or '%' in n: return fmt_pct
+    return fmt_num
+
+# %% ../nbs/05_report.ipynb #0a731c1b
 @dataclass
 class Section:
     "A titled block of text after the table (the diagnosis, the ranks of a distributed run...), with the object it came from"
     title:str; lines:list; data:object=None
+    headline:bool|None=None # The first line is the verdict, shown prominently (None: when `data` has a `verdict`, as a `Diagnosis` does)
+    def __post_init__(self):
+        if self.headline is None: self.headline = getattr(self.data, 'verdict', None) is not None
+
+class _Line(NamedTuple):
+    "A line of the table: a phase heading (`i` None), an action (level 1) or a step (level 2) at row `i` of the results"
+    level:int; name:str; i:int|None; total:bool
+
+def _outline(df:pd.DataFrame) -> list:
+    "The table's lines, in the order of `df`: a heading for each phase, then its actions, each followed by its steps"
+    ph,ac,st = df.Phase.tolist(),df.Action.tolist(),df.Step.tolist()
+    out,prev = [],None
+    for i,(p,a,s) in enumerate(zip(ph,ac,st)):
+        if p != prev: out.append(_Line(0, p, None, False)); prev = p
+        broken_down = not s and i+1 < len(ph) and (ph[i+1],ac[i+1]) == (p,a) and st[i+1] != ''
+        # the fit phase's rows (fit, epoch, train, valid) are totals that the phases below break down
+        out.append(_Line(2 if s else 1, s or a, i, broken_down or (p == 'fit' and a != 'other')))
+    return out
+
+_CODE = re.compile(r'`([^`\n]+)`')
+_LABEL = re.compile(r"([A-Z][\w /'()-]{0,28}): ")
+
+def _spans(s:str) -> list:
+    "`s` cut into `(text, is_code)` pieces at its backtick spans"
+    out,i = [],0
+    for m in _CODE.finditer(s):
+        if m.start() > i: out.append((s[i:m.start()], False))
+        out.append((m[1], True)); i = m.end()
+    if i < len(s): out.append((s[i:], False))
+    return out
+
+def _indent(s:str) -> int: return len(s) - len(s.lstrip(' '))
+
+def _aligned(s:str) -> bool:
+    "An indented line whose words are lined up in columns (runs of spaces inside): a row of a small text table"
+    return s.startswith('  ') and re.search(r'\S  +\S', s) is not None
+
+def _blocks(lines) -> list:
+    "Consecutive `lines` grouped as `(aligned, lines)`: rows of a text table (kept as they are) or prose (indented: a sub-point)"
+    out = []
+    for l in lines:
+        a = _aligned(l)
+        if out and out[-1][0] == a: out[-1][1].append(l)
+        else: out.append((a, [l]))
+    return out
+
+# %% ../nbs/05_report.ipynb #5f6a7b82
+_GAP = 2  # characters between columns
+_RULES = box.HORIZONTALS
+_ASCII_RULES = box.Box(" -- \n    \n -- \n    \n -- \n -- \n    \n -- \n", ascii=True)
+
+def _text_line(s:str, plain:bool, style:str='', labelled:bool=False) -> Text:
+    "`s` as rich `Text`; in colour, code spans styled (backticks dropped) and a leading `Label:` in bold"
+    if plain: return Text(s)
+    t = Text(style=style)
+    m = _LABEL.match(s) if labelled else None
+    if m: t.append(m[0], style='bold'); s = s[m.end():]
+    for piece,code in _spans(s): t.append(piece, style='cyan' if code else '')
+    return t
 
 class ProfileReport:
     "Renders profile `results` (a numeric DataFrame in seconds) with `notes` and `Section`s"
@@ -74,94 +172,225 @@ class ProfileReport:
         return next((s for s in self.sections if s.title == title), None)
 
     @property
-    def columns(self):
-        "The columns shown: the standard ones, plus GPU times when the results have them"
-        return COLUMNS + [c for c in EXTRA_COLUMNS if c in self.results and self.results[c].notna().any()]
+    def columns(self) -> list:
+        "The results columns shown: the standard ones, then any other numeric column with values (GPU times...)"
+        r = self.results
+        extra = [c for c in r.columns if c not in COLUMNS and pd.api.types.is_numeric_dtype(r[c]) and r[c].notna().any()]
+        return [c for c in COLUMNS if c in r] + extra
+
+    def _values(self) -> pd.DataFrame:
+        "Each shown number as a string with its unit, under the results' column names"
+        r = self.results
+        out = pd.DataFrame({c: r[c].map(col_format(c)) for c in self.columns[3:]}, index=r.index)
+        if 'Number of Calls' in r:  # a single call has no spread: '-' rather than '0 ns'
+            single = r['Number of Calls'] <= 1
+            for c in _SPREAD:
+                if c in out: out.loc[single, c] = '-'
+        return out
 
     def formatted(self) -> pd.DataFrame:
-        "The results as strings with units, repeated Phase/Action labels blanked"
-        df = self.results.copy()
-        out = pd.DataFrame({'Phase':df.Phase, 'Action':df.Action, 'Step':df.Step})
-        blank_phase = df.Phase.eq(df.Phase.shift())
-        blank_action = blank_phase & df.Action.eq(df.Action.shift()) & df.Step.ne('')
+        "The results as strings with units under their labels (`LABELS`), repeated Phase/Action names blanked"
+        r = self.results
+        out = r[KEY_COLUMNS].copy()
+        blank_phase = r.Phase.eq(r.Phase.shift())
         out.loc[blank_phase,'Phase'] = ''
-        out.loc[blank_action,'Action'] = ''
-        for c in self.columns[3:]:
-            if c in TIME_COLS: out[c] = df[c].map(fmt_time)
-            elif c == 'Samples/Second': out[c] = df[c].map(fmt_rate)
-            elif c == 'Percent of Total': out[c] = df[c].map(fmt_pct)
-            else: out[c] = df[c].map(lambda n: f'{int(n):,}')
-        # single-call rows have no spread: show it as '-' rather than '0 ns'
-        single = df['Number of Calls'] <= 1
-        for c in ['Duration Std Dev','P50','P90','P99','Min','Max']: out.loc[single, c] = '-'
-        return out[self.columns]
+        out.loc[blank_phase & r.Action.eq(r.Action.shift()) & r.Step.ne(''),'Action'] = ''
+        return pd.concat([out, self._values().rename(columns=col_label)], axis=1)
 
-    def _footer(self):
-        lines = list(self.notes)
-        for sec in self.sections: lines += ['', f'{sec.title}:'] + [f'  {l}' for l in sec.lines]
-        return lines
-
-    def _columns(self, width:int):
-        "The columns that fit in `width` characters, least useful dropped first"
-        f,cols = self.formatted(),list(self.columns)
-        need = lambda cs: sum(max(len(SHORT.get(c, c)), f[c].str.len().max() if len(f) else 0) + 3 for c in cs) + 1
-        for drop in ['Min','Max','P99','P90','P50','Duration Std Dev','Number of Calls']:
+    def _fit(self, v:pd.DataFrame, width:int) -> tuple:
+        "The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first), and their width"
+        cols = self.columns[3:]
+        first = max((2*l.level + len(l.name) for l in _outline(self.results)), default=0)
+        w = {c: max([len(col_label(c))] + [len(s) for s in v[c]]) for c in cols}
+        need = lambda cs: first + sum(w[c] + _GAP for c in cs)
+        for c in [c for c in OPTIONAL_COLUMNS if c in cols] + [c for c in cols if c not in COLUMNS][::-1]:
             if need(cols) <= width: break
-            cols.remove(drop)
-        return f,cols
+            cols = [x for x in cols if x != c]
+        return cols,need(cols)
+
+    def _text(self, width:int, plain:bool=False) -> list:
+        "The report as rich renderables for `width` characters; `plain`: no styles, backticks kept"
+        v = self._values()
+        cols,need = self._fit(v, width)
+        # `min_width`: what the table needs (more than `width` only when even the core columns do not fit)
+        t = Table(box=_ASCII_RULES if plain else _RULES, show_edge=False, pad_edge=False, padding=(0,0,0,_GAP-1),
+                  header_style='' if plain else 'bold', min_width=need)
+        t.add_column('', overflow='fold')  # in a terminal narrower than the core columns: values on two lines, never cut
+        for c in cols: t.add_column(col_label(c), justify='right', overflow='fold')
+        for k,l in enumerate(_outline(self.results)):
+            if l.i is None:
+                if k: t.add_section()
+                t.add_row(l.name, *['']*len(cols), style='' if plain else 'bold')
+            else: t.add_row('  '*l.level + l.name, *v.iloc[l.i][cols])
+        out = [Text(self.title, style='' if plain else 'bold'), t]
+        left = [col_label(c) for c in self.columns[3:] if c not in cols]
+        if left: out.append(_text_line(f"Left out to fit {width} columns: {', '.join(left)} (all are in `.results`).", plain, 'dim'))
+        out += [_text_line(n, plain, 'dim') for n in self.notes]
+        for sec in self.sections:
+            out += [Text(''), Text(f'{sec.title}:', style='' if plain else 'bold')]
+            for k,l in enumerate(sec.lines):
+                style = 'bold' if sec.headline and k == 0 and not plain else ''
+                i = _indent(l)  # an indented line keeps its indent when it wraps
+                out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
+        return out
 
     def __rich_console__(self, console, options):
-        f,cols = self._columns(options.max_width)
-        t = Table(title=self.title, header_style='bold')
-        for c in cols: t.add_column(SHORT.get(c, c), justify='left' if c in ('Phase','Action','Step') else 'right', no_wrap=True)
-        for i,row in enumerate(f[cols].itertuples(index=False)):
-            if i and row[0]: t.add_section()
-            t.add_row(*row, style='bold' if row[0] else None)
-        yield t
-        if len(cols) < len(self.columns): yield Text(f"(narrow terminal: {', '.join(c for c in self.columns if c not in cols)} left out; see .results)", style='dim')
-        yield Text('\n'.join(self._footer()))
+        w,p = options.max_width,None
+        if console.color_system is None and w >= 40:  # a pipe, a file: the plain text, if it fits
+            p = self.plain(w)
+            if max(map(len, p.splitlines())) > w: p = None  # not even the core columns fit: values fold instead
+        if p is not None: yield Text(p)
+        else: yield from self._text(w, plain=console.color_system is None)
 
-    def plain(self) -> str:
-        "The report as plain text"
-        return f'{self.title}:\n' + self.formatted().to_string(index=False) + '\n' + '\n'.join(self._footer())
+    def plain(self, width:int=120) -> str:
+        "The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core column"
+        check_int('width', width, 40)
+        def render(r, w):
+            con = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
+                          highlight=False, emoji=False, legacy_windows=False)
+            con.print(r)
+            return con.file.getvalue()
+        # the table wider than `width` rather than cut, if even its core columns need more
+        txt = ''.join(render(r, max(width, getattr(r, 'min_width', None) or 0)) for r in self._text(width, plain=True))
+        return '\n'.join(l.rstrip() for l in txt.splitlines())
 
     def markdown(self) -> str:
-        "The report as a markdown table and notes"
+        "The report as markdown: a table (Phase, Action and Step as columns), the notes, the sections"
         f = self.formatted()
-        cols = self.columns
-        hdr = '| ' + ' | '.join(cols) + ' |\n|' + '|'.join(':---' if c in ('Phase','Action','Step') else '---:' for c in cols) + '|\n'
-        body = ''.join('| ' + ' | '.join(str(v) for v in r) + ' |\n' for r in f.itertuples(index=False))
-        return f'**{self.title}**\n\n' + hdr + body + '\n' + '\n'.join(f'{l}  ' if l else '' for l in self._footer())
+        cell = lambda s: str(s).replace('|', r'\|')
+        table = ('| ' + ' | '.join(f.columns) + ' |\n|' + '|'.join(':---' if c in KEY_COLUMNS else '---:' for c in f.columns) + '|\n'
+                 + ''.join('| ' + ' | '.join(cell(x) for x in r) + ' |\n' for r in f.itertuples(index=False)))
+        parts = [f'**{self.title}**', table.rstrip()]
+        if self.notes: parts.append('  \n'.join(self.notes))
+        parts += [_md_section(s) for s in self.sections]
+        return '\n\n'.join(parts) + '\n'
 
-    def _repr_html_(self):
-        import html
-        f = self.formatted()
-        cols = self.columns
-        right = {c for c in cols if c not in ('Phase','Action','Step')}
-        th = ''.join(f'<th style="text-align:{"right" if c in right else "left"}">{html.escape(c)}</th>' for c in cols)
-        trs = []
-        for row in f.itertuples(index=False):
-            top = ' style="border-top:1px solid #999;font-weight:bold"' if row[0] else ''
-            tds = ''.join(f'<td style="text-align:{"right" if c in right else "left"};padding:1px 6px">{html.escape(str(v))}</td>'
-                          for c,v in zip(cols,row))
-            trs.append(f'<tr{top}>{tds}</tr>')
-        foot = '<br>'.join(html.escape(l) for l in self._footer())
-        return (f'<div class="fastprofile-report"><table class="dataframe" style="border-collapse:collapse">'
-                f'<caption style="caption-side:top;text-align:left;font-weight:bold">{html.escape(self.title)}</caption>'
-                f'<thead><tr>{th}</tr></thead><tbody>{"".join(trs)}</tbody></table>'
-                f'<p style="font-size:smaller">{foot}</p></div>')
+    def _repr_html_(self) -> str: return _html_report(self)
 
     def __repr__(self): return self.plain()
 
     def show(self, plain:bool=False, markdown:bool=False):
         "Display: markdown or plain text if asked, HTML in Jupyter, a rich table in a terminal"
         from fastcore.basics import in_notebook
-        if markdown: print(self.markdown())
+        if markdown and in_notebook():
+            from IPython.display import display, Markdown
+            display(Markdown(self.markdown()))
+        elif markdown: print(self.markdown())
         elif plain: print(self.plain())
         elif in_notebook():
             from IPython.display import display
             display(self)
         else: Console().print(self)
+
+def _md_section(sec:Section) -> str:
+    "A `Section` as markdown: title, verdict in bold, prose lines as a list (indented ones nested), aligned lines as a code block"
+    lines,out = list(sec.lines),[f'**{sec.title}**']
+    if sec.headline and lines: out.append(f'**{lines.pop(0)}**')
+    def item(l):
+        sub,l = _indent(l) > 0,l.lstrip(' ')
+        m = _LABEL.match(l)
+        return ('  - ' if sub else '- ') + (f'**{m[1]}:** {l[m.end():]}' if m else l)
+    for aligned,ls in _blocks(lines):
+        out.append('```\n' + '\n'.join(ls) + '\n```' if aligned else '\n'.join(map(item, ls)))
+    return '\n\n'.join(out)
+
+# %% ../nbs/05_report.ipynb #7b8c9da4
+_CSS = """
+.fastprofile-report{font-family:var(--jp-ui-font-family,system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif);
+ font-size:var(--jp-ui-font-size1,13px);line-height:1.4;color:var(--jp-content-font-color1,inherit);text-align:left}
+.fastprofile-report .fp-scroll{overflow-x:auto;max-width:100%}
+.fastprofile-report table.fp-table{border-collapse:collapse;border-spacing:0;border:none;margin:0;table-layout:auto;
+ font-size:inherit;color:inherit;white-space:nowrap;font-variant-numeric:tabular-nums}
+.fastprofile-report table.fp-table caption{caption-side:top;text-align:left;font-weight:600;font-size:1.1em;padding:0 0 .35em}
+.fastprofile-report table.fp-table th,.fastprofile-report table.fp-table td{padding:.18em 0 .18em .9em;white-space:nowrap;
+ text-align:right;vertical-align:baseline;border:none;line-height:1.35;max-width:none;background:transparent}
+.fastprofile-report table.fp-table thead th{font-weight:600;vertical-align:bottom;border-bottom:1px solid var(--jp-border-color1,rgba(128,128,128,.6))}
+.fastprofile-report table.fp-table tbody tr{background:transparent}
+.fastprofile-report table.fp-table tbody tr:hover{background:var(--jp-rendermime-table-row-hover-background,rgba(66,165,245,.12))}
+.fastprofile-report table.fp-table tbody.fp-group{border-top:1px solid var(--jp-border-color2,rgba(128,128,128,.35))}
+.fastprofile-report table.fp-table tr.fp-phase th{text-align:left;font-weight:600;padding:.5em 0 .1em}
+.fastprofile-report table.fp-table td.fp-name{text-align:left;padding-left:1.1em}
+.fastprofile-report table.fp-table td.fp-l2{padding-left:2.2em}
+.fastprofile-report table.fp-table th.fp-name{padding-left:0}
+.fastprofile-report .fp-u{display:inline-block;min-width:1.5em;text-align:left}
+.fastprofile-report .fp-na{opacity:.45}
+.fastprofile-report .fp-bar{display:inline-block;width:40px;height:.6em;margin-left:.4em;vertical-align:-.02em;
+ background:rgba(128,128,128,.18);border-radius:1px;overflow:hidden}
+.fastprofile-report .fp-bar>span{display:block;height:100%;background:var(--jp-brand-color1,#1976d2)}
+.fastprofile-report tr.fp-total .fp-bar>span{opacity:.35}
+.fastprofile-report table.fp-table td.fp-hot{font-weight:600}
+.fastprofile-report .fp-notes{margin:.6em 0 0;font-size:.92em;opacity:.8}
+.fastprofile-report p.fp-note{margin:.1em 0;text-align:left}
+.fastprofile-report .fp-section{margin:.9em 0 0}
+.fastprofile-report .fp-title{font-size:.8em;font-weight:600;letter-spacing:.06em;text-transform:uppercase;opacity:.7;margin:0 0 .2em}
+.fastprofile-report p.fp-headline{font-size:1.25em;font-weight:600;margin:0 0 .4em;padding:.1em 0 .1em .55em;
+ border-left:3px solid var(--jp-brand-color1,#1976d2)}
+.fastprofile-report ul.fp-lines{margin:0 0 .3em;padding-left:1.3em;list-style:disc}
+.fastprofile-report ul.fp-lines li{margin:.12em 0}
+.fastprofile-report ul.fp-lines li.fp-sub{margin-left:1.3em;list-style-type:circle}
+.fastprofile-report pre.fp-pre{font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace);
+ font-size:.92em;margin:.2em 0 .4em;padding:0;white-space:pre;overflow-x:auto;background:transparent;color:inherit;line-height:1.35}
+.fastprofile-report code{font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace);font-size:.92em;
+ padding:0 .3em;border-radius:3px;background:var(--jp-layout-color2,rgba(128,128,128,.15));color:inherit}
+"""
+
+HOT_SHARE = 10. # % of the fit from which a row where time is spent (not a total) has its share in bold
+
+def _esc(s) -> str: return html.escape(str(s))
+
+def _html_inline(s:str) -> str:
+    "`s` as HTML, backtick spans as `<code>`"
+    return ''.join(f'<code>{_esc(t)}</code>' if code else _esc(t) for t,code in _spans(s))
+
+def _html_line(s:str) -> str:
+    "A prose line as HTML: a leading `Label:` in bold"
+    m = _LABEL.match(s)
+    return f'<b>{_esc(m[1])}:</b> {_html_inline(s[m.end():])}' if m else _html_inline(s)
+
+def _html_value(s:str) -> str:
+    "A formatted value as HTML that cannot wrap: a time's unit set apart, so that the digits line up"
+    if s == '-': return '<span class="fp-na">-</span>'
+    m = re.fullmatch(r'(.*\d) (ns|µs|ms|s)', s)
+    if m: return f'{_esc(m[1])}<span class="fp-u">&nbsp;{m[2]}</span>'
+    return _esc(s).replace(' ', '&nbsp;')
+
+def _html_bar(pct:float) -> str:
+    "A small bar for a share of `pct` percent"
+    if _missing(pct): return ''
+    return f'<span class="fp-bar" role="presentation"><span style="width:{min(max(pct, 0), 100):.1f}%"></span></span>'
+
+def _html_section(sec:Section) -> str:
+    "A `Section` as an HTML block: title, verdict first and prominent, prose as a list (indented lines as sub-points), aligned lines kept aligned"
+    lines,out = list(sec.lines),[f'<div class="fp-title">{_esc(sec.title)}</div>']
+    if sec.headline and lines: out.append(f'<p class="fp-headline">{_html_inline(lines.pop(0))}</p>')
+    li = lambda l: f'<li class="fp-sub">{_html_line(l.lstrip(" "))}</li>' if _indent(l) else f'<li>{_html_line(l)}</li>'
+    for aligned,ls in _blocks(lines):
+        if aligned: out.append(f'<pre class="fp-pre">{_esc(chr(10).join(ls))}</pre>')
+        else: out.append('<ul class="fp-lines">' + ''.join(map(li, ls)) + '</ul>')
+    return f'<div class="fp-section">{"".join(out)}</div>'
+
+def _html_report(rep:ProfileReport) -> str:
+    "The report as one HTML block for Jupyter"
+    r,v,cols = rep.results,rep._values(),rep.columns[3:]
+    pct = r['Percent of Total'].tolist() if 'Percent of Total' in r else None
+    head = ('<th class="fp-name" aria-label="Phase / Action / Step"></th>'
+            + ''.join(f'<th>{_esc(col_label(c)).replace(" ", "&nbsp;")}</th>' for c in cols))
+    groups = []
+    for l in _outline(r):
+        if l.i is None:
+            groups.append([f'<tr class="fp-phase"><th colspan="{len(cols)+1}" scope="rowgroup">{_esc(l.name)}</th></tr>'])
+            continue
+        tds = ''.join(f'<td class="fp-pct{" fp-hot" if pct[l.i] >= HOT_SHARE and not l.total else ""}">{_html_value(v.iat[l.i, k])}{_html_bar(pct[l.i])}</td>'
+                      if c == 'Percent of Total' else f'<td>{_html_value(v.iat[l.i, k])}</td>' for k,c in enumerate(cols))
+        groups[-1].append(f'<tr class="fp-l{l.level}{" fp-total" if l.total else ""}">'
+                          f'<td class="fp-name fp-l{l.level}">{_esc(l.name)}</td>{tds}</tr>')
+    body = ''.join(f'<tbody class="fp-group">{"".join(g)}</tbody>' for g in groups)
+    notes = ''.join(f'<p class="fp-note">{_html_inline(n)}</p>' for n in rep.notes)
+    return (f'<div class="fastprofile-report"><style>{_CSS}</style>'
+            f'<div class="fp-scroll"><table class="fp-table"><caption>{_esc(rep.title)}</caption>'
+            f'<thead><tr>{head}</tr></thead>{body}</table></div>'
+            + (f'<div class="fp-notes">{notes}</div>' if notes else '')
+            + ''.join(_html_section(s) for s in rep.sections) + '</div>')
 
 # %% ../nbs/05_report.ipynb #266814a8
 def _default_mode():
