@@ -4,7 +4,8 @@ For each logger, fits without it (A: `logger_callback=None`) and with it (B) alt
 the same learner set-up (the logger's run or fastai callback present in both, so only the profiler's logging differs).
 Per-batch time = train-phase wall time / training batches. Reported: the median per-batch time of A and of B, the
 median over rounds of (B - A) / A within the round (end to end, but at the mercy of machine noise), and the logger's
-own cost measured directly: the time spent inside `_{logger}_log_after_batch` per training batch, over the median A.
+own cost measured directly: the time spent inside the logger's `Sink.log_batch` (`WandbSink`, `TensorBoardSink`) per
+training batch, over the median A.
 
     python -m bench.loggers [--rounds 7] [--n-train 1280] [--log-every 10]"""
 from __future__ import annotations
@@ -13,17 +14,18 @@ from .common import median, iqr, md_table, machine_info, machine_md
 
 
 class Timed:
-    "Wrap `SimpleProfilerCallback._{name}_log_after_batch` to add up the time spent in it"
+    "Wrap the `log_batch` of the sink class that logger `name` uses, to add up the time spent in it"
     def __init__(self, name):
-        from fastprofile.callback import SimpleProfilerCallback
-        self.attr,self.cls,self.total,self.calls = f'_{name}_log_after_batch',SimpleProfilerCallback,0.,0
-        self.orig = getattr(SimpleProfilerCallback, self.attr)
-        def timed(cb, _o=self.orig, _t=self):
+        from fastprofile.wandb import WandbSink
+        from fastprofile.tensorboard import TensorBoardSink
+        self.cls,self.total,self.calls = {'wandb': WandbSink, 'tensorboard': TensorBoardSink}[name],0.,0
+        self.orig = self.cls.__dict__['log_batch']
+        def timed(sink, record, step, window, _o=self.orig, _t=self):
             t0 = time.perf_counter()
-            try: return _o(cb)
+            try: return _o(sink, record, step, window)
             finally: _t.total += time.perf_counter() - t0; _t.calls += 1
-        setattr(SimpleProfilerCallback, self.attr, timed)
-    def restore(self): setattr(self.cls, self.attr, self.orig)
+        self.cls.log_batch = timed
+    def restore(self): self.cls.log_batch = self.orig
 
 
 def per_batch(learn, logger, log_every):
@@ -49,7 +51,7 @@ def main(argv=None):
     from fastai.callback.progress import ProgressCallback
     from fastai.callback.tensorboard import TensorBoardCallback
     from fastprofile.demo import make_demo_learner
-    import fastprofile.wandb, fastprofile.tensorboard  # noqa: F401
+    import fastprofile.learner  # noqa: F401 (`Learner.profile`; its `LOGGERS` name the wandb and TensorBoard sinks)
     warnings.simplefilter('ignore')
     info = machine_info()
     print(f"[bench] demo workload: make_demo_learner(n_train={a.n_train}, n_valid=128, bs=64), CPU, 1 thread; "
@@ -69,6 +71,7 @@ def main(argv=None):
             A.append(ta); B.append(tb); rel.append((tb-ta)/ta)
             print(f"[bench] {logger} round {r}: off {ta*1e3:.2f} ms, on {tb*1e3:.2f} ms", file=sys.stderr)
         timer.restore()
+        if not timer.calls: raise RuntimeError(f"{logger}: the profiler never logged (no sink made?)")
         direct = timer.total/(a.rounds*len(learn.dls.train))
         if logger == 'wandb': wandb.finish()
         learn.cleanup_demo()

@@ -1,8 +1,9 @@
-"""Per-batch cost of the profiler pair vs no profiler vs the predecessor (fastxtend 0.1.7 `learn.profile(mode='simple')`).
+"""Per-batch cost of the profiler pair vs no profiler vs the predecessor (fastxtend 0.1.7 `learn.profile(mode='simple')`), and the fixed cost per fit.
 
 Every trial of every variant runs in a fresh process (`bench.worker`), variants interleaved A B C A B C ...;
 per-batch time = train-phase time / training batches, in wall and in CPU (process) time. The overhead of a
-variant is the median over trial rounds of (variant - no profiler) within the round."""
+variant is the median over trial rounds of (variant - no profiler) within the round. The per-fit fixed cost is the wall
+time around `learn.fit` over plain fastai's, on a fit of few batches, in a running process and on a process's first fit."""
 from __future__ import annotations
 import math, statistics, sys, time
 from .common import run_worker, fastxtend_dir, PredecessorUnavailable, median, iqr, md_table, fmt
@@ -91,14 +92,15 @@ def tables(data:dict, summary:dict, ref:dict|None=None) -> str:
             row("↳ fastprofile pair alone: profiled − unprofiled fits in the same process", s['train_s_paired'], s['train_cpu_s_paired'],
                 None, iqr_=f"{1e6*s['train_s_paired_iqr']:.0f} / {1e6*s['train_cpu_s_paired_iqr']:.0f}; fit pairs: ±{1e6*s['train_cpu_s_paired_2se']:.0f} (2 SE, CPU)")
     hdr = ['variant', 'µs/batch wall', 'µs/batch CPU', 'overhead µs/batch wall (% of step)', 'overhead µs/batch CPU (% of step)',
-           'overhead vs predecessor (CPU; — where within noise)', 'self-measured µs/batch', 'per-fit fixed cost ms', 'spread across trials µs (wall / CPU)']
+           'overhead vs predecessor (CPU; — where within noise)', 'self-measured µs/batch', 'fit time outside the phases over plain fastai\'s, ms', 'spread across trials µs (wall / CPU)']
     lines = [f"### {w['title']}", '',
              f"{data['trials']} trials × {data['fits']} timed fits (+1 warm-up fit) per variant, each trial a fresh process, "
              f"variants interleaved; {summary['none']['n_train']} training batches per fit. Medians. Overhead = median over trial "
              "rounds of (variant − no profiler) in the same round. The fastprofile process also runs as many unprofiled fits, "
              "alternating with the profiled ones (↳ row). CPU = process time (what the profiler adds in work; less "
-             "disturbed by other processes than wall time). Per-fit fixed cost = fit time outside the train and valid "
-             "phases (set-up, calibration, report), over the baseline's.", '',
+             "disturbed by other processes than wall time). Fit time outside the phases = wall time around `learn.fit` minus "
+             "its train and valid phases (set-up, calibration, closing), over the baseline's, warm-up fit left out; the "
+             "per-fit fixed cost is measured on its own in (c).", '',
              md_table(hdr, rows), '']
     fp = summary.get('fastprofile')
     if fp:
@@ -131,8 +133,112 @@ def tables(data:dict, summary:dict, ref:dict|None=None) -> str:
     if not fx: lines.append("- The predecessor could not be installed: its row and ratios are missing.")
     return '\n'.join(lines) + '\n'
 
+# ---------------------------------------------------------------- per-fit fixed cost
+
+FIXED = dict(title="(c) per-fit fixed cost: wall time around `learn.fit(1)` over plain fastai's",
+             kwargs=dict(n_batches=20, bs=64, n_valid_batches=2), trials=5, rounds=15, goal=.030)
+FIXED_LABELS = {'fastprofile': "fastprofile `learn.profile(show_report=False)`",
+                'fastprofile-report': "fastprofile, report shown (into a non-terminal stream)",
+                'fastxtend': "fastxtend 0.1.7 `learn.profile(mode='simple', show_report=False)`",
+                'fastxtend-report': "fastxtend 0.1.7, report shown (into a non-terminal stream)"}
+
+def collect_fixed(trials:int|None=None, rounds:int|None=None, log=print) -> dict:
+    "Per trial: each variant's first fit in a fresh process (plain fastai's too), and `rounds` rounds of every variant in one process per profiler"
+    trials,rounds = trials or FIXED['trials'],rounds or FIXED['rounds']
+    try: fx = fastxtend_dir()
+    except PredecessorUnavailable as e:
+        log(f"[bench] PREDECESSOR UNAVAILABLE, its rows are left out: {e}")
+        fx = None
+    profs = ['fastprofile'] + (['fastxtend'] if fx else [])
+    fresh,same = {v: [] for v in ['none'] + [f'{p}{r}' for p in profs for r in ('', '-report')]},{p: [] for p in profs}
+    for t in range(trials):
+        t0 = time.perf_counter()
+        for v in fresh:
+            r = run_worker({'kind':'fixed', 'mode':'fresh', 'variants':[v], 'workload_kwargs':FIXED['kwargs']},
+                           predecessor=fx if v.startswith('fastxtend') else None)
+            fresh[v].append(r['fits'][0])
+        for p in profs:
+            r = run_worker({'kind':'fixed', 'mode':'same', 'variants':['none', p, f'{p}-report'], 'rounds':rounds,
+                            'workload_kwargs':FIXED['kwargs']}, predecessor=fx if p == 'fastxtend' else None)
+            same[p].append(r)
+        first = {v: 1e3*(fs[-1]['fit_s'] - fresh['none'][-1]['fit_s']) for v,fs in fresh.items() if v != 'none'}
+        log(f"[bench] fixed cost trial {t+1}/{trials}: first fit of a process over plain fastai's, ms: "
+            + ', '.join(f"{v} {d:+.1f}" for v,d in first.items()) + f"  ({time.perf_counter()-t0:.1f} s)")
+    return {'trials': trials, 'rounds': rounds, 'fresh': fresh, 'same': same, 'n_train': FIXED['kwargs']['n_batches'],
+            'n_valid': FIXED['kwargs']['n_valid_batches']}
+
+def summarize_fixed(data:dict) -> dict:
+    "Per variant and setting: median of the paired differences over plain fastai (fresh: same trial round; same: same round of one process)"
+    out = {}
+    def stats(pairs):
+        "`pairs`: (fit, plain fit) dicts"
+        d = [a['fit_s'] - b['fit_s'] for a,b in pairs]
+        dc = [a['fit_cpu_s'] - b['fit_cpu_s'] for a,b in pairs]
+        outside = [(a['fit_s'] - a['phases_s']) - (b['fit_s'] - b['phases_s']) for a,b in pairs]
+        s = {'delta_s': median(d), 'iqr_s': iqr(d), 'cpu_s': median(dc), 'cpu_iqr_s': iqr(dc), 'outside_s': median(outside),
+             'n': len(d), 'arm_s': median([a['arm_s'] for a,_ in pairs])}
+        if 'own_cost_s' in pairs[0][0]:
+            s['own_cost_s'] = median([a['own_cost_s'] for a,_ in pairs])
+            s['beyond_row_s'] = median([a['fit_s'] - a['fit_row_s'] for a,_ in pairs])
+        return s
+    for v,fs in data['fresh'].items():
+        if v != 'none': out[('fresh', v)] = stats(list(zip(fs, data['fresh']['none'])))
+    for p,runs in data['same'].items():
+        for v in (p, f'{p}-report'):
+            pairs = []
+            for run in runs:
+                by = {}
+                for f in run['fits']: by.setdefault(f['round'], {})[f['variant']] = f
+                pairs += [(r[v], r['none']) for r in by.values()]
+            out[('same', v)] = stats(pairs)
+    return out
+
+def tables_fixed(data:dict, summary:dict, per_batch:float|None=None) -> str:
+    "Markdown table and verdict for the per-fit fixed cost (`per_batch`: the pair's µs/batch from (a), to say how much of the difference it is)"
+    ms = lambda x: '—' if x is None else f"{1e3*x:+.1f}"
+    rows = []
+    for where,label in (('same', 'same process (after a warm-up fit)'), ('fresh', 'fresh process (its first fit)')):
+        for v,name in FIXED_LABELS.items():
+            s = summary.get((where, v))
+            if s is None: continue
+            rows.append([name, label, f"**{ms(s['delta_s'])}**", f"{1e3*s['iqr_s']:.1f}", f"{ms(s['cpu_s'])} ({1e3*s['cpu_iqr_s']:.1f})",
+                         ms(s['outside_s']), f"{1e3*s['arm_s']:.2f}", ms(s.get('own_cost_s')), ms(s.get('beyond_row_s')), s['n']])
+    hdr = ['variant', 'where', 'fixed cost per fit, ms (wall around `learn.fit` − plain fastai\'s)', 'spread (IQR) ms',
+           'same in CPU (process) time, ms (IQR)',
+           'of it outside the train/valid phases, ms', '`profile()` call ms (not in the fit)', "profiler's own cost in its report, ms",
+           'wall around `learn.fit` − the report\'s fit row, ms', 'pairs']
+    n = data['n_train'] + data['n_valid']
+    lines = [f"### {FIXED['title']}", '',
+             f"Tiny MLP, {data['n_train']} training + {data['n_valid']} validation batches of 64 per fit (so per-batch costs are "
+             f"small), 1 thread. Same process: one process per profiler and trial, a warm-up fit of each variant, then "
+             f"{data['rounds']} rounds of plain fastai, profiled, profiled with the report shown (order rotated each round), "
+             f"× {data['trials']} trials; difference over the plain fit of the same round. Fresh process: the first fit of a new "
+             f"process per variant (plain fastai's too), {data['trials']} trials, difference within the trial round; it pays "
+             "what is cached per process (the pair's calibration, lazy imports). The report is rendered into a `StringIO` "
+             "(`redirect_stdout`), as for a log file. Medians.", '', md_table(hdr, rows), '']
+    g = FIXED['goal']
+    same,fresh = summary.get(('same','fastprofile')),summary.get(('fresh','fastprofile'))
+    if same:
+        lines.append(f"- Goal, under {1e3*g:.0f} ms per fit with `show_report=False`: **{'met' if same['delta_s'] < g else 'MISSED'}** "
+                     f"in a running process ({1e3*same['delta_s']:+.1f} ms wall, {1e3*same['cpu_s']:+.1f} ms CPU)"
+                     + (f"; first fit of a process {1e3*fresh['delta_s']:+.1f} ms wall, {1e3*fresh['cpu_s']:+.1f} ms CPU "
+                        f"(**{'under' if fresh['delta_s'] < g else 'OVER'}** the goal)" if fresh else '') + '.')
+        if per_batch is not None and per_batch > 0:
+            lines.append(f"- Of the difference, about {1e3*per_batch*n:.1f} ms is the pair's per-batch cost ({n} batches × "
+                         f"{1e6*per_batch:.0f} µs from (a)); the rest is fixed.")
+        lines.append(f"- The report's own-cost note says {1e3*same['own_cost_s']:.1f} ms (median, running process)"
+                     + (f", {1e3*fresh['own_cost_s']:.1f} ms on a first fit" if fresh else '')
+                     + "; rendering the report comes on top of it (the report-shown rows).")
+    sr = summary.get(('same','fastprofile-report'))
+    if sr: lines.append(f"- Showing the report: {1e3*(sr['delta_s'] - same['delta_s']):+.1f} ms per fit more than `show_report=False`.")
+    fxs = summary.get(('same','fastxtend'))
+    if fxs and same: lines.append(f"- Predecessor, running process: {1e3*fxs['delta_s']:+.1f} ms with `show_report=False` "
+                                  f"(fastprofile {1e3*same['delta_s']:+.1f} ms).")
+    if not fxs: lines.append("- The predecessor could not be installed: its rows are missing.")
+    return '\n'.join(lines) + '\n'
+
 def main(trials:int|None=None, log=print, raw:dict|None=None) -> str:
-    "Both overhead workloads; markdown"
+    "Both per-batch overhead workloads and the per-fit fixed cost; markdown"
     out,ref = ['## Overhead', ''],None
     for wl in WORKLOADS:
         data = collect(wl, trials=trials, log=log)
@@ -140,6 +246,10 @@ def main(trials:int|None=None, log=print, raw:dict|None=None) -> str:
         if raw is not None: raw[f'overhead_{wl}'] = data
         out.append(tables(data, summary, ref))
         ref = ref or summary
+    data = collect_fixed(trials=trials, log=log)
+    if raw is not None: raw['overhead_fixed'] = data
+    pair = ref['fastprofile']['train_cpu_s_paired'] if ref and 'fastprofile' in ref else None
+    out.append(tables_fixed(data, summarize_fixed(data), pair))
     return '\n'.join(out)
 
 if __name__ == '__main__': print(main())

@@ -4,7 +4,7 @@ Each variant runs in its own process because importing a profiler changes fastai
 fastprofile adds a `before_draw` event; fastxtend 0.1.7 replaces `Callback.__call__`, `Learner._call_one`,
 `Learner.all_batches` and adds `LogDispatch` to every new Learner."""
 from __future__ import annotations
-import json, math, sys, time, tracemalloc
+import contextlib, io, json, math, sys, time, tracemalloc
 from .common import RESULT_TAG
 
 VARIANTS = ('none', 'fastprofile-off', 'fastprofile', 'fastxtend')
@@ -14,7 +14,7 @@ def setup_variant(variant:str):
     import torch
     torch.set_num_threads(1)
     if variant not in VARIANTS: raise ValueError(f"Unknown variant {variant!r}: valid values are {VARIANTS}")
-    if variant.startswith('fastprofile'): import fastprofile.callback  # noqa: F401
+    if variant.startswith('fastprofile'): import fastprofile.learner  # noqa: F401 (`Learner.profile`, the pair, fastai's loop with `before_draw`)
     if variant == 'fastxtend': import fastxtend.callback.profiler  # noqa: F401
     import fastai.basics  # noqa: F401
 
@@ -115,7 +115,7 @@ def _drive_fastprofile(n:int):
     "A `ProfileRecord` through `n` training batches exactly as the profiler pair marks them (real clock)"
     from fastprofile.record import ProfileRecord
     rec = ProfileRecord()
-    rec.start_fit(); rec.start_epoch(0); rec.start_phase('train')
+    rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
     mark,clock = rec.mark,rec.clock
     for _ in range(n):
         mark(0); mark(1); mark(2); mark(3); mark(4); mark(5); mark(6); mark(7); mark(8); mark(9); mark(10); mark(11)
@@ -200,7 +200,55 @@ def accuracy(task:dict) -> dict:
         out.append({'sleep': i < task['fits'], 'profiler_mean': got, 'slept_mean': truth})
     return {'profiler': prof, 'fits': out}
 
-TASKS = {'overhead': overhead, 'memory': memory, 'accuracy': accuracy}
+# ---------------------------------------------------------------- per-fit fixed cost
+
+FIXED_VARIANTS = {  # name -> (profiler, show the report)
+    'none': (None, False), 'fastprofile': ('fastprofile', False), 'fastprofile-report': ('fastprofile', True),
+    'fastxtend': ('fastxtend', False), 'fastxtend-report': ('fastxtend', True)}
+
+def timed_fit(learn, variant:str, times:dict) -> dict:
+    "One `learn.fit(1)` with `variant`'s profiler armed: wall time of the `profile()` call and around `learn.fit`, and the phases'"
+    prof,report = FIXED_VARIANTS[variant]
+    t = time.perf_counter()
+    if prof == 'fastprofile': learn.profile(show_report=report, logger_callback=None)
+    elif prof == 'fastxtend': learn.profile(mode='simple', show_report=report)
+    arm = time.perf_counter() - t
+    n = len(times['train'])
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):  # a non-terminal stream (a log file, a CI job): the report is rendered as text
+        t,c = time.perf_counter(),time.process_time()
+        learn.fit(1, lr=1e-3)
+        wall,cpu = time.perf_counter() - t,time.process_time() - c
+    if bool(shown.getvalue()) != report: raise RuntimeError(f"{variant}: the report was {'not ' if report else ''}shown")
+    r = {'variant': variant, 'arm_s': arm, 'fit_s': wall, 'fit_cpu_s': cpu, 'phases_s': sum(times[p][n] for p in ('train','valid'))}
+    if prof == 'fastprofile':
+        res = learn.simple_profile
+        r['own_cost_s'],r['fit_row_s'] = res.own_cost,res.record.fit_total
+    if any('Profiler' in type(cb).__name__ for cb in learn.cbs): raise RuntimeError("a profiler callback stayed on the learner")
+    return r
+
+def fixed(task:dict) -> dict:
+    "Wall time around `learn.fit` per variant: the first fit of this process ('fresh'), or `rounds` rounds of every variant after a warm-up ('same')"
+    variants = task['variants']
+    profs = {FIXED_VARIANTS[v][0] for v in variants} - {None}
+    if len(profs) > 1: raise ValueError(f"one profiler per process, got {variants}")
+    base = profs.pop() if profs else 'none'
+    setup_variant(base)
+    from bench.common import mlp_learner
+    learn = mlp_learner(**task.get('workload_kwargs', {}))
+    check_clean(base)
+    times = time_phases(learn)
+    if task['mode'] == 'fresh':
+        if len(variants) != 1: raise ValueError("a fresh process times one variant's first fit")
+        return {'mode': 'fresh', 'fits': [timed_fit(learn, variants[0], times)]}
+    for v in variants: timed_fit(learn, v, times)  # warm-up: each variant's first fit (calibration, lazy imports) left out
+    fits = []
+    for r in range(task['rounds']):  # rotate the order each round, so no variant always follows the same one
+        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+            fits.append(dict(timed_fit(learn, v, times), round=r))
+    return {'mode': 'same', 'fits': fits, 'n_train': len(learn.dls.train), 'n_valid': len(learn.dls.valid)}
+
+TASKS = {'overhead': overhead, 'memory': memory, 'accuracy': accuracy, 'fixed': fixed}
 
 if __name__ == '__main__':
     task = json.loads(sys.argv[1])

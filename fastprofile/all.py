@@ -9,12 +9,12 @@ __all__ = []
 
 # %% ../nbs/99_all.ipynb #07faa944
 import fastprofile.loop, fastprofile.stats, fastprofile.checks, fastprofile.record, fastprofile.gpu_timing, fastprofile.report
-import fastprofile.core, fastprofile.callback, fastprofile.breakdown, fastprofile.diagnosis, fastprofile.prefetch
+import fastprofile.core, fastprofile.callback, fastprofile.breakdown, fastprofile.diagnosis, fastprofile.prefetch, fastprofile.efficiency
 import fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots, fastprofile.trace
 import fastprofile.learner, fastprofile.advice, fastprofile.demo
 _MODULES = (fastprofile.loop, fastprofile.stats, fastprofile.checks, fastprofile.record, fastprofile.gpu_timing,
             fastprofile.report, fastprofile.core, fastprofile.callback, fastprofile.breakdown, fastprofile.diagnosis,
-            fastprofile.prefetch, fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots,
+            fastprofile.prefetch, fastprofile.efficiency, fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots,
             fastprofile.trace, fastprofile.learner, fastprofile.advice, fastprofile.demo)
 # what `from fastprofile.X import *` of each module would bring, and the same for `from fastprofile.all import *`
 globals().update({n:getattr(m, n) for m in _MODULES for n in m.__all__})

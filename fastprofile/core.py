@@ -18,8 +18,8 @@ from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
 __all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'LoadTime', 'Facts', 'Sink',
-           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'report_notes',
-           'ProfileResult', 'Profile']
+           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'row_flops_per_second',
+           'report_notes', 'ProfileResult', 'Profile']
 
 # %% ../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -77,6 +77,7 @@ class Facts:
     callback_costs:object=None # Callback and metric costs from sampled batches (`fastprofile.breakdown.SampledCosts`), if any
     loading:dict=field(default_factory=dict) # phase -> `LoadTime`: batches timed where they were built (in the workers)
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
+    flops:dict=field(default_factory=dict) # (Phase, Action, Step) row -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency`)
     extra:dict=field(default_factory=dict) # Anything else a section needs (e.g. efficiency numbers)
 
     @property
@@ -114,6 +115,14 @@ def fit_samples_per_second(results:pd.DataFrame) -> float|None:
     "The whole call's samples/second from `results`, or None if it has none"
     fit = results[(results.Phase=='fit') & (results.Action=='fit')]['Samples/Second']
     return float(fit.iloc[0]) if len(fit) and not math.isnan(fit.iloc[0]) else None
+
+def row_flops_per_second(results:pd.DataFrame, flops:dict) -> list:
+    "FLOP/s of each row of `results`: FLOPs per sample (`flops[(Phase, Action, Step)]`) × the row's samples / its time; NaN for rows not in `flops`"
+    t = results['Total Time']
+    if 'GPU Total Time' in results: t = np.fmax(t, results['GPU Total Time'])  # CUDA events: never faster than the GPU did it
+    n = results['Samples/Second'] * results['Total Time']  # the row's samples
+    return [flops.get((p,a,s), math.nan) * k / dt if dt > 0 else math.nan
+            for p,a,s,k,dt in zip(results.Phase, results.Action, results.Step, n, t)]
 
 # %% ../nbs/06_core.ipynb #f90a1b2e
 def report_notes(result:ProfileResult) -> list:
@@ -171,8 +180,11 @@ class ProfileResult:
 
     @cached_property
     def results(self) -> pd.DataFrame:
-        "The numbers, in seconds: one row per phase/action/step"
-        return self.record.results()
+        "The numbers, in seconds: one row per phase/action/step (and `FLOP/s` where the facts give FLOPs per sample)"
+        res = self.record.results()
+        flops = getattr(self.facts, 'flops', None)
+        if flops: res['FLOP/s'] = row_flops_per_second(res, flops)
+        return res
 
     @cached_property
     def report(self) -> ProfileReport:

@@ -15,9 +15,9 @@ from .report import Section, fmt_time, fmt_pct
 from .core import Facts, ProfileResult, LoadTime
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'RULES', 'PhaseModel', 'Finding',
-           'Evidence', 'input_rule', 'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'compute_rule', 'callback_costs',
-           'callbacks_rule', 'outside_rule', 'Diagnosis', 'diagnose', 'diagnosis_section']
+__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'RULES', 'PhaseModel',
+           'Finding', 'Evidence', 'input_rule', 'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'compute_rule',
+           'callback_costs', 'callbacks_rule', 'outside_rule', 'Diagnosis', 'diagnose', 'diagnosis_section']
 
 # %% ../nbs/09_diagnosis.ipynb #a5158f73
 CATEGORIES = {
@@ -32,6 +32,7 @@ CATEGORIES = {
 HIGHLY_INPUT_BOUND,MODERATELY_INPUT_BOUND = 20.,5.  # % of the training step waiting for input (TF profiler)
 MIN_GAIN = 1.05  # a fix predicted to gain less than 5% is not offered
 CORE_CBS = ('TrainEvalCallback','Recorder','CastToTensor')  # fastai's own: never advised away
+OWN_CBS = ('CudaPrefetchCallback','EfficiencyCallback','BreakdownCallback')  # fastprofile's (the prefetcher's staging is `input`)
 
 @dataclass
 class PhaseModel:
@@ -293,7 +294,7 @@ def callbacks_rule(ev:Evidence) -> list:
                            "costs) or `learn.profile(breakdown=True)` to name it.", lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
     out,named = [],{p:0. for p in ev.phases}
     for name,per in callback_costs(ev.costs, ev.phases).items():
-        if name in CORE_CBS: continue
+        if name in CORE_CBS + OWN_CBS: continue
         c = {p:min(per.get(p, 0.), ph.callbacks) for p,ph in ev.phases.items()}
         for p in c: named[p] += c[p]
         metric = name.startswith('metric ')
@@ -320,7 +321,7 @@ def _epoch_costs(costs):
     "(name, event, seconds in all) of events between batches, costliest first, fastai's own left out"
     if costs is None: return []
     df = costs.callback_costs()
-    df = df[((df.phase == 'fit') | (df.event == 'before_draw')) & ~df.name.isin(list(CORE_CBS))].sort_values('total', ascending=False)
+    df = df[((df.phase == 'fit') | (df.event == 'before_draw')) & ~df.name.isin(list(CORE_CBS + OWN_CBS))].sort_values('total', ascending=False)
     return [(r.name, r.event, r.total) for r in df.itertuples()]
 
 def outside_rule(ev:Evidence) -> list:

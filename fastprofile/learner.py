@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from fastai.basics import *
-from .checks import check_type, check_bool, check_number, check_path
+from .checks import check_type, check_bool, check_number, check_path, check_choice
 from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink
 from .gpu_timing import resolve_timing
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_device
 from .breakdown import BreakdownCallback, CostSampler
 from .prefetch import CudaPrefetchCallback
 from .diagnosis import diagnosis_section
+from .efficiency import EfficiencyCallback, efficiency_section, efficiency_summary
 from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
@@ -25,7 +26,7 @@ __all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'training_meth
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
-SECTIONS = [diagnosis_section, distributed_section]
+SECTIONS = [diagnosis_section, efficiency_section, distributed_section]
 
 class _Default(str):
     "A default argument value, told apart from the same value passed explicitly"
@@ -95,8 +96,9 @@ class _ProfiledMethod:
 
 class ProfileSession:
     "`Learner.profile`'s hold on one learner: the pair and its `Profile` for the next training call, taken off however it ends"
-    def __init__(self, learn, profile:Profile, cbs, breakdown:BreakdownCallback|None=None, sampler:CostSampler|None=None):
-        self.learn,self.profile,self.cbs,self.breakdown,self.depth,self.staging0 = learn,profile,list(cbs),breakdown,0,{}
+    def __init__(self, learn, profile:Profile, cbs, breakdown:BreakdownCallback|None=None, efficiency:EfficiencyCallback|None=None,
+                 sampler:CostSampler|None=None):
+        self.learn,self.profile,self.cbs,self.breakdown,self.efficiency,self.depth,self.staging0 = learn,profile,list(cbs),breakdown,efficiency,0,{}
         self.sampler = sampler  # `profile.on_batch`: callback costs on sampled batches, loaders timed where they build
         profile.facts,profile.publish = self.facts,self.publish
 
@@ -117,6 +119,7 @@ class ProfileSession:
         for n in [n for n,v in d.items() if isinstance(v, _ProfiledMethod) and v.session is self]: del d[n]
         self.learn.remove_cbs([cb for cb in self.cbs if cb in self.learn.cbs])
         if self.breakdown is not None: self.breakdown.restore()  # a fit ended by an exception never reached its `after_fit`
+        if self.efficiency is not None: self.efficiency.restore()
         if self.sampler is not None: self.sampler.restore()
 
     def call(self, name, /, *args, **kwargs):
@@ -139,7 +142,8 @@ class ProfileSession:
         finally: self.disarm()
 
     def facts(self) -> Facts:
-        return learner_facts(self.learn, self.staging0, None if self.breakdown is None else self.breakdown.result, self.sampler)
+        f = learner_facts(self.learn, self.staging0, None if self.breakdown is None else self.breakdown.result, self.sampler)
+        return f if self.efficiency is None else self.efficiency.add_facts(f)
 
     def publish(self, result:ProfileResult): self.learn.__dict__['simple_profile'] = result
 
@@ -153,14 +157,18 @@ def profile(self:Learner,
     breakdown:bool=False, # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`)
     rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
     gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
+    efficiency:bool|str='auto', # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
+    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.efficiency.PEAK_FLOPS`, GPUs only)
     **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     bad = [k for k in kwargs if k not in _OPTION_NAMES]
     if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
-                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout'] + _OPTION_NAMES)}")
+                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops'] + _OPTION_NAMES)}")
     opts = ProfileOptions(**kwargs)
     check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv)
+    check_choice('efficiency', efficiency, ('auto', True, False))
+    if peak_flops is not None: check_number('peak_flops', peak_flops, 0, lo_open=True)
     if opts.save_csv or rank_csv: csv_path = check_path('csv_name', csv_name, base=self.path)
     elif not isinstance(csv_name, _Default):
         raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP)")
@@ -178,7 +186,9 @@ def profile(self:Learner,
     sampler = CostSampler(self, warmup=opts.warmup, callbacks=not breakdown)  # the breakdown times every callback itself
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
                    gather_timeout), csv_path=csv_path, on_batch=None if breakdown else sampler)
-    ProfileSession(self, prof, [SimpleProfilerCallback(prof), SimpleProfilerPostCallback(prof)] + ([bd] if bd else []), bd, sampler).arm()
+    if efficiency == 'auto': efficiency = peak_flops is not None or train_device(self).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
+    eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
+    ProfileSession(self, prof, [SimpleProfilerCallback(prof), SimpleProfilerPostCallback(prof)] + [c for c in (bd, eff) if c], bd, eff, sampler).arm()
     return self
 
 # %% ../nbs/17_learner.ipynb #c9daebfc
@@ -221,3 +231,8 @@ def simple_profile_breakdown(self:Learner):
     "The `Breakdown` of the last profiled call (`learn.profile(breakdown=True)`), or None"
     f = _result(self).facts
     return None if f is None else f.breakdown
+
+@patch(as_prop=True)
+def simple_profile_efficiency(self:Learner) -> dict:
+    "FLOPs per sample, the training step's FLOP/s, peak FLOP/s, MFU and peak memory of the last profiled call (`efficiency_summary`)"
+    return efficiency_summary(_result(self))

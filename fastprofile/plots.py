@@ -35,13 +35,17 @@ def _record(src):
     if isinstance(rec, ProfileRecord): return rec
     raise TypeError(f"`src` must be a ProfileRecord, a ProfileResult or a profiled Learner, got {type(src).__name__}")
 
+def _several_stages(rec) -> bool:
+    "True when the record's call ran several fastai fits (`fine_tune`): its epochs are then labelled `stage.epoch`"
+    return len(rec.stages) > 1 or len({e.stage for e in rec.epochs}) > 1
+
 def _epoch_parts(rec, p):
     "Per-epoch seconds of each part of phase `p`, from the record's per-epoch totals"
-    rows,stages = [],len({e.stage for e in rec.epochs}) > 1
+    rows,stages = [],_several_stages(rec)
     for e in rec.epochs:
         parts = e.phases.get(p)
         if not parts or 'total' not in parts: continue
-        r = {'epoch':f'{e.stage+1}.{e.epoch}' if stages else e.epoch, 'draw':parts.get('draw', 0.)}  # fit.epoch with several fits
+        r = {'epoch':f'{e.stage}.{e.epoch}' if stages else e.epoch, 'draw':parts.get('draw', 0.)}  # each fit counts epochs from 0
         for s in STEPS[p]: r[s.name] = parts.get(s.name, 0.)
         r['other'] = parts.get('batch_other', 0.)
         r['warmup'] = parts.get('warmup', 0.)
@@ -51,7 +55,7 @@ def _epoch_parts(rec, p):
     return pd.DataFrame(rows)
 
 # %% ../nbs/14_plots.ipynb #84bf12ef
-def plot_phase_shares(src, # A `ProfileRecord` or a profiled `Learner`
+def plot_phase_shares(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
                       axs=None, # Two axes (train, valid) to draw into; default: a new figure
                      ):
     "Stacked bars: per epoch, the share of the train and of the valid phase spent in each part"
@@ -65,7 +69,7 @@ def plot_phase_shares(src, # A `ProfileRecord` or a profiled `Learner`
     for ax,p in zip(axs, PHASES):
         df = _epoch_parts(rec, p)
         ax.set_title(f'{p}: share of the phase per epoch', fontsize=10)
-        ax.set_xlabel('epoch (and the phase\'s time)')
+        ax.set_xlabel(f"{'stage.epoch' if _several_stages(rec) else 'epoch'} (and the phase's time)")
         if not len(df) or not (df.total > 0).any():
             ax.text(.5, .5, f'no {p} phase', ha='center', va='center', transform=ax.transAxes); continue
         parts = ['draw', *[s.name for s in STEPS[p]], 'other', 'warmup', 'between']
@@ -90,7 +94,7 @@ def _batches(rec, last):
     if last is not None and len(df) > last: df = df.iloc[-last:].reset_index(drop=True)
     return df
 
-def plot_timeline(src, # A `ProfileRecord` or a profiled `Learner`
+def plot_timeline(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
                   last:int|None=200, # The most recent batches to show (None: all recorded)
                   axs=None, # Two axes (spans, per-batch bars) to draw into; default: a new figure
                  ):
@@ -158,7 +162,7 @@ def plot_profile(src, last:int|None=200):
     plot_timeline(rec, last=last, axs=bottom.subplots(2, 1, height_ratios=[1, 2]))
     return fig
 
-def save_plots(src, # A `ProfileRecord` or a profiled `Learner`
+def save_plots(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`) or a profiled `Learner`
                path, # The image file to write (atomically); its suffix picks the format (.png, .svg, .pdf)
                last:int|None=200, # The most recent batches in the timeline
                dpi:int=110, # Resolution of raster formats

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys, warnings
 from fastai.basics import *
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
+from .efficiency import efficiency_scalars, efficiency_fit_scalars
 
 # %% auto #0
 __all__ = ['TensorBoardSink']
@@ -46,7 +47,9 @@ class TensorBoardSink(Sink):
         w = self._writer()
         if w is None: return
         self.step = step
-        for a,v in train_samples_per_second(record, window).items(): w.add_scalar(f'samples_per_second/train_{a}', v, step)
+        rates = train_samples_per_second(record, window)
+        for a,v in rates.items(): w.add_scalar(f'samples_per_second/train_{a}', v, step)
+        for k,v in efficiency_scalars(self._learn, rates).items(): w.add_scalar(k, v, step)
 
     def log_fit(self, result:ProfileResult):
         "Write the call's samples/second and the report (markdown) as text"
@@ -55,5 +58,6 @@ class TensorBoardSink(Sink):
         step = getattr(self._learn, 'train_iter', self.step)
         fit = fit_samples_per_second(result.results)
         if fit is not None: w.add_scalar('samples_per_second/fit', fit, step)
+        for k,v in efficiency_fit_scalars(result).items(): w.add_scalar(k, v, step)
         w.add_text('simple_profile_report', result.report.markdown(), step)
         w.close()  # `TensorBoardCallback.after_fit` closed the writer; writing reopened it: close and flush

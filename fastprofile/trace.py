@@ -21,11 +21,13 @@ __all__ = ['CPU_TID', 'GPU_TID', 'trace_events', 'chrome_trace', 'save_trace', '
 CPU_TID,GPU_TID = 0,1
 
 def _recent(src):
-    "The recent-batches DataFrame and the record (if any) of a `ProfileRecord`, a `Learner` or a DataFrame"
+    "The recent-batches DataFrame and the record (if any) of a `ProfileRecord`, a `ProfileResult`, a `Learner` or a DataFrame"
     if isinstance(src, pd.DataFrame): return src,None
     if isinstance(src, Learner): src = src.simple_profile_record  # says so if no profiled call has run
+    if isinstance(getattr(src, 'record', None), ProfileRecord): src = src.record  # a `ProfileResult`
     if isinstance(src, ProfileRecord): return src.recent(),src
-    raise TypeError(f"`src` must be a ProfileRecord, a profiled Learner or a DataFrame of recent batches, got {src!r:.80} ({type(src).__name__})")
+    raise TypeError(f"`src` must be a ProfileRecord, a ProfileResult, a profiled Learner or a DataFrame of recent batches, "
+                    f"got {src!r:.80} ({type(src).__name__})")
 
 def _x(name, t, dur, tid, pid, cat, args=None):
     if math.isnan(t) or math.isnan(dur): return None  # an unfinished mark: no span (JSON has no NaN)
@@ -33,9 +35,9 @@ def _x(name, t, dur, tid, pid, cat, args=None):
     if args: ev['args'] = args
     return ev
 
-def trace_events(src, # A `ProfileRecord`, a profiled `Learner`, or `record.recent()`
+def trace_events(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`), a profiled `Learner`, or `record.recent()`
                  rank:int=0, # The process (`pid`) the events belong to
-                 t0:float|None=None, # Time (record clock, seconds) of `ts` 0; default: the fit's start
+                 t0:float|None=None, # Time (record clock, seconds) of `ts` 0; default: the start of the profiled call
                 ) -> list:
     "Chrome trace events ('X' spans in µs) of the recorded batches: phase > batch > draw and steps; GPU time on its own track"
     check_int('rank', rank, 0)
@@ -50,14 +52,16 @@ def trace_events(src, # A `ProfileRecord`, a profiled `Learner`, or `record.rece
     gpu_cols = [c for c in df.columns if c.endswith('_gpu')]
     if gpu_cols: meta.append({'name':'thread_name', 'ph':'M', 'pid':rank, 'tid':GPU_TID, 'args':{'name':'GPU (CUDA events)'}})
     evs = []
-    for (e,p),g in df.groupby(['epoch','phase'], sort=False):
+    if 'stage' not in df: df = df.assign(stage=0)
+    stages = (rec is not None and len(rec.stages) > 1) or df.stage.nunique() > 1  # several fits (`fine_tune`): epochs count from 0 in each
+    for (s,e,p),g in df.groupby(['stage','epoch','phase'], sort=False):
         start,end = g.draw_start.min(),g.batch_end.max()
-        evs.append(_x(f'{p} (epoch {e})', us(start), (end-start)*1e6, CPU_TID, rank, 'phase',
-                      {'epoch':int(e), 'batches':len(g)}))
+        evs.append(_x(f'{p} (stage {s}, epoch {e})' if stages else f'{p} (epoch {e})', us(start), (end-start)*1e6, CPU_TID, rank,
+                      'phase', {'stage':int(s), 'epoch':int(e), 'batches':len(g)}))
     gpu_free = -math.inf
     for r in df.itertuples(index=False):
         p = r.phase
-        args = {'epoch':int(r.epoch), 'iter':int(r.iter), 'bs':int(r.bs), 'warmup':bool(r.warmup)}
+        args = {'stage':int(r.stage), 'epoch':int(r.epoch), 'iter':int(r.iter), 'bs':int(r.bs), 'warmup':bool(r.warmup)}
         evs.append(_x(f'{p} batch', us(r.draw_start), (r.batch_end - r.draw_start)*1e6, CPU_TID, rank, 'batch', args))
         evs.append(_x('draw', us(r.draw_start), (r.batch_start - r.draw_start)*1e6, CPU_TID, rank, 'draw'))
         for st in STEPS[p]:
@@ -86,7 +90,7 @@ def chrome_trace(src, rank:int=0) -> dict:
         other['wall_start'] = rec.fit_start + (time.time() - time.perf_counter())
     return {'traceEvents':trace_events(src, rank), 'displayTimeUnit':'ms', 'otherData':other}
 
-def save_trace(src, # A `ProfileRecord`, a profiled `Learner`, or `record.recent()`
+def save_trace(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`), a profiled `Learner`, or `record.recent()`
                path, # The JSON file to write (atomically)
                rank:int=0, # The process the events belong to
               ) -> Path:

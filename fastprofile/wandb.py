@@ -10,6 +10,7 @@ import math, sys, warnings
 import pandas as pd
 from fastai.basics import *
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
+from .efficiency import efficiency_scalars, efficiency_fit_scalars
 
 # %% auto #0
 __all__ = ['wandb_summary', 'WandbSink', 'fastai_wandb_4173_present', 'fix_fastai_wandb_4173']
@@ -72,7 +73,9 @@ class WandbSink(Sink):
         "Log the rolling samples/second of each training action over the last `window` batches, at this batch's wandb step"
         if self._wandb.run is None: return
         rates = train_samples_per_second(record, window)
-        if rates: self._log({f'samples_per_second/train_{a}':v for a,v in rates.items()}, self._step(step))
+        d = {f'samples_per_second/train_{a}':v for a,v in rates.items()}
+        d.update(efficiency_scalars(self._learn, rates))
+        if d: self._log(d, self._step(step))
 
     def log_fit(self, result:ProfileResult):
         "Log the call's samples/second, the report and results tables, and summary values per row"
@@ -82,6 +85,7 @@ class WandbSink(Sink):
         d = {'simple_profile_report': wb.Table(dataframe=result.report.formatted()), 'simple_profile_results': wb.Table(dataframe=res)}
         fit = fit_samples_per_second(res)
         if fit is not None: d['samples_per_second/fit'] = fit
+        d.update(efficiency_fit_scalars(result))
         cb = _wandb_callback(self._learn)
         step = cb._wandb_step if cb is not None and hasattr(cb, '_wandb_step') else (wb.run.step if self.last is None else self.last + 1)
         self._log(d, step)

@@ -180,7 +180,7 @@ ROWS = [
     bad('rank-spread-int', lambda e: rank_spread(3), TypeError, '`profiles`', '3'),
     bad('interval-means-phase', lambda e: interval_means(e.learn.simple_profile_record, 'test'), ValueError, '`phase`', "'test'", "'train'"),
     bad('interval-means-rec', lambda e: interval_means(e.learn, 'train'), TypeError, '`rec`', 'Learner'),
-    bad('clock-offsets-rounds-0', lambda e: clock_offsets(rounds=0), ValueError, '`rounds`', '0'),
+    bad('rank-gather-timeout-neg', lambda e: rank_gather(timeout=-5), ValueError, '`timeout`', '-5'),
     bad('rank-csv-path-rank-str', lambda e: rank_csv_path('r.csv', 'one'), TypeError, '`rank`', "'one'"),
     bad('merged-trace-record-learner', lambda e: merged_trace(e.learn), TypeError, '`record`', 'Learner'),
     # ---- make_demo_learner ----

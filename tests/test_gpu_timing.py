@@ -1,12 +1,24 @@
-"GPU-true timings: mode selection on CPU; on a CUDA GPU, events recover known GPU costs within 5% of sync"
-import math, time, warnings, pytest, torch
+"GPU-true timings: mode selection on CPU; the events path end to end on CPU (wall-clock stand-ins); on a CUDA GPU, events recover known GPU costs within 5% of sync"
+import math, pickle, time, warnings, pytest, torch
 from torch import nn
 import pandas as pd
 from fastai.basics import *
+from fastai.callback.core import Callback
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
-from fastprofile.record import FakeClock
-from fastprofile.gpu_timing import GpuProfileRecord, FakeStream, FakeEvent, drive_gpu_batches, gpu_notes
+from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
+from fastprofile.gpu_timing import GpuProfileRecord, resolve_timing
+
+def _report(rec, sections=()) -> str:
+    "The plain-text report of a closed record, as the end of a profiled call builds it"
+    return ProfileResult(rec, sections=sections).report.plain()
+
+def _gpu_record(n=10, pool_batches=3, **kwargs):
+    "A closed `GpuProfileRecord` of `n` training batches on a fake GPU (forward 20 ms, backward 30 ms of GPU work...)"
+    clock = FakeClock(); fs = FakeStream(clock)
+    rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=pool_batches, warmup=0)
+    rec.start_stage(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=n, **kwargs); rec.close()
+    return rec
 
 def test_auto_is_wall_on_cpu():
     learn = synth_learner(n_trn=4, n_val=2)
@@ -18,15 +30,14 @@ def test_auto_is_wall_on_cpu():
 
 def test_timing_follows_the_device_fastai_trains_on():
     "The mode is chosen at `before_fit`, before fastai moves the model to the DataLoaders' device: it follows that device"
-    from fastprofile.gpu_timing import resolve_timing
     learn = synth_learner(n_trn=2, n_val=1)
-    cb = SimpleProfilerCallback(); cb.learn = learn
     learn.dls.device = torch.device('cuda')        # a model built on the CPU, DataLoaders on the GPU: it trains on the GPU
     assert next(learn.model.parameters()).device.type == 'cpu'
-    assert cb._device() == torch.device('cuda') and resolve_timing('auto', cb._device()) == 'events'
+    assert train_device(learn) == torch.device('cuda') and resolve_timing('auto', train_device(learn)) == 'events'
     learn.dls.device = None                        # fastai leaves the model where it is
-    assert cb._device() == torch.device('cpu') and resolve_timing('auto', cb._device()) == 'wall'
-    with pytest.raises(ValueError, match="needs a model on a CUDA device"): resolve_timing('events', cb._device())
+    assert train_device(learn) == torch.device('cpu') and resolve_timing('auto', train_device(learn)) == 'wall'
+    with pytest.raises(ValueError, match="needs a model on a CUDA device"): resolve_timing('events', train_device(learn))
+    with pytest.raises(ValueError, match="needs a model on a CUDA device"): learn.profile(timing='events')  # refused at the call
 
 class _WallEvent:
     "`torch.cuda.Event` stand-in on a CPU: records `perf_counter`, always complete; CUDA's errors for unrecorded events"
@@ -41,25 +52,42 @@ class _WallEvent:
         if self.t is None or end.t is None: raise RuntimeError('Both events must be recorded before calculating elapsed time')
         return (end.t - self.t)*1e3
 
+class CountEvents(Callback):
+    "Events made before the first batch (pool, calibration) and at the end of the fit"
+    order = 2000
+    def before_train(self):
+        if not hasattr(self, 'at_start'): self.at_start = _WallEvent.made
+    def after_fit(self): self.at_end = _WallEvent.made
+
+def _as_if_on_cuda(monkeypatch):
+    "CUDA events stood in by wall-clock ones, and the timing mode resolved as on a CUDA model; the pair calibrates afresh"
+    import fastprofile.core as fcore, fastprofile.learner as flearner, fastprofile.callback as fcb
+    events = lambda timing, device: 'events'
+    monkeypatch.setattr(fcore, 'resolve_timing', events)     # the record made at the first fit's start
+    monkeypatch.setattr(flearner, 'resolve_timing', events)  # `profile()`'s check at the call
+    monkeypatch.setattr(fcb, '_OVERHEAD', {})                # the pair's cost is calibrated in events mode, in this fit
+    monkeypatch.setattr(torch.cuda, 'Event', _WallEvent)
+    monkeypatch.setattr(torch.cuda, 'current_stream', lambda device=None: None)
+
 def test_events_mode_end_to_end_in_a_real_fit(monkeypatch, tmp_path):
     "`timing='events'` through a real fastai fit, CUDA events stood in by wall-clock ones: GPU columns everywhere, same losses"
-    import pickle, fastprofile.callback as fcb
     from fastprofile.trace import trace_events, GPU_TID
     def losses(timing):
-        set_seed(0); learn = synth_learner(n_trn=300, n_val=4, path=tmp_path)
+        set_seed(0); learn = synth_learner(n_trn=300, n_val=4, path=tmp_path, cbs=CountEvents())
         learn.profile(timing=timing, show_report=False, logger_callback=None, save_csv=True, keep_batches=50).fit(2, 1e-2)
         return learn,[float(v) for v in learn.recorder.losses]
     _,plain = losses('wall')
-    monkeypatch.setattr(fcb, 'resolve_timing', lambda timing, device: 'events')
-    monkeypatch.setattr(torch.cuda, 'Event', _WallEvent)
-    monkeypatch.setattr(torch.cuda, 'current_stream', lambda device=None: None)
+    _as_if_on_cuda(monkeypatch)
     _WallEvent.made = 0
     learn,ev = losses('events')
     assert ev == plain                                            # timing never changes training
     rec = learn.simple_profile_record
     assert isinstance(rec, GpuProfileRecord) and rec.timing == 'events'
-    assert _WallEvent.made == 64*13 + 4*13                        # the pool and the calibration's: none per batch
+    c = learn.count_events
+    assert c.at_start == c.at_end                                 # no event made per batch: the pool's rows are reused
+    assert c.at_start == rec.pool.n_events + 4*13                 # the fit's pool and the calibration's (a 4-row scratch pool)
     assert rec.n_waits == 0 and not rec._pending                  # every batch resolved by the end of the fit
+    assert rec.overhead_per_batch > 0                             # the pair's own cost, calibrated with events
     r = learn.simple_profile_results.set_index(['Phase','Action','Step'])
     for k in [('train','draw',''),('train','batch',''),('train','batch','forward'),('train','batch','backward'),
               ('train','batch','opt_step'),('valid','batch','predict')]:
@@ -74,14 +102,31 @@ def test_events_mode_end_to_end_in_a_real_fit(monkeypatch, tmp_path):
     assert len(df) == 50 and df[df.phase=='train'].backward_gpu.notna().all() and df.predict_gpu.notna().sum() == 4
     assert any(e.get('tid') == GPU_TID and e['ph'] == 'X' for e in trace_events(learn))
     back = pickle.loads(pickle.dumps(rec))                        # learn.export pickles the record: no events in it
-    assert back.pool is None and back.results().equals(rec.results())
+    assert getattr(back, 'pool', None) is None and back.results().equals(rec.results())
+
+def test_events_mode_fine_tune_is_one_call(monkeypatch):
+    "Two fits in one call (`fine_tune`) on the events path: one record, one event pool, both stages timed on the GPU"
+    _as_if_on_cuda(monkeypatch)
+    _WallEvent.made = 0
+    learn = synth_learner(n_trn=20, n_val=4, cbs=CountEvents())
+    learn.profile(show_report=False, logger_callback=None).fine_tune(1, freeze_epochs=1)
+    rec = learn.simple_profile_record
+    assert isinstance(rec, GpuProfileRecord) and [s.epochs for s in rec.stages] == [1, 1]
+    assert learn.count_events.at_end == rec.pool.n_events + 4*13    # one pool for the call, the calibration once (4 rows)
+    assert rec.gpu_stats[('train','forward')].n == 2*19
+
+def test_events_record_keeps_its_timing_when_pickled_or_gathered():
+    "`learn.export()` and the DDP gather send `state()`: the record read back still says its GPU times came from CUDA events"
+    rec = _gpu_record()
+    back = pickle.loads(pickle.dumps(rec))
+    assert back.timing == 'events' and 'CUDA events' in _report(back)
+    m = _gather_two(rec, _gpu_record())
+    assert m.timing == 'events' and all(p.record.timing == 'events' for p in m.ranks)
 
 def test_report_layout_with_both_clocks():
-    clock = FakeClock(); fs = FakeStream(clock)
-    rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3)
-    rec.timing = 'events'
-    rec.start_fit(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=12); rec.end_epoch(); rec.end_fit()
-    rep = make_report(rec)
+    rec = _gpu_record(n=12)
+    assert rec.timing == 'events'
+    rep = ProfileResult(rec).report
     f = rep.formatted()
     assert f.columns[-2:].tolist() == ['GPU Mean Duration','GPU Total Time']
     row = f[(rep.results.Action=='batch') & (rep.results.Step=='backward')].iloc[0]
@@ -93,7 +138,7 @@ def test_pool_is_bounded_and_resolves_everything():
     clock = FakeClock(); fs = FakeStream(clock); made = []
     def mk(): e = FakeEvent(fs); made.append(e); return e
     rec = GpuProfileRecord(make_event=mk, clock=clock, pool_batches=5, warmup=0, fold_every=7)
-    rec.start_fit(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=300); rec.end_epoch(); rec.end_fit()
+    rec.start_stage(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=300); rec.close()
     assert len(made) == 5*13
     assert rec.gpu_stats[('train','backward')].n == 300
     assert abs(rec.gpu_stats[('train','backward')].mean - 0.030) < 1e-9
@@ -200,17 +245,24 @@ def test_events_on_a_second_gpu():
     res = learn.simple_profile_results.set_index(['Phase','Action','Step'])
     assert abs(res.loc[('train','batch','backward'),'GPU Mean Duration'] - 1e-3) < 2e-4
 
+def _gather_two(rec0, rec1):
+    "Rank 0 and rank 1 gather through the real store protocol (a `HashStore`, rank 1 in a thread): what rank 0 merges"
+    import threading
+    import torch.distributed as dist
+    from fastprofile.distributed import gather_profiles, merge_gathered
+    store = dist.HashStore()
+    t = threading.Thread(target=gather_profiles, args=(rec1,), kwargs=dict(timeout=30., store=store, rank=1, world=2))
+    t.start()
+    got = gather_profiles(rec0, timeout=30., store=store, rank=0, world=2)
+    t.join()
+    assert not got.missing, got.missing
+    return merge_gathered(got)
+
 def test_gpu_times_merge_across_ranks():
     "A record gathered from several ranks keeps the GPU columns, merged like the wall times"
-    from fastprofile.distributed import RankProfile, merge_records, record_state, record_from_state
-    recs = []
-    for r,bwd in enumerate((.030, .050)):
-        clock = FakeClock(); fs = FakeStream(clock)
-        rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3, warmup=0)
-        rec.start_fit(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=10, gpu=dict(backward=bwd)); rec.end_epoch(); rec.end_fit()
-        recs.append(RankProfile(r, record_from_state(record_state(rec))))  # what the gather sends
-    m = merge_records(recs)
+    from fastprofile.distributed import distributed_section
+    m = _gather_two(_gpu_record(gpu=dict(backward=.030)), _gpu_record(gpu=dict(backward=.050)))
     r = m.results().set_index(['Phase','Action','Step'])
     assert r.loc[('train','batch','backward'),'Number of Calls'] == 20
     assert abs(r.loc[('train','batch','backward'),'GPU Mean Duration'] - .040) < 1e-9
-    assert 'GPU idle:' in make_report(m).plain()
+    assert 'GPU idle:' in _report(m, [distributed_section])

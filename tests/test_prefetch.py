@@ -1,5 +1,5 @@
 "Fault-injection and cross-cutting tests for `fastprofile.prefetch` (CPU with `LoggingOps`; CUDA where lent)"
-import gc, json, weakref, warnings
+import gc, json, math, weakref, warnings
 import pytest
 import torch
 from torch import nn
@@ -493,6 +493,61 @@ def test_cpu_pass_through():
         warnings.simplefilter('ignore')
         b.fit(1)
     assert_same_state(state(a), state(b))
+
+
+# ---------------------------------------------------------------- with the profiler
+
+def _staged(learn): return {p:(s, n) for p,(s, n) in learn.cuda_prefetch.staging.items()}
+
+def test_staging_is_cumulative():
+    "`staging` counts from the callback's creation: fits, `validate()` and `get_preds()` add to it, nothing resets it"
+    learn = make_learner(True)
+    n_trn,n_val = len(learn.dls.train),len(learn.dls.valid)
+    learn.fit(1)
+    eq({p:n for p,(_,n) in _staged(learn).items()}, {'train': n_trn, 'valid': n_val})  # n stagings per loop of n batches
+    s1 = _staged(learn)
+    learn.validate(); learn.get_preds()
+    learn.fit(1)
+    s2 = _staged(learn)
+    eq({p:n for p,(_,n) in s2.items()}, {'train': 2*n_trn, 'valid': 4*n_val})
+    assert all(s2[p][0] > s1[p][0] for p in s1)
+
+
+def test_profiled_fine_tune_counts_the_calls_staging_only():
+    "A profiled `fine_tune` (two fits, one call): the facts hold both fits' staging, not what was staged before or after"
+    import fastprofile.learner  # noqa: F401 (Learner.profile)
+    from fastai.callback.schedule import fine_tune  # noqa: F401 (Learner.fine_tune)
+    learn = make_learner(True)
+    n_trn,n_val = len(learn.dls.train),len(learn.dls.valid)
+    learn.fit(1); learn.validate()                         # staged before the call
+    before = _staged(learn)
+    learn.profile(show_report=False, logger_callback=None).fine_tune(1, freeze_epochs=1)
+    after = _staged(learn)
+    f = learn.simple_profile.facts
+    assert f.prefetch
+    eq({p:s.batches for p,s in f.staging.items()}, {'train': 2*n_trn, 'valid': 2*n_val})
+    for p,s in f.staging.items(): assert math.isclose(s.seconds, after[p][0] - before[p][0], rel_tol=1e-12), p
+    note = next(n for n in learn.simple_profile_report.notes if n.startswith('CudaPrefetchCallback was active'))
+    assert 'per train batch' in note and 'per valid batch' in note
+    learn.validate()                                       # after the call: the call's facts do not move
+    eq({p:s.batches for p,s in learn.simple_profile.facts.staging.items()}, {'train': 2*n_trn, 'valid': 2*n_val})
+    # the next profiled call starts from where this one ended
+    learn.profile(show_report=False, logger_callback=None).fit(1)
+    eq({p:s.batches for p,s in learn.simple_profile.facts.staging.items()}, {'train': n_trn, 'valid': n_val})
+
+
+def test_interrupted_profiled_call_keeps_its_staging():
+    "A profiled call cut short by a `KeyboardInterrupt`: its partial profile has the staging done until then, and the loader is whole"
+    import fastprofile.learner  # noqa: F401 (Learner.profile)
+    learn = make_learner(True, cbs=RaiseAt(KeyboardInterrupt, 1))
+    before = loader_state(learn.dls.train)
+    learn.profile(show_report=False, logger_callback=None)
+    with pytest.raises(KeyboardInterrupt): learn.fit(1)
+    res = learn.simple_profile
+    assert res.interrupted == 'KeyboardInterrupt'
+    eq(res.facts.staging['train'].batches, 2)             # batches 1 and 2, staged inside batches 0 and 1
+    assert not isinstance(learn.dl, StagedLoader)
+    assert_loader_whole(learn.dls.train, before)
 
 
 # ---------------------------------------------------------------- on a GPU

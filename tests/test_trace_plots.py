@@ -5,8 +5,9 @@ import numpy as np, pytest, torch
 from PIL import Image
 from fastai.basics import *
 from fastai.test_utils import synth_learner
-from fastprofile.callback import *
-from fastprofile.record import ProfileRecord, FakeClock, drive_record
+from fastprofile.learner import *
+from fastprofile.record import ProfileRecord
+from fastprofile.testing import FakeClock, drive_record
 from fastprofile.trace import trace_events, chrome_trace, save_trace, merge_traces, RecordFunctionCallback, GPU_TID, CPU_TID
 from fastprofile.plots import plot_phase_shares, plot_timeline, plot_profile, save_plots
 
@@ -53,6 +54,23 @@ def test_trace_file_loads_nests_and_has_every_batch(learn, tmp_path):
         assert names == want, names
         assert all(a['ts'] + a['dur'] <= c['ts'] + 1e-6 for a,c in zip(kids, kids[1:]))
     assert {e['args']['name'] for e in evs if e['name'] == 'thread_name'} == {'CPU (wall clock)'}
+
+def test_trace_of_a_call_with_two_fits_nests_by_stage(tmp_path):
+    "`fine_tune` runs two fits whose epochs both start at 0: each stage's phases are their own spans, and nest"
+    from fastai.callback.schedule import fine_tune  # noqa: F401 (Learner.fine_tune)
+    learn = synth_learner(n_trn=8, n_val=2)
+    learn.profile(show_report=False, logger_callback=None).fine_tune(2, freeze_epochs=1)
+    evs = json.loads(save_trace(learn, tmp_path/'ft.json').read_text())['traceEvents']
+    assert_nested(evs)
+    phases = [e for e in spans(evs) if e['cat'] == 'phase']
+    assert [e['name'] for e in phases] == [f'{p} (stage {s}, epoch {e})' for s,e in ((0,0),(1,0),(1,1)) for p in ('train','valid')]
+    assert all(a['ts'] + a['dur'] <= b['ts'] + 1e-6 for a,b in zip(phases, phases[1:]))  # one after the other
+    recent = learn.simple_profile_record.recent()
+    batches = [e for e in evs if e.get('cat') == 'batch']
+    assert sorted((e['args']['stage'], e['args']['epoch'], e['args']['iter'], e['name'].split()[0]) for e in batches) == \
+           sorted(zip(recent.stage, recent.epoch, recent.iter, recent.phase))
+    ax = plot_phase_shares(learn).axes[0]
+    assert [t.get_text().split()[0] for t in ax.get_xticklabels()] == ['0.0', '1.0', '1.1']
 
 def test_trace_times_match_the_record():
     clock = FakeClock(100.)
@@ -120,7 +138,7 @@ def test_plots_render_headless(learn, tmp_path):
     p = save_plots(learn, tmp_path/'sub'/'profile.png')
     _png_ok(p, 1000)
     assert not [q for q in (tmp_path/'sub').iterdir() if q.name.startswith('.')]  # no temporary file left
-    with pytest.raises(ValueError, match='valid suffixes'): save_plots(learn, tmp_path/'x.bmp')
+    with pytest.raises(ValueError, match=r'must end in \.png'): save_plots(learn, tmp_path/'x.bmp')
 
 def test_readme_image_exists():
     p = Path(__file__).parent.parent/'docs'/'img'/'profile.png'
