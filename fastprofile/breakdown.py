@@ -390,7 +390,22 @@ _LOAD_KEY = '_fastprofile_load'  # where a timed loader keeps its `_LoadTimes`
 _PER_SLOT = 9  # first batch of an epoch (wall, n), the rest (wall, n), CPU (cpu, wall) of one batch in `_CPU_EVERY`, the transfer probe (send, receive, n)
 _CPU_EVERY = 8  # a CPU clock costs ~0.5 µs to read: taken on one batch in 8
 
-def _transfer_probe(b, budget:float=.01, most:int=5) -> tuple:
+_PROBES = {}  # batch signature -> (send, receive) seconds: probed once per process for each kind of batch (as `pair_overhead`)
+
+def _signature(b):
+    "Type, dtype and shape of each tensor of batch `b` (tuples, lists and dicts of tensors)"
+    if isinstance(b, torch.Tensor): return (type(b).__name__, str(b.dtype), tuple(b.shape))
+    if isinstance(b, (tuple, list)): return tuple(_signature(o) for o in b)
+    if isinstance(b, dict): return tuple((k, _signature(v)) for k,v in b.items())
+    return type(b).__name__
+
+def _transfer_cost(b) -> tuple:
+    "Seconds to send batch `b` from a worker and to receive it in the main process, probed once per kind of batch"
+    k = _signature(b)
+    if k not in _PROBES: _PROBES[k] = _transfer_probe(b)
+    return _PROBES[k]
+
+def _transfer_probe(b, budget:float=.005, most:int=3) -> tuple:
     "Median seconds to send a copy of batch `b` between processes as the loader's workers do (pickled into shared memory), and to receive it"
     from multiprocessing.reduction import ForkingPickler
     import copy, pickle, torch.multiprocessing  # torch's reductions: tensors through shared memory
@@ -454,7 +469,7 @@ def _timed_create_batches(dl, samps):
         if i == 0:  # the first batch of the epoch (a warm-up batch)
             if not buf[o+8]:  # once per process and call: what sending a batch to the main process costs
                 try:
-                    sent,got = _transfer_probe(b)
+                    sent,got = _transfer_cost(b)
                     buf[o+6] += sent; buf[o+7] += got; buf[o+8] += 1.
                 except Exception: pass
             k = o + 2

@@ -200,10 +200,18 @@ def input_rule(ev:Evidence) -> list:
         if f.speedup >= MIN_GAIN: return [f]
         out.append(f)
     if W > 0 and not ph0.loader_bound and ph0.receive > .05*ph0.step:
-        return [ev.finding('input', f"the main process spends {fmt_time(ph0.receive)} per batch taking each batch from the workers "
-                           "(each tensor crosses through shared memory): fewer tensors per batch (stack them), smaller dtypes "
-                           "(uint8 images, normalised on the device), `pin_memory=True` on a GPU.",
-                           lambda ph: ph.step_with(receive=0.), free, kind='bound', detail=detail)]
+        lt = ev.facts.loading.get(ph0.phase)
+        probed = lt.receive if lt is not None and not math.isnan(lt.receive) else None
+        if probed is not None and ph0.receive > 3*probed + 1e-3 and not ev.facts.on_gpu:  # not the taking: the CPU is shared
+            fix = (f"the main process spends {fmt_time(ph0.receive)} per batch in the draw though its {W} workers keep up "
+                   f"({fmt_time(L/W)} a batch) and taking a batch costs {fmt_time(probed)} (probed): the rest is waiting for a core, "
+                   f"which the workers and torch's {ev.facts.threads or '?'} threads share ({ev.cpus} CPUs): fewer workers, or fewer threads "
+                   "(`torch.set_num_threads`).")
+        else:
+            fix = (f"the main process spends {fmt_time(ph0.receive)} per batch taking each batch from the workers "
+                   "(each tensor crosses through shared memory): fewer tensors per batch (stack them), smaller dtypes "
+                   "(uint8 images, normalised on the device), `pin_memory=True` on a GPU.")
+        return [ev.finding('input', fix, lambda ph: ph.step_with(receive=0.), free, kind='bound', detail=detail)]
     f = ev.finding('input', (f"the loader already has {W} workers on {ev.cpus} CPUs: make items cheaper to load (decode/resize less, "
                    "cache decoded data, faster storage)." if W >= cap else
                    "make items cheaper to load (decode/resize less, cache decoded data, faster storage)" +
@@ -250,6 +258,11 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
         if s >= MIN_GAIN:
             opts.append(f"torch uses {T} of {C} cores: `torch.set_num_threads({C})` (up to {s:.2f}x)"); best = s
     elif T and T > C: opts.append(f"torch runs {T} threads on {C} cores: `torch.set_num_threads({C})` (no oversubscription)")
+    busy = sum(ph.n*lt.cpu_seconds for p,ph in ev.phases.items() if (lt := f.loading.get(p)) is not None and lt.workers
+               and not math.isnan(lt.cpu_seconds))/ev.steady  # cores the loader's workers keep busy
+    if T and busy > .05 and T + busy > C:
+        opts.append(f"the loader's workers keep {busy:.1f} of the {C} cores busy beside torch's {T} threads: they compete (a thread "
+                    f"that waits for a core holds the others up); compare `torch.set_num_threads({max(C - math.ceil(busy), 1)})` or fewer workers")
     fixed = ph0.optimizer + ph0.callbacks + ph0.receive
     s = ph0.step/(ph0.step - fixed/2) if ph0.step > fixed/2 else 1.
     if s >= MIN_GAIN:

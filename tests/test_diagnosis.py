@@ -263,7 +263,7 @@ def test_remove_slow_metric_predicted_within_15pct(workers):
 
 @pytest.mark.parametrize('workers', [0, 2])
 def test_remove_slow_callback_predicted_within_15pct(workers):
-    learn = make_learner(n_train=25, n_valid=25, fwd_sleep=.012 if workers else .006, cbs=SleepyCallback(.008), workers=workers)
+    learn = make_learner(n_train=25, n_valid=25, fwd_sleep=.02 if workers else .006, cbs=SleepyCallback(.01), workers=workers)
     chk = _within(lambda: check_advice(learn, n_batches=20, resource='callbacks'))
     assert chk.change == dict(kind='remove_callback', name='SleepyCallback')
     assert chk.measured > 1.3, chk
@@ -370,8 +370,8 @@ ACCURACY = {  # name -> (learner, check_advice's arguments)
     'workers 1->': (lambda: make_learner(n_train=30, n_valid=10, item_sleep=.003, fwd_sleep=.002, workers=1), dict(n_batches=25, n_valid=8)),
     'metric W=0': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.008, metrics=sleepy_metric), dict(n_batches=20, resource='callbacks')),
     'metric W=2': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.015, metrics=sleepy_metric, workers=2), dict(n_batches=20, resource='callbacks')),
-    'callback W=0': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.006, cbs=SleepyCallback(.008)), dict(n_batches=20, resource='callbacks')),
-    'callback W=2': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.012, cbs=SleepyCallback(.008), workers=2), dict(n_batches=20, resource='callbacks')),
+    'callback W=0': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.006, cbs=SleepyCallback(.01)), dict(n_batches=20, resource='callbacks')),
+    'callback W=2': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.02, cbs=SleepyCallback(.01), workers=2), dict(n_batches=20, resource='callbacks')),
 }
 
 if __name__ == '__main__':
