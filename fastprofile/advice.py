@@ -191,12 +191,13 @@ def _steady(rec):
 class AdviceCheck:
     "Predicted and measured speedup of the diagnosis' change"
     diagnosis:Diagnosis; change:dict|None; before:float; after:float; predicted:float; measured:float
+    finding:object=None  # the diagnosis' `Finding` whose advice was checked
     @property
     def error(self) -> float:
         "The measured speedup's relative error against the predicted one"
         return self.measured/self.predicted - 1 if self.predicted else math.nan
     def __repr__(self):
-        if self.change is None: return f"No automatic change for this advice: {self.diagnosis.knob}"
+        if self.change is None: return f"No automatic change for this advice: {self.finding.fix if self.finding else self.diagnosis.knob}"
         return (f"Change: {self.change}\nPredicted: {self.predicted:.2f}x  Measured: {self.measured:.2f}x "
                 f"({fmt_time(self.before)} -> {fmt_time(self.after)} per batch; prediction off by {fmt_pct(100*abs(self.error))})")
 
@@ -220,11 +221,11 @@ def _apply(learn, change):
     elif k == 'remove_metric': learn.metrics = [m for m in learn.metrics if getattr(m, 'name', None) != change['name']]
     else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric'")
 
-def _candidate(d, resource):
-    "The advice for `resource` in the diagnosis `d`"
-    for c in d.candidates:
-        if c['resource'] == resource: return c
-    raise ValueError(f"No advice for {resource!r}: valid resources are {', '.join(repr(c['resource']) for c in d.candidates)}")
+def _finding(d, resource):
+    "The first finding of the diagnosis `d` about `resource`"
+    for f in d.findings:
+        if f.resource == resource: return f
+    raise ValueError(f"No advice for {resource!r}: valid resources are {', '.join(repr(f.resource) for f in d.findings)}")
 
 # %% ../nbs/18_advice.ipynb #378de43d
 def check_advice(learn:Learner,
@@ -243,14 +244,14 @@ def check_advice(learn:Learner,
         learn.remove_cbs([cb for cb in learn.cbs if type(cb).__name__ in SIDE_EFFECT_CBS or isinstance(cb, TrackerCallback)])
         r0 = _run_window(learn, n_batches, n_valid, lr)
         d = diagnose(r0)
-        c = d.candidates[0] if resource is None else _candidate(d, resource)
-        if c['change'] is None or c['change']['kind'] == 'prefetch':
-            return AdviceCheck(d, None, math.nan, math.nan, c['speedup'], math.nan)
-        _apply(learn, c['change'])
+        c = d.findings[0] if resource is None else _finding(d, resource)
+        if c.change is None or c.change['kind'] == 'prefetch':
+            return AdviceCheck(d, None, math.nan, math.nan, c.speedup, math.nan, c)
+        _apply(learn, c.change)
         r1 = _run_window(learn, n_batches, n_valid, lr)
     s0,s1 = _steady(r0.record),_steady(r1.record)
     n = {p:s0[p][1] for p in s0}
     before = sum(n[p]*s0[p][0] for p in s0)
     after = sum(n[p]*s1[p][0] for p in s0 if p in s1)
     nb = sum(n.values())
-    return AdviceCheck(d, c['change'], before/nb, after/nb, c['speedup'], before/after)
+    return AdviceCheck(d, c.change, before/nb, after/nb, c.speedup, before/after, c)

@@ -17,9 +17,9 @@ from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
 from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
-__all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'Facts', 'Sink', 'rolling_samples_per_second',
-           'train_samples_per_second', 'fit_samples_per_second', 'row_flops_per_second', 'report_notes',
-           'ProfileResult', 'Profile']
+__all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'LoadTime', 'Facts', 'Sink',
+           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'row_flops_per_second',
+           'report_notes', 'ProfileResult', 'Profile']
 
 # %% ../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -59,17 +59,24 @@ class Staging(NamedTuple):
     "Host time that `CudaPrefetchCallback` spent drawing and staging next batches inside the current ones, in one phase"
     seconds:float; batches:int
 
+class LoadTime(NamedTuple):
+    "Mean time to build one batch where the loader builds it (`workers` processes, or 0: the main process), in one phase; and to move one between processes"
+    seconds:float; cpu_seconds:float; batches:int; workers:int; send:float=math.nan; receive:float=math.nan
+
 @dataclass
 class Facts:
     "What the run was, besides its times: collected from the learner when the call ends"
     device:str='cpu' # Where the model trained ('cpu', 'cuda:0', ...)
     num_workers:int|None=None # Loader workers of the training `DataLoader` (None: unknown)
-    cpus:int=1 # CPUs of the machine
+    cpus:int|None=None # CPUs this process may run on (None: unknown; the diagnosis takes this machine's)
     threads:int|None=None # `torch.get_num_threads()`
     batch_size:int|None=None # Batch size of the training loader
     staging:dict=field(default_factory=dict) # phase -> `Staging`, when `CudaPrefetchCallback` was active
     prefetch:bool=False # `CudaPrefetchCallback` was active
     breakdown:object=None # A `Breakdown` of the same call (`learn.profile(breakdown=True)`), if any
+    callback_costs:object=None # Callback and metric costs from sampled batches (`fastprofile.breakdown.SampledCosts`), if any
+    loading:dict=field(default_factory=dict) # phase -> `LoadTime`: batches timed where they were built (in the workers)
+    model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
     flops:dict=field(default_factory=dict) # (Phase, Action, Step) row -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency`)
     extra:dict=field(default_factory=dict) # Anything else a section needs (e.g. efficiency numbers)
 

@@ -6,17 +6,18 @@ Docs: https://fastprofile.github.io/fastprofile/diagnosis.html.md"""
 
 # %% ../nbs/09_diagnosis.ipynb #2b52d0ff
 from __future__ import annotations
-import math, os, warnings
-from dataclasses import dataclass, field
-import numpy as np, pandas as pd
-from .checks import check_int, check_type
+import math, os, sys
+from dataclasses import dataclass, field, asdict
+from typing import Callable
+from .checks import check_int, check_type, check_items
 from .record import ProfileRecord, STEPS, PHASES
 from .report import Section, fmt_time, fmt_pct
-from .core import Facts, ProfileResult
+from .core import Facts, ProfileResult, LoadTime
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'CORE_CBS', 'pipeline_step', 'Diagnosis', 'diagnose',
-           'diagnosis_section']
+__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'RULES', 'PhaseModel',
+           'Finding', 'Evidence', 'input_rule', 'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'compute_rule',
+           'callback_costs', 'callbacks_rule', 'outside_rule', 'Diagnosis', 'diagnose', 'diagnosis_section']
 
 # %% ../nbs/09_diagnosis.ipynb #a5158f73
 CATEGORIES = {
@@ -25,14 +26,48 @@ CATEGORIES = {
     'batch_tfms': 'GPU batch transforms',
     'compute': 'model compute',
     'optimizer': 'optimizer step',
-    'callbacks': 'Python/callback overhead in the batch',
+    'callbacks': 'callbacks and metrics in the batch',
     'outside': 'time between batches (epoch-level callbacks, validation set-up, worker start-up)',
 }
 HIGHLY_INPUT_BOUND,MODERATELY_INPUT_BOUND = 20.,5.  # % of the training step waiting for input (TF profiler)
+MIN_GAIN = 1.05  # a fix predicted to gain less than 5% is not offered
 CORE_CBS = ('TrainEvalCallback','Recorder','CastToTensor')  # fastai's own: never advised away
+OWN_CBS = ('CudaPrefetchCallback','EfficiencyCallback','BreakdownCallback')  # fastprofile's (the prefetcher's staging is `input`)
 
-def _phase_numbers(rec, bd, p, staged=0.):
-    "Per-batch mean seconds of each resource in phase `p`, from the record (and breakdown `bd` if any)"
+@dataclass
+class PhaseModel:
+    "One phase's steady state, in seconds per batch, and the pipeline model of its step"
+    phase:str; n:int  # the phase, and its batches past the warm-up
+    input:float  # the main process waiting for the next batch: `draw` less copy and transforms (plus prefetch staging)
+    copy:float; batch_tfms:float; compute:float; optimizer:float; callbacks:float  # the main process's work `M`, in parts
+    workers:int  # loader workers `W`
+    receive:float  # `R`: the main process's own part of the draw
+    load:float|None  # `L`: seconds to build one batch in one process (None: unknown)
+    loader_bound:bool  # the workers' pace sets the step
+    load_timed:bool  # `L` was timed where batches are built
+    gpu:bool=False  # the steps were timed with CUDA events
+    tfms:dict=field(default_factory=dict)  # batch transform -> seconds, when a breakdown split the draw
+    send:float=0.  # with no workers now: what sending a batch to the main process would add to a worker's `L`
+    take:float=0.  # ... and taking it would add to the main process's `R` (measured on a copy of a batch)
+
+    @property
+    def main(self) -> float: return self.copy + self.batch_tfms + self.compute + self.optimizer + self.callbacks
+    @property
+    def step(self) -> float: return self.input + self.main
+
+    def step_with(self, main:float|None=None, workers:int|None=None, load:float|None=None, receive:float|None=None) -> float:
+        "Seconds per batch under the model, with the main process's work `main`, `workers`, `load` and `receive` changed (default: as measured)"
+        M = self.main if main is None else main
+        W = self.workers if workers is None else workers
+        L = (self.load or 0.) if load is None else load
+        R = self.receive if receive is None else receive
+        if W == 0: return L + R + M
+        if self.workers == 0: L,R = L + self.send,R + self.take  # batches now cross between processes
+        return max(L/W, R + M)
+
+# %% ../nbs/09_diagnosis.ipynb #5f1c2a01
+def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|None:
+    "The `PhaseModel` of phase `p` from the record, the facts (breakdown, loader timing) and `W` workers; None without batches"
     st = rec.stats
     n = st[(p,'batch')].n
     if n == 0: return None
@@ -43,72 +78,312 @@ def _phase_numbers(rec, bd, p, staged=0.):
     # where it syncs (the Recorder's loss `.cpu()`, in the batch's `other`), which is not a callback's cost
     cost = lambda a: max(mean(a), gpu(a))
     steps = [s for s,_,_ in STEPS[p]]
-    d = dict(n=n, draw=mean('draw'), copy=0., batch_tfms=0., tfms={}, gpu=bool(gs) and any(gpu(s) > 0 for s in steps))
-    if bd is not None:
-        parts = bd.draw_parts(p)
-        d['copy'] = parts.get('copy', 0.)
-        d['tfms'] = {k:v for k,v in parts.items() if k not in ('wait','copy')}
-        d['batch_tfms'] = sum(d['tfms'].values())
-    # with CudaPrefetchCallback the next batch is drawn inside this one (`staged`, in the batch's `other`): input
-    d['input'] = max(d['draw'] - d['copy'] - d['batch_tfms'], 0.) + staged
-    d['compute'] = sum(cost(s) for s in steps if s not in ('opt_step','zero_grad'))
-    d['optimizer'] = sum(cost(s) for s in steps if s in ('opt_step','zero_grad'))
-    other = mean('batch') - d['compute'] - d['optimizer'] if d['gpu'] else mean('batch_other')
-    d['callbacks'] = max(other - staged, 0.)
-    d['main'] = d['copy'] + d['batch_tfms'] + d['compute'] + d['optimizer'] + d['callbacks']
-    return d
+    on_gpu = bool(gs) and any(gpu(s) > 0 for s in steps)
+    copy,tfms = 0.,{}
+    if facts.breakdown is not None:
+        parts = facts.breakdown.draw_parts(p)
+        copy,tfms = parts.get('copy', 0.),{k:v for k,v in parts.items() if k not in ('wait','copy')}
+    X = copy + sum(tfms.values())
+    draw = mean('draw')
+    inp = max(draw - X, 0.) + staged  # with CudaPrefetchCallback the next batch is drawn inside this one: input
+    compute = sum(cost(s) for s in steps if s not in ('opt_step','zero_grad'))
+    optimizer = sum(cost(s) for s in steps if s in ('opt_step','zero_grad'))
+    other = mean('batch') - compute - optimizer if on_gpu else mean('batch_other')
+    lt = facts.loading.get(p)
+    if lt is not None and lt.workers != W: lt = None  # timed with another number of workers than the one asked about
+    send = take = 0.
+    if W == 0:  # inline: the draw is the build and the main process's own part
+        load = inp if lt is None else min(lt.seconds, inp)
+        receive,loader_bound,timed = inp - load,False,lt is not None
+        if lt is not None and not math.isnan(lt.receive): send,take = lt.send,lt.receive
+    else:
+        step = inp + X + compute + optimizer + max(other - staged, 0.)
+        pace = None if lt is None else lt.seconds/W
+        main = step - inp  # the main process's own work, the draw aside
+        # the workers set the pace when they are slower than the main process's own work by half its wait, or more
+        loader_bound = (pace - main >= .5*inp and inp > 0) if pace is not None else inp > .05*step
+        timed = lt is not None or loader_bound
+        # a draw that found its batch waiting (the queue fills at the start of a phase) costs only the taking
+        fastest = max(min(st[(p,'draw')].min - X, inp), 0.)
+        if fastest > .5*inp: fastest = 0.  # no draw found its batch ready: all of it was waiting
+        if lt is not None and not math.isnan(lt.receive): fastest = min(max(fastest, lt.receive), inp)
+        if loader_bound: load,receive = W*step,fastest  # the workers set the pace
+        else: load,receive = (None if pace is None else lt.seconds),inp
+    return PhaseModel(p, n, inp, copy, sum(tfms.values()), compute, optimizer, max(other - staged, 0.), W, receive, load,
+                      loader_bound, timed, on_gpu, tfms, send, take)
 
-def _staged_per_batch(facts:Facts) -> dict:
-    "Mean seconds per batch that an active `CudaPrefetchCallback` spent drawing next batches inside the current ones"
-    return {p:s.seconds/s.batches for p,s in facts.staging.items() if s.batches}
+# %% ../nbs/09_diagnosis.ipynb #5f1c2a04
+@dataclass
+class Finding:
+    "A bottleneck of the run: its share of the fit, the fix, and what the fix is predicted to gain"
+    resource:str  # a key of `CATEGORIES`
+    share:float  # % of the fit the main process spends on it
+    saved:float  # % of the fit it would save if it cost nothing, under the pipeline model: the rank
+    fix:str|None  # what to change, in words; None: no change is predicted to gain 5% or more
+    speedup:float  # the fix's speedup: steady-state batches before over after (whole fit for `outside`)
+    kind:str  # 'model': predicted by the pipeline model from measured times; 'bound': at most
+    change:dict|None=None  # what `check_advice` applies: {'kind': 'num_workers'|'remove_metric'|'remove_callback'|'prefetch', ...}
+    detail:str=''  # what was measured, in words
+    step:float=math.nan  # seconds per batch (steady state) now
+    predicted_step:float=math.nan  # ... after the fix (NaN: a whole-fit bound)
+    if_free:bool=False  # the speedup is the bound if the resource cost nothing
 
-def pipeline_step(load:float, main:float, workers:int) -> float:
-    "Seconds per batch when a batch takes `load` to build serially and `main` in the main process, with `workers`"
-    return load + main if workers == 0 else max(load/workers, main)
+    @property
+    def label(self) -> str: return CATEGORIES.get(self.resource, self.resource)
+
+    def speedup_text(self) -> str:
+        "The predicted speedup, in words"
+        what = 'predicted' if self.kind == 'model' else 'at most, if it cost nothing' if self.if_free else 'at most'
+        if math.isnan(self.predicted_step): return f"{self.speedup:.2f}x {what}, for the whole fit"
+        return f"{self.speedup:.2f}x {what} ({fmt_time(self.step)} -> {fmt_time(self.predicted_step)} per batch, steady state)"
+
+@dataclass
+class Evidence:
+    "What the rules read: the phases under the pipeline model, the shares of the fit, the facts and the callback costs"
+    phases:dict  # phase -> `PhaseModel`
+    shares:dict  # resource -> % of the fit in the main process's time
+    fit:float  # seconds of the whole profiled call
+    outside:float  # seconds between batches
+    facts:Facts
+    cpus:int  # CPUs the process may use
+    costs:object=None  # a `Breakdown` or `SampledCosts` (callback and metric costs), if any
+
+    @property
+    def batches(self) -> int: return sum(ph.n for ph in self.phases.values())
+    @property
+    def steady(self) -> float: return sum(ph.n*ph.step for ph in self.phases.values())
+
+    def after(self, f) -> float:
+        "Seconds of the profiled batches if each phase `ph` took `f(ph)` seconds per batch"
+        return sum(ph.n*f(ph) for ph in self.phases.values())
+
+    def finding(self, resource:str, fix:str|None, after, free=None, kind:str='model', change:dict|None=None, detail:str='',
+                share:float|None=None) -> Finding:
+        "A `Finding`: the fix takes each phase `ph` to `after(ph)` seconds per batch; `free(ph)` is the step if `resource` cost nothing (default: `after`)"
+        saved = self.steady - self.after(free or after)
+        t1 = self.after(after)
+        if kind == 'model' and any(ph.workers and ph.load is None for ph in self.phases.values()): kind = 'bound'  # the loader's pace unknown
+        return Finding(resource, self.shares.get(resource, 0.) if share is None else share, 100*max(saved, 0.)/self.fit, fix,
+                       self.steady/t1 if t1 > 0 else math.inf, kind, change, detail, self.steady/self.batches, t1/self.batches,
+                       if_free=kind == 'bound' and free is None)
+
+# %% ../nbs/09_diagnosis.ipynb #5f1c2a06
+def _cpu_share(ev:Evidence) -> float|None:
+    "CPU seconds per wall second of building a batch, timed in the workers (or inline), if timed"
+    lts = [lt for lt in ev.facts.loading.values() if lt.seconds > 0 and not math.isnan(lt.cpu_seconds)]
+    return None if not lts else sum(lt.cpu_seconds*lt.batches for lt in lts)/sum(lt.seconds*lt.batches for lt in lts)
+
+def _waiting_workers(ev:Evidence, W:int) -> str:
+    "A hint when the timed workers mostly wait: more of them than CPUs may help (not predicted)"
+    f = _cpu_share(ev)
+    if not W or f is None or f >= .5: return ''
+    return (f" Its workers mostly wait (their CPU time is {fmt_pct(100*f)} of their time): more workers than CPUs may help too "
+            f"(try `num_workers={min(16, 2*ev.cpus)}` and profile again; not predicted).")
+
+def input_rule(ev:Evidence) -> list:
+    "The loader: more workers, cheaper items, or fewer tensors to send"
+    ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
+    W,cap = ph0.workers,max(ev.cpus, 1)
+    free = lambda ph: ph.main  # no loading, no taking: only the main process's work
+    L,M = ph0.load or 0.,ph0.receive + ph0.main
+    need = math.ceil(L/M) if M > 0 else cap
+    W2 = int(min(max(need, W+1), cap))
+    wait = 100*ph0.input/ph0.step if ph0.step > 0 else 0.
+    detail = f"the main process waits {fmt_time(ph0.input)} per training batch for the next one, {fmt_pct(wait)} of the step"
+    if W and ph0.loader_bound:
+        detail += (f"; its {W} worker{'s' if W > 1 else ''} take{'s' if W == 1 else ''} {fmt_time(L)} to build a batch "
+                   f"({fmt_time(L/W)} a batch together), the main process {fmt_time(M)}: the workers set the pace")
+    out = []
+    if W2 > W and (W == 0 or ph0.loader_bound) and sys.platform != 'darwin':  # fastai sets `num_workers=0` on macOS
+        f = ev.finding('input', f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): workers build batches while the model trains.",
+                       lambda ph: ph.step_with(workers=W2), free, change=dict(kind='num_workers', value=W2, before=W), detail=detail)
+        if f.speedup >= MIN_GAIN: return [f]
+        out.append(f)
+    if W > 0 and not ph0.loader_bound and ph0.receive > .05*ph0.step:
+        lt = ev.facts.loading.get(ph0.phase)
+        probed = lt.receive if lt is not None and not math.isnan(lt.receive) else None
+        if probed is not None and ph0.receive > 3*probed + 1e-3 and not ev.facts.on_gpu:  # not the taking: the CPU is shared
+            fix = (f"the main process spends {fmt_time(ph0.receive)} per batch in the draw though its {W} workers keep up "
+                   f"({fmt_time(L/W)} a batch) and taking a batch costs {fmt_time(probed)} (probed): the rest is waiting for a core, "
+                   f"which the workers and torch's {ev.facts.threads or '?'} threads share ({ev.cpus} CPUs): fewer workers, or fewer threads "
+                   "(`torch.set_num_threads`).")
+        else:
+            fix = (f"the main process spends {fmt_time(ph0.receive)} per batch taking each batch from the workers "
+                   "(each tensor crosses through shared memory): fewer tensors per batch (stack them), smaller dtypes "
+                   "(uint8 images, normalised on the device), `pin_memory=True` on a GPU.")
+        return [ev.finding('input', fix, lambda ph: ph.step_with(receive=0.), free, kind='bound', detail=detail)]
+    f = ev.finding('input', (f"the loader already has {W} workers on {ev.cpus} CPUs: make items cheaper to load (decode/resize less, "
+                   "cache decoded data, faster storage)." if W >= cap else
+                   "make items cheaper to load (decode/resize less, cache decoded data, faster storage)" +
+                   ("; fastai runs no loader workers on macOS." if sys.platform == 'darwin' else ".")) + _waiting_workers(ev, W),
+                   lambda ph: ph.step_with(load=0.), free, kind='bound', detail=detail)
+    return [f] if f.speedup >= MIN_GAIN or not out else out
+
+# %% ../nbs/09_diagnosis.ipynb #5f1c2a08
+def _overlapped(ph:PhaseModel) -> float:
+    "The step with the copy and batch transforms on a side stream, overlapped with the rest of the main process's work"
+    x = ph.copy + ph.batch_tfms
+    return ph.step_with(main=max(x, ph.main - x))
+
+def copy_rule(ev:Evidence) -> list:
+    "The host-to-device copy (split out by a breakdown): overlapped by `learn.prefetch()`"
+    if not any(ph.copy > 0 for ph in ev.phases.values()): return []
+    return [ev.finding('copy', "`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy overlaps compute.",
+                       _overlapped, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'))]
+
+def batch_tfms_rule(ev:Evidence) -> list:
+    "The loader's batch transforms (split out by a breakdown): overlapped by `learn.prefetch()`, or a cheaper one"
+    tf = {}
+    for ph in ev.phases.values():
+        for k,v in ph.tfms.items(): tf[k] = tf.get(k, 0.) + ph.n*v
+    if not tf or not any(tf.values()): return []
+    slow = max(tf, key=tf.get)
+    return [ev.finding('batch_tfms', f"`{slow}` is the costliest batch transform ({fmt_time(tf[slow]/ev.batches)} per batch): "
+                       "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute.",
+                       _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms), change=dict(kind='prefetch'))]
+
+def optimizer_rule(ev:Evidence) -> list:
+    "The optimizer step: a fused or foreach optimizer, fewer steps"
+    return [ev.finding('optimizer', "a fused or foreach optimizer (e.g. `opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, "
+                       "foreach=True)`), or a larger batch size: fewer steps per epoch.",
+                       lambda ph: ph.step_with(main=ph.main - ph.optimizer), kind='bound')]
+
+# %% ../nbs/09_diagnosis.ipynb #5f1c2a10
+def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
+    "The CPU's options, as text, and the speedup of more threads if they help (or `limit`, compute at no cost)"
+    f,ph0 = ev.facts,ev.phases.get('train', next(iter(ev.phases.values())))
+    T,C,opts,best = f.threads,ev.cpus,[],None
+    if T and T < C:
+        s = ev.steady/ev.after(lambda ph: ph.step_with(main=ph.main - ph.compute*(1 - T/C)))
+        if s >= MIN_GAIN:
+            opts.append(f"torch uses {T} of {C} cores: `torch.set_num_threads({C})` (up to {s:.2f}x)"); best = s
+    elif T and T > C: opts.append(f"torch runs {T} threads on {C} cores: `torch.set_num_threads({C})` (no oversubscription)")
+    busy = sum(ph.n*lt.cpu_seconds for p,ph in ev.phases.items() if (lt := f.loading.get(p)) is not None and lt.workers
+               and not math.isnan(lt.cpu_seconds))/ev.steady  # cores the loader's workers keep busy
+    if T and busy > .05 and T + busy > C:
+        opts.append(f"the loader's workers keep {busy:.1f} of the {C} cores busy beside torch's {T} threads: they compete (a thread "
+                    f"that waits for a core holds the others up); compare `torch.set_num_threads({max(C - math.ceil(busy), 1)})` or fewer workers")
+    fixed = ph0.optimizer + ph0.callbacks + ph0.receive
+    s = ph0.step/(ph0.step - fixed/2) if ph0.step > fixed/2 else 1.
+    if s >= MIN_GAIN:
+        opts.append(f"a larger batch size (now {f.batch_size or '?'}): {fmt_pct(100*fixed/ph0.step)} of the step is per-batch work "
+                    f"(optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the batch (up to {s:.2f}x; retune the learning rate)")
+    if f.model.get('conv2d') and not f.model.get('channels_last'): opts.append("`learn.model.to(memory_format=torch.channels_last)` (a conv net)")
+    if not f.model.get('compiled'): opts.append("`learn.model = torch.compile(learn.model)`")
+    opts.append("or train on a GPU (`learn.dls.to('cuda'); learn.model.cuda()`), then `learn.to_fp16()`")
+    return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit))
+
+def compute_rule(ev:Evidence) -> list:
+    "The model's forward, loss and backward"
+    after = lambda ph: ph.step_with(main=ph.main - ph.compute)
+    if ev.facts.on_gpu:
+        return [ev.finding('compute', "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller model.",
+                           after, kind='bound')]
+    f = ev.finding('compute', None, after, kind='bound')
+    f.fix,s = _compute_on_cpu(ev, f.speedup)
+    if s < f.speedup: f.speedup,f.predicted_step,f.if_free = s,f.step/s,False
+    return [f]
+
+# %% ../nbs/09_diagnosis.ipynb #5f1c2a12
+def callback_costs(costs, phases) -> dict:
+    "name -> {phase: seconds per batch, summed over its events in the batch} from a `Breakdown` or `SampledCosts`"
+    df = costs.callback_costs()
+    # `before_draw` runs before the draw is marked (between batches), or inside the draw (order > 1000)
+    df = df[df.phase.isin(list(phases)) & (df.event != 'before_draw')]
+    out = {}
+    for r in df.itertuples():
+        if r.per_batch > 0: out.setdefault(r.name, {}).setdefault(r.phase, 0.); out[r.name][r.phase] += r.per_batch
+    return out
+
+def _top_event(costs, name) -> str:
+    df = costs.callback_costs()
+    df = df[(df.name == name) & (df.phase != 'fit') & (df.event != 'before_draw')]
+    return df.sort_values('per_batch', ascending=False).event.iloc[0] if len(df) else ''
+
+def callbacks_rule(ev:Evidence) -> list:
+    "Each timed callback or metric in the batch that costs enough to matter, by name; then fastai's own per-batch work"
+    if ev.costs is None:
+        return [ev.finding('callbacks', "a callback or metric inside the batch: profile with `learn.profile()` (it samples their "
+                           "costs) or `learn.profile(breakdown=True)` to name it.", lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
+    out,named = [],{p:0. for p in ev.phases}
+    for name,per in callback_costs(ev.costs, ev.phases).items():
+        if name in CORE_CBS + OWN_CBS: continue
+        c = {p:min(per.get(p, 0.), ph.callbacks) for p,ph in ev.phases.items()}
+        for p in c: named[p] += c[p]
+        metric = name.startswith('metric ')
+        who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.costs, name)
+        parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch ({fmt_pct(100*c[p]/ev.phases[p].step)} of the step)"
+                 for p in ev.phases if per.get(p, 0.) > 0]
+        detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
+        if metric: fix,change = f"{detail}: drop it from `metrics=` and compute it once after fit (`learn.validate()`), or make it cheaper.",dict(kind='remove_metric', name=name[7:])
+        else: fix,change = f"{detail}: remove it (`learn.remove_cb({name})`), or make it run less often.",dict(kind='remove_callback', name=name)
+        out.append(ev.finding('callbacks', fix, lambda ph, c=c: ph.step_with(main=ph.main - c[ph.phase]), change=change, detail=detail,
+                              share=100*sum(ph.n*c[p] for p,ph in ev.phases.items())/ev.fit))
+    out = [f for f in out if f.speedup >= MIN_GAIN]
+    # what no removable callback or metric explains: fastai's own per-batch work, the same whatever the batch size
+    rest = {p:max(ph.callbacks - named[p], 0.) for p,ph in ev.phases.items()}
+    f = ev.finding('callbacks', f"a larger batch size (now {ev.facts.batch_size or '?'}): fastai's own callbacks (`Recorder`, "
+                   "`TrainEvalCallback`...) and the Python between the timed steps cost the same per batch, whatever its size.",
+                   lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2), lambda ph: ph.step_with(main=ph.main - rest[ph.phase]), kind='bound',
+                   share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit, detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in fastai's own callbacks and between the timed steps")
+    if f.speedup >= MIN_GAIN: out.append(f)
+    return out
+
+# %% ../nbs/09_diagnosis.ipynb #5f1c2a14
+def _epoch_costs(costs):
+    "(name, event, seconds in all) of events between batches, costliest first, fastai's own left out"
+    if costs is None: return []
+    df = costs.callback_costs()
+    df = df[((df.phase == 'fit') | (df.event == 'before_draw')) & ~df.name.isin(list(CORE_CBS + OWN_CBS))].sort_values('total', ascending=False)
+    return [(r.name, r.event, r.total) for r in df.itertuples()]
+
+def outside_rule(ev:Evidence) -> list:
+    "Time between batches: epoch-level callbacks, validation set-up, worker start-up"
+    if ev.outside <= 0: return []
+    W = max(ph.workers for ph in ev.phases.values())
+    knob = ("epoch-level callbacks (`SaveModelCallback`, logging), validation set-up" +
+            (", and the workers' start-up each epoch (`persistent_workers=True` in your DataLoaders)" if W > 0 else ''))
+    top = _epoch_costs(ev.costs)
+    if top and top[0][2] > .2*ev.outside: knob = f"`{top[0][0]}.{top[0][1]}` takes {fmt_time(top[0][2])} in all; " + knob
+    share = 100*ev.outside/ev.fit
+    s = ev.fit/(ev.fit - ev.outside) if ev.fit > ev.outside else math.inf
+    return [Finding('outside', share, share, knob + '.', s, 'bound', step=ev.steady/ev.batches)]
+
+RULES = [input_rule, copy_rule, batch_tfms_rule, compute_rule, optimizer_rule, callbacks_rule, outside_rule]
 
 # %% ../nbs/09_diagnosis.ipynb #f6cef14f
 @dataclass
 class Diagnosis:
-    "The verdict of a profile: what bounds the run, the knob, and the predicted speedup, with the numbers used"
+    "The verdict of a profile: the ranked findings, the first one's fix and predicted speedup, and the numbers used"
     verdict:str; knob:str; predicted_speedup:float; speedup_kind:str; shares:dict; numbers:dict; basis:str
-    input_bound:str; candidates:list; change:dict|None=None
+    input_bound:str; findings:list; change:dict|None=None
 
     @property
-    def label(self) -> str: return CATEGORIES[self.verdict]
+    def label(self) -> str: return CATEGORIES.get(self.verdict, self.verdict)
+    @property
+    def first(self) -> Finding: return self.findings[0]
 
     def lines(self) -> list:
-        "The diagnosis as short text lines"
-        ib,sh = self.input_bound,self.shares
-        out = [f"Bound by: {self.label}, {fmt_pct(sh[self.verdict])} of the fit."]
-        tr = self.numbers.get('train_draw_share')
-        if tr is not None and not math.isnan(tr):
-            out.append(f"Input: {ib} input-bound" if ib != 'not' else "Input: not input-bound")
-            out[-1] += f" ({fmt_pct(tr)} of the training step waits for the next batch; highly >= 20%, moderately >= 5%)."
-        out.append(f"Fix: {self.knob}")
-        if self.predicted_speedup is not None and not math.isnan(self.predicted_speedup):
-            what = ('predicted' if self.speedup_kind=='model' else 'at most, if it cost nothing')
-            s0,s1 = self.numbers['step'],self.numbers['predicted_step']
-            if math.isnan(s1):  # time outside the batches: a whole-fit bound, not a per-batch one
-                out.append(f"Speedup: {self.predicted_speedup:.2f}x {what}, for the whole fit (this time is outside the batches).")
-            else: out.append(f"Speedup: {self.predicted_speedup:.2f}x {what} ({fmt_time(s0)} -> {fmt_time(s1)} per batch, steady state).")
-        rest = [c for c in self.candidates if c['resource'] != self.verdict and c['share'] >= MODERATELY_INPUT_BOUND]
-        for c in rest[:2]:
-            out.append(f"Then: {CATEGORIES[c['resource']]} ({fmt_pct(c['share'])}): {c['knob']}")
-        out.append("Shares: " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1]) if v > 0) + '.')
+        "The diagnosis as short text lines: the verdict first"
+        f = self.first
+        head = f"Bound by: {self.label}, {fmt_pct(f.share)} of the fit"
+        if f.detail: head += f": {f.detail}"
+        if f.resource == 'input' and self.input_bound != 'not':
+            head += f": {self.input_bound} input-bound (TF's thresholds: highly >= {HIGHLY_INPUT_BOUND:.0f}%, moderately >= {MODERATELY_INPUT_BOUND:.0f}%)"
+        out = [head + '.']
+        if f.fix and f.speedup >= MIN_GAIN: out += [f"Fix: {f.fix}", f"Speedup: {f.speedup_text()}."]
+        else: out.append("Fix: no change is predicted to gain 5% or more.")
+        rest = [g for g in self.findings[1:] if g.fix and g.speedup >= MIN_GAIN and g.share >= MODERATELY_INPUT_BOUND]
+        for i,g in enumerate(rest[:3]):
+            out.append(f"Next ({i+2}): {g.label}, {fmt_pct(g.share)} of the fit: {g.fix} {g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
+        sh = {k:v for k,v in self.shares.items() if v > 0}
+        out.append("Main-process time: " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
         out.append(f"Rests on: {self.basis}")
         return out
 
     def __repr__(self): return '\n'.join(self.lines())
 
 # %% ../nbs/09_diagnosis.ipynb #69232b7d
-def _workers_advice(W, L, M, ncpu):
-    "Workers to recommend: enough for the loader to keep up with the main process, at most one per CPU"
-    need = math.ceil(L/M) if M > 0 else ncpu
-    return int(min(max(need, W+1), max(ncpu, 1)))
-
-def _fmt_name(name, event):
-    return f"metric `{name[7:]}` (its `{event}`)" if name.startswith('metric ') else f"`{name}.{event}`"
-
 def _source(src, facts):
     "The record and facts of `src`: a profiled `Learner`, a `ProfileResult`, or a `ProfileRecord`"
     if isinstance(src, ProfileRecord): return src,facts
@@ -117,130 +392,60 @@ def _source(src, facts):
     if isinstance(src, ProfileResult): return src.record,(facts if facts is not None else src.facts)
     raise TypeError(f"`src` must be a profiled Learner, a ProfileResult or a ProfileRecord, got {type(src).__name__}")
 
+def _basis(ev:Evidence, W, known:bool) -> str:
+    counts = ' + '.join(f"{ph.n} {p}" for p,ph in ev.phases.items())
+    gpu = any(ph.gpu for ph in ev.phases.values())
+    out = (f"{'wall-clock phases and their GPU spans (CUDA events)' if gpu else 'wall-clock phases'} of {counts} batches past the warm-up, "
+           f"{W if known else 'unknown (taken as 0)'} loader workers")
+    lts = {p:lt for p,lt in ev.facts.loading.items() if p in ev.phases}
+    if lts: out += " (each batch built in " + ', '.join(f"{fmt_time(lt.seconds)} ({p})" for p,lt in lts.items()) + \
+                   (", timed in the workers)" if W else ", timed in the loader)")
+    elif W and known: out += " (the workers could not be timed: their pace is inferred from the main process's waits)"
+    c = ev.costs
+    if ev.facts.breakdown is not None: out += "; the breakdown split `draw` into loader wait, copy and transforms, and timed every callback."
+    elif c is not None: out += f"; callbacks and metrics timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled batches."
+    else: out += "; callbacks and metrics not timed."
+    return out
+
 def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord`
-             facts:Facts|None=None, # What the run was (workers, device, prefetch, breakdown); default: the result's
+             facts:Facts|None=None, # What the run was (workers, device, loader timing, callback costs); default: the result's
              num_workers:int|None=None, # Loader workers during the fit, overriding `facts.num_workers`
+             rules:list|None=None, # Functions `rule(Evidence) -> list[Finding]`; default `RULES`
             ) -> Diagnosis:
     "What bounds the profiled run, the fastai knob to turn, and the speedup predicted by the pipeline model"
     if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
+    if rules is not None: rules = check_items('rules', rules, Callable, 'functions rule(Evidence) -> list of Finding')
     rec,facts = _source(src, facts)
     if facts is None: facts = Facts()
     if num_workers is not None: check_int('num_workers', num_workers, 0)
-    else: num_workers = facts.num_workers
-    breakdown = facts.breakdown
-    W = num_workers if num_workers is not None else 0
-    ncpu = os.cpu_count() or 1
-    st = rec.stats
+    known = num_workers is not None or facts.num_workers is not None
+    W = num_workers if num_workers is not None else (facts.num_workers or 0)
     if rec.fit_start is None: raise ValueError("The profile holds no fit: nothing to diagnose")
-    fit = rec.fit_total
-    staged = _staged_per_batch(facts)
-    ph = {p:_phase_numbers(rec, breakdown, p, staged.get(p, 0.)) for p in PHASES}
+    st,fit = rec.stats,rec.fit_total
+    staged = {p:s.seconds/s.batches for p,s in facts.staging.items() if s.batches}
+    ph = {p:_phase_model(rec, facts, p, W, staged.get(p, 0.)) for p in PHASES}
     ph = {p:d for p,d in ph.items() if d is not None}
     if not ph or not fit > 0: raise ValueError("The profile holds no finished batch past the warm-up: nothing to diagnose")
-
-    # ---- shares of the fit ----
-    tot = {k:sum(d['n']*d[k] for d in ph.values()) for k in ('input','copy','batch_tfms','compute','optimizer','callbacks')}
+    res = ('input','copy','batch_tfms','compute','optimizer','callbacks')
+    tot = {k:sum(d.n*getattr(d, k) for d in ph.values()) for k in res}
     tot['outside'] = sum(st[(p,'other')].total for p in PHASES) + st[('fit','other')].total
     warm = sum(st[(p,'warmup')].total for p in PHASES)
-    shares = {k:100*v/fit for k,v in tot.items()}
-    shares_all = {**shares, 'warmup':100*warm/fit}
-
-    # ---- the pipeline model, per phase ----
-    def loads(d): return d['input'] if W == 0 else W*(d['input'] + d['main'])
-    def total_step(main_fn=lambda p,d: d['main'], workers=W, overlap=False):
-        t = 0.
-        for p,d in ph.items():
-            m = main_fn(p,d)
-            if overlap: m = max(d['copy'] + d['batch_tfms'], m - d['copy'] - d['batch_tfms'])
-            t += d['n']*pipeline_step(loads(d), m, workers)
-        return t
-    now = total_step()
-    nb = sum(d['n'] for d in ph.values())
-
-    cands = []
-    def cand(resource, knob, after, kind, change=None):
-        cands.append(dict(resource=resource, share=shares[resource], knob=knob, kind=kind, change=change,
-                          speedup=now/after if after > 0 else math.inf, step=now/nb, predicted_step=after/nb))
-
-    # input
-    Ltr = ph.get('train', next(iter(ph.values())))
-    L,M = loads(Ltr),Ltr['main']
-    W2 = _workers_advice(W, L, M, ncpu)
-    if W2 > W:
-        cand('input', f"`num_workers={W2}` in your DataLoaders (now {W}; {ncpu} CPUs): workers build batches while the model trains.",
-             total_step(workers=W2), 'model', dict(kind='num_workers', value=W2, before=W))
-    else:
-        cand('input', f"the loader already has {W} workers on {ncpu} CPUs: make items cheaper to load (decode/resize less, cache decoded data, faster storage).",
-             sum(d['n']*d['main'] for d in ph.values()), 'bound')
-    # copy and batch transforms: overlapped by prefetch on a side stream
-    if breakdown is not None:
-        cand('copy', "`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy overlaps compute.",
-             total_step(overlap=True), 'model', dict(kind='prefetch'))
-        tf = {}
-        for d in ph.values():
-            for k,v in d['tfms'].items(): tf[k] = tf.get(k, 0.) + d['n']*v
-        slow = max(tf, key=tf.get) if tf else None
-        cand('batch_tfms', (f"`{slow}` is the costliest batch transform ({fmt_time(tf[slow]/nb)} per batch): " if slow else '')
-             + "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute.",
-             total_step(overlap=True), 'model', dict(kind='prefetch'))
-    # compute and optimizer: upper bounds
-    on_cpu = not facts.on_gpu
-    cand('compute', ("the model runs on the CPU: train on a GPU (`learn.dls.to('cuda'); learn.model.cuda()`), then `learn.to_fp16()`; "
-                     "or a smaller model." if on_cpu else
-                     "`learn.to_fp16()` (mixed precision, on a GPU); a larger batch size if the GPU is not full; a smaller model."),
-         total_step(main_fn=lambda p,d: d['main'] - d['compute']), 'bound')
-    cand('optimizer', "a fused or foreach optimizer (e.g. `opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, fused=True)`), "
-         "or a larger batch size: fewer steps per epoch.", total_step(main_fn=lambda p,d: d['main'] - d['optimizer']), 'bound')
-    # callbacks: named by the breakdown
-    top = breakdown.top_cost() if breakdown is not None else None
-    if top is not None:
-        name,event = top
-        costs = breakdown.callback_costs()
-        c = costs[(costs.name==name) & (costs.event==event)].set_index('phase')['per_batch']
-        cost_p = {p:float(c.get(p, 0.)) for p in ph}
-        per = ' and '.join(f"{fmt_time(v)} per {p} batch" for p,v in cost_p.items() if v > 0)
-        if name.startswith('metric '):
-            knob = (f"the slow {_fmt_name(name, event)} costs {per}: drop it from `metrics=` "
-                    f"and compute it once after fit (`learn.validate()`), or make it cheaper.")
-            change = dict(kind='remove_metric', name=name[7:])
-        else:
-            knob = (f"the slow callback {_fmt_name(name, event)} costs {per}: remove it "
-                    f"(`learn.remove_cb({name})`), or make it run less often.")
-            change = dict(kind='remove_callback', name=name) if name not in CORE_CBS else None
-        cand('callbacks', knob, total_step(main_fn=lambda p,d: d['main'] - min(cost_p[p], d['callbacks'])), 'model', change)
-    else:
-        cand('callbacks', "a callback or metric inside the batch: profile again with `learn.profile(breakdown=True)` "
-             "to name it.", total_step(main_fn=lambda p,d: d['main'] - d['callbacks']), 'bound')
-    # outside the batches: fit-level, not in the loop model
-    cands.append(dict(resource='outside', share=shares['outside'], kind='bound', change=None,
-                      knob="epoch-level callbacks (`SaveModelCallback`, logging), validation set-up, and with workers their "
-                           "start-up each epoch (`persistent_workers=True`)" + ("; profile with `learn.profile(breakdown=True)` to name the callback" if breakdown is None else ''),
-                      speedup=fit/(fit - tot['outside']) if fit > tot['outside'] else math.inf, step=now/nb, predicted_step=math.nan))
-    if breakdown is not None:
-        fc = breakdown.callback_costs()
-        fc = fc[((fc.phase=='fit') | (fc.event=='before_draw')) & ~fc.name.isin(list(CORE_CBS))]
-        if len(fc) and fc.total.iloc[0] > .2*tot['outside']:
-            cands[-1]['knob'] = f"`{fc.name.iloc[0]}.{fc.event.iloc[0]}` takes {fmt_time(fc.total.iloc[0])} in all; " + cands[-1]['knob']
-
-    cands.sort(key=lambda c: -c['share'])
-    best = cands[0]
+    shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*warm/fit}
+    ev = Evidence(ph, shares, fit, tot['outside'], facts, facts.cpus or os.cpu_count() or 1,
+                  facts.breakdown if facts.breakdown is not None else facts.callback_costs)
+    found = [f for rule in (RULES if rules is None else rules) for f in rule(ev)]
+    found.sort(key=lambda f: -f.saved)
+    best = found[0]
     tds = st[('train','draw')]
-    trs = st[('train','draw')].total + st[('train','batch')].total
+    trs = tds.total + st[('train','batch')].total
     waits = tds.total + staged.get('train', 0.)*tds.n  # with prefetch, part of the wait is inside the batch
     draw_share = 100*waits/trs if trs > 0 else math.nan
     ib = 'highly' if draw_share >= HIGHLY_INPUT_BOUND else 'moderately' if draw_share >= MODERATELY_INPUT_BOUND else 'not'
-    counts = ' + '.join(f"{d['n']} {p}" for p,d in ph.items())
-    gpu_used = any(d['gpu'] for d in ph.values())
-    basis = (f"{'wall-clock phases and their GPU spans (CUDA events)' if gpu_used else 'wall-clock phases'} of {counts} batches past the warm-up, "
-             f"{W if num_workers is not None else 'unknown (taken as 0)'} loader workers; ")
-    basis += ("the breakdown split `draw` into loader wait, copy and transforms, and named the callbacks."
-              if breakdown is not None else
-              "`draw` is not split into loader wait, host-to-device copy and GPU transforms, and callbacks are not named "
-              "(profile with `learn.profile(breakdown=True)`).")
-    numbers = dict(fit=fit, step=best['step'], predicted_step=best['predicted_step'], train_draw_share=draw_share,
-                   num_workers=W, cpus=ncpu, warmup=warm, totals=tot, phases=ph)
-    return Diagnosis(best['resource'], best['knob'], best['speedup'], best['kind'], shares_all, numbers, basis, ib, cands,
-                     best['change'])
+    numbers = dict(fit=fit, step=best.step, predicted_step=best.predicted_step, train_draw_share=draw_share, num_workers=W,
+                   cpus=ev.cpus, warmup=warm, totals=tot, phases={p:{**asdict(d), 'step':d.step, 'main':d.main} for p,d in ph.items()})
+    ok = best.fix is not None and best.speedup >= MIN_GAIN
+    return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares, numbers,
+                     _basis(ev, W, known), ib, found, best.change if ok else None)
 
 # %% ../nbs/09_diagnosis.ipynb #f624622a
 def diagnosis_section(result:ProfileResult) -> Section|None:

@@ -13,7 +13,7 @@ from .checks import check_type, check_bool, check_number, check_path, check_choi
 from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink
 from .gpu_timing import resolve_timing
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_device
-from .breakdown import BreakdownCallback
+from .breakdown import BreakdownCallback, CostSampler
 from .prefetch import CudaPrefetchCallback
 from .diagnosis import diagnosis_section
 from .efficiency import EfficiencyCallback, efficiency_section, efficiency_summary
@@ -53,15 +53,28 @@ def _staging(learn) -> dict:
     pf = _prefetch(learn)
     return {} if pf is None else {p:Staging(*v) for p,v in pf.staging.items()}
 
-def learner_facts(learn, staging0:dict|None=None, breakdown=None) -> Facts:
+def _cpus() -> int:
+    "CPUs this process may run on"
+    try: return len(os.sched_getaffinity(0))
+    except Exception: return os.cpu_count() or 1
+
+def _model_facts(model) -> dict:
+    "What the CPU advice needs to know about the model"
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    return dict(conv2d=bool(convs), compiled=hasattr(model, '_orig_mod'),
+                channels_last=bool(convs) and convs[0].weight.is_contiguous(memory_format=torch.channels_last))
+
+def learner_facts(learn, staging0:dict|None=None, breakdown=None, sampler:CostSampler|None=None) -> Facts:
     "The `Facts` of the call on `learn` that is ending: `staging0` is the prefetch staging when it started"
     pf = _prefetch(learn)
     s0 = staging0 or {}
     staging = {p:Staging(s.seconds - s0.get(p, Staging(0., 0)).seconds, s.batches - s0.get(p, Staging(0., 0)).batches)
                for p,s in _staging(learn).items()}
-    return Facts(device=str(train_device(learn)), num_workers=_num_workers(learn), cpus=os.cpu_count() or 1,
+    return Facts(device=str(train_device(learn)), num_workers=_num_workers(learn), cpus=_cpus(),
                  threads=torch.get_num_threads(), batch_size=getattr(learn.dls.train, 'bs', None), staging=staging,
-                 prefetch=pf is not None and pf.active, breakdown=breakdown)
+                 prefetch=pf is not None and pf.active, breakdown=breakdown, model=_model_facts(learn.model),
+                 callback_costs=sampler.costs if sampler is not None and sampler.callbacks else None,
+                 loading={} if sampler is None else sampler.loading())
 
 # %% ../nbs/17_learner.ipynb #96a7b8c9
 def _n_train_batches(learn) -> int|None:
@@ -83,8 +96,10 @@ class _ProfiledMethod:
 
 class ProfileSession:
     "`Learner.profile`'s hold on one learner: the pair and its `Profile` for the next training call, taken off however it ends"
-    def __init__(self, learn, profile:Profile, cbs, breakdown:BreakdownCallback|None=None, efficiency:EfficiencyCallback|None=None):
+    def __init__(self, learn, profile:Profile, cbs, breakdown:BreakdownCallback|None=None, efficiency:EfficiencyCallback|None=None,
+                 sampler:CostSampler|None=None):
         self.learn,self.profile,self.cbs,self.breakdown,self.efficiency,self.depth,self.staging0 = learn,profile,list(cbs),breakdown,efficiency,0,{}
+        self.sampler = sampler  # `profile.on_batch`: callback costs on sampled batches, loaders timed where they build
         profile.facts,profile.publish = self.facts,self.publish
 
     @staticmethod
@@ -96,6 +111,7 @@ class ProfileSession:
         "Add the callbacks and route the learner's training methods through `call`"
         for n in training_methods(self.learn): self.learn.__dict__[n] = _ProfiledMethod(self, n)
         self.learn.add_cbs(self.cbs)
+        if self.sampler is not None: self.sampler.arm()
 
     def disarm(self):
         "Take off everything `arm` added"
@@ -104,10 +120,13 @@ class ProfileSession:
         self.learn.remove_cbs([cb for cb in self.cbs if cb in self.learn.cbs])
         if self.breakdown is not None: self.breakdown.restore()  # a fit ended by an exception never reached its `after_fit`
         if self.efficiency is not None: self.efficiency.restore()
+        if self.sampler is not None: self.sampler.restore()
 
     def call(self, name, /, *args, **kwargs):
         "Run the learner's own `name`; the outermost call is the profiled call"
-        if self.depth == 0: self.staging0 = _staging(self.learn)
+        if self.depth == 0:
+            self.staging0 = _staging(self.learn)
+            if self.sampler is not None: self.sampler.reset()
         self.depth += 1; self.profile.in_call += 1
         exc = None
         try: return getattr(type(self.learn), name)(self.learn, *args, **kwargs)
@@ -123,7 +142,7 @@ class ProfileSession:
         finally: self.disarm()
 
     def facts(self) -> Facts:
-        f = learner_facts(self.learn, self.staging0, None if self.breakdown is None else self.breakdown.result)
+        f = learner_facts(self.learn, self.staging0, None if self.breakdown is None else self.breakdown.result, self.sampler)
         return f if self.efficiency is None else self.efficiency.add_facts(f)
 
     def publish(self, result:ProfileResult): self.learn.__dict__['simple_profile'] = result
@@ -163,12 +182,13 @@ def profile(self:Learner,
     sink = logger_sink(self, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
     old = ProfileSession.of(self)
     if old is not None: old.disarm()
-    prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS,
-                   gather=rank_gather(csv_path if rank_csv else None, gather_timeout), csv_path=csv_path)
     bd = BreakdownCallback() if breakdown else None
+    sampler = CostSampler(self, warmup=opts.warmup, callbacks=not breakdown)  # the breakdown times every callback itself
+    prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
+                   gather_timeout), csv_path=csv_path, on_batch=None if breakdown else sampler)
     if efficiency == 'auto': efficiency = peak_flops is not None or train_device(self).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
     eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
-    ProfileSession(self, prof, [SimpleProfilerCallback(prof), SimpleProfilerPostCallback(prof)] + [c for c in (bd, eff) if c], bd, eff).arm()
+    ProfileSession(self, prof, [SimpleProfilerCallback(prof), SimpleProfilerPostCallback(prof)] + [c for c in (bd, eff) if c], bd, eff, sampler).arm()
     return self
 
 # %% ../nbs/17_learner.ipynb #c9daebfc
