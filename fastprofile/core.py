@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, Callable
 import numpy as np, pandas as pd
+from fastcore.basics import patch
 from .checks import check_int, check_bool, check_type, check_items, check_callable, check_path
 from .record import ProfileRecord, batch_durations, MAX_KEEP_BATCHES
 from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
@@ -125,8 +126,38 @@ def row_flops_per_second(results:pd.DataFrame, flops:dict) -> list:
             for p,a,s,k,dt in zip(results.Phase, results.Action, results.Step, n, t)]
 
 # %% ../nbs/06_core.ipynb #f90a1b2e
+def _timing_note(rec) -> str:
+    "How the table was timed, what `other` and `warmup` are, where percentiles come from: one line"
+    how = {'wall': "wall clock", 'sync': "wall clock, torch.cuda.synchronize() at each phase boundary (exact, but it stalls the GPU)",
+           'events': "wall clock and CUDA events (the GPU columns; no per-batch sync)"}[rec.timing]
+    nw = sum(rec.stats[(p,'warmup')].n for p in ('train','valid'))
+    warm = ''
+    if rec.warmup and nw:
+        tw = sum(rec.stats[(p,'warmup')].total for p in ('train','valid'))
+        warm = (f" `warmup`: the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each phase "
+                f"({nw} in all, {fmt_time(tw)}), not in the per-batch rows.")
+    return f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed phases (other callbacks, metrics, logging)."
+
+def _cost_note(result) -> str|None:
+    "What profiling cost: per training batch (timed in isolation) and outside the table, in one line"
+    rec,parts = result.record,[]
+    st = rec.stats[('train','batch')]
+    if not math.isnan(rec.overhead_per_batch):
+        share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a batch)" if st.n else ''
+        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share}, up to ~3x that in a real loop (BENCHMARKS.md)")
+    if result.own_cost: parts.append(f"{fmt_time(result.own_cost)} set-up and closing")
+    return f"Profiler's cost: {'; '.join(parts)}." if parts else None
+
+def _prefetch_note(facts) -> str|None:
+    "Where the wait for the next batch shows when `CudaPrefetchCallback` staged it"
+    if facts is None or not facts.prefetch: return None
+    staged = {p:v for p,v in facts.staging.items() if v.batches}
+    if not staged: return "CudaPrefetchCallback was active: `draw` is what is left of the wait for the next batch."
+    per = ', '.join(f"{fmt_time(v.seconds/v.batches)} per {p} batch" for p,v in staged.items())
+    return f"CudaPrefetchCallback was active: the next batch is drawn inside the current one, so its wait shows in the batch's `other` ({per})."
+
 def report_notes(result:ProfileResult) -> list:
-    "The notes under the table: what a reader needs to trust the numbers"
+    "The notes under the table, most important first: what is missing, how it was timed, what profiling cost"
     rec,notes = result.record,[]
     if not (rec.stats[('train','batch')].n or rec.stats[('train','warmup')].n):
         notes.append("No training batch was recorded: the training loader was empty, or every fit was cancelled before its first batch.")
@@ -136,34 +167,12 @@ def report_notes(result:ProfileResult) -> list:
     if len(rec.stages) > 1:
         notes.append(f"{len(rec.stages)} fits in this call: " + ', then '.join(
             f"{s.epochs} epoch{'s' if s.epochs != 1 else ''} ({fmt_time(s.seconds)})" for s in rec.stages) + "; the table sums them.")
-    nw = sum(rec.stats[(p,'warmup')].n for p in ('train','valid'))
-    if rec.warmup and nw:
-        tw = sum(rec.stats[(p,'warmup')].total for p in ('train','valid'))
-        notes.append(f"Warm-up: the first {rec.warmup} batch{'es' if rec.warmup > 1 else ''} of each train and valid phase "
-                     f"({nw} in all, {fmt_time(tw)}) {'are' if nw > 1 else 'is'} shown as `warmup` and left out of the per-batch rows.")
-    notes.append({'wall': "Timing: wall clock (time.perf_counter).",
-                  'sync': "Timing: wall clock with torch.cuda.synchronize() at every phase boundary (exact attribution, but it stalls the GPU pipeline).",
-                  'events': "Timing: wall clock and CUDA events (GPU columns: time each phase took on the GPU stream; resolved lazily, no per-batch sync)."}[rec.timing]
-                 + " `other` is time between the timed phases: other callbacks, metrics, logging.")
     if rec.gpu_stats: notes += gpu_notes(rec)
-    st = rec.stats[('train','batch')]
-    if not math.isnan(rec.overhead_per_batch):
-        share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a mean training batch)" if st.n else ''
-        notes.append(f"Profiler overhead: {fmt_time(rec.overhead_per_batch)} per training batch{share}, timed in isolation "
-                     "(the pair's events through fastai's dispatch); in a real loop, cache effects make it up to ~3x that (BENCHMARKS.md).")
-    if result.own_cost: notes.append(f"Profiler's own cost outside the table: {fmt_time(result.own_cost)} (set-up and closing; showing this report comes on top).")
-    f = result.facts
-    if f is not None and f.prefetch:
-        note = "CudaPrefetchCallback was active: `draw` is what is left of the wait for the next batch."
-        staged = {p:v for p,v in f.staging.items() if v.batches}
-        if staged:
-            per = ', '.join(f"{fmt_time(v.seconds/v.batches)} per {p} batch" for p,v in staged.items())
-            note += (f" The next batch is drawn from the loader and staged inside the current one (at `after_step`; "
-                     f"`after_loss` in validation), so that wait shows in the batch's `other`: {per}.")
-        notes.append(note)
-    notes.append("P50/P90/P99 come from a log histogram (within 0.5%); Samples/Second is samples / total time.")
+    notes.append(_timing_note(rec))
+    notes += [n for n in (_prefetch_note(result.facts), _cost_note(result)) if n]
     return notes
 
+# %% ../nbs/06_core.ipynb #4f6b3504
 class ProfileResult:
     "What a profiled call leaves behind: its closed record, the facts of the run, and (built when first asked for) results and report"
     def __init__(self,
@@ -233,60 +242,65 @@ class Profile:
 
     def __repr__(self): return f"Profile({self.options}, sinks={self.sinks})"  # what fastai's WandbCallback logs as config
 
-    # ---- stages ----
-    @property
-    def in_stage(self) -> bool: return 'stage' in self.contexts
-
-    def start_stage(self, device='cpu', overhead=None) -> ProfileRecord:
-        "A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started"
-        t0 = self.clock()
-        if self.record is None:
-            o = self.options
-            self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches, warmup=o.warmup)
-        if overhead is not None: self.record.overhead_per_batch = overhead() if callable(overhead) else overhead
-        self.own_cost += self.clock() - t0
-        self.record.start_stage()
-        return self.record
-
-    def log_batch(self, step:int):
-        "Send the rolling numbers to each sink; a sink that fails warns and is dropped for the rest of the call"
-        for s in list(self.sinks):
-            try: s.log_batch(self.record, step, self.options.log_every)
-            except Exception as e:
-                self.sinks.remove(s)
-                warnings.warn(f"fastprofile: logging to {s.name!r} failed and is now off for this call: {type(e).__name__}: {e}")
-
-    def end_stage(self, bs:int=0):
-        "The fastai fit ended (`after_fit`): close it in the record, and note the facts of the run while its callbacks are there"
-        if self.record is None: return
-        self.record.end_stage(bs)
-        # a fit's own callbacks (`fit(cbs=...)`, e.g. a prefetcher) are gone by the time the call ends
-        if self.facts is not None: self._facts = guarded('collecting the facts of the run', self.facts)
-
-    # ---- the fit-end pipeline ----
-    def finish(self, interrupted:BaseException|None=None) -> ProfileResult|None:
-        "Close → gather → results → (diagnose → render, when needed) → save / log / show → publish; None if nothing was profiled"
-        rec = self.record
-        if rec is None: return None
-        t0 = self.clock()
-        self.record,self.contexts = None,[]  # ready for another call (callbacks added by hand profile every fit)
-        guarded('closing the record', rec.close, interrupted=interrupted is not None)
-        main = True
-        if self.gather is not None:
-            got = guarded('gathering the ranks', self.gather, rec, interrupted is not None)
-            if got is not None: rec,main = got
-        facts = self._facts
-        if facts is None and self.facts is not None: facts = guarded('collecting the facts of the run', self.facts)
-        why = None if interrupted is None else (type(interrupted).__name__ + (f": {interrupted}" if str(interrupted) else ''))
-        res = ProfileResult(rec, facts, self.sections, why, self.own_cost + self.clock() - t0)
-        if main and interrupted is None:
-            o = self.options
-            if o.save_csv and self.csv_path is not None:
-                guarded(f'saving {self.csv_path}', atomic_write_csv, res.results, self.csv_path, expected=(OSError,))
-            for s in self.sinks: guarded(f'logging to {s.name!r}', s.log_fit, res, expected=(Exception,))
-            if o.show_report: guarded('showing the report', res.report.show, plain=o.plain, markdown=o.markdown)
-        if self.publish is not None: self.publish(res)
-        self.own_cost,self._facts = 0.,None
-        return res
 
 def _options(o): return ProfileOptions() if o is None else check_type('options', o, ProfileOptions, 'a ProfileOptions')
+
+# %% ../nbs/06_core.ipynb #15ee6e49
+@patch(as_prop=True)
+def in_stage(self:Profile) -> bool: return 'stage' in self.contexts
+
+@patch
+def start_stage(self:Profile, device='cpu', overhead=None) -> ProfileRecord:
+    "A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started"
+    t0 = self.clock()
+    if self.record is None:
+        o = self.options
+        self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches, warmup=o.warmup)
+    if overhead is not None: self.record.overhead_per_batch = overhead() if callable(overhead) else overhead
+    self.own_cost += self.clock() - t0
+    self.record.start_stage()
+    return self.record
+
+@patch
+def log_batch(self:Profile, step:int):
+    "Send the rolling numbers to each sink; a sink that fails warns and is dropped for the rest of the call"
+    for s in list(self.sinks):
+        try: s.log_batch(self.record, step, self.options.log_every)
+        except Exception as e:
+            self.sinks.remove(s)
+            warnings.warn(f"fastprofile: logging to {s.name!r} failed and is now off for this call: {type(e).__name__}: {e}")
+
+@patch
+def end_stage(self:Profile, bs:int=0):
+    "The fastai fit ended (`after_fit`): close it in the record, and note the facts of the run while its callbacks are there"
+    if self.record is None: return
+    self.record.end_stage(bs)
+    # a fit's own callbacks (`fit(cbs=...)`, e.g. a prefetcher) are gone by the time the call ends
+    if self.facts is not None: self._facts = guarded('collecting the facts of the run', self.facts)
+
+# %% ../nbs/06_core.ipynb #3f9c7755
+@patch
+def finish(self:Profile, interrupted:BaseException|None=None) -> ProfileResult|None:
+    "Close → gather → results → (diagnose → render, when needed) → save / log / show → publish; None if nothing was profiled"
+    rec = self.record
+    if rec is None: return None
+    t0 = self.clock()
+    self.record,self.contexts = None,[]  # ready for another call (callbacks added by hand profile every fit)
+    guarded('closing the record', rec.close, interrupted=interrupted is not None)
+    main = True
+    if self.gather is not None:
+        got = guarded('gathering the ranks', self.gather, rec, interrupted is not None)
+        if got is not None: rec,main = got
+    facts = self._facts
+    if facts is None and self.facts is not None: facts = guarded('collecting the facts of the run', self.facts)
+    why = None if interrupted is None else (type(interrupted).__name__ + (f": {interrupted}" if str(interrupted) else ''))
+    res = ProfileResult(rec, facts, self.sections, why, self.own_cost + self.clock() - t0)
+    if main and interrupted is None:
+        o = self.options
+        if o.save_csv and self.csv_path is not None:
+            guarded(f'saving {self.csv_path}', atomic_write_csv, res.results, self.csv_path, expected=(OSError,))
+        for s in self.sinks: guarded(f'logging to {s.name!r}', s.log_fit, res, expected=(Exception,))
+        if o.show_report: guarded('showing the report', res.report.show, plain=o.plain, markdown=o.markdown)
+    if self.publish is not None: self.publish(res)
+    self.own_cost,self._facts = 0.,None
+    return res

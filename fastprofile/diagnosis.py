@@ -407,6 +407,7 @@ def _basis(ev:Evidence, W, known:bool) -> str:
     else: out += "; callbacks and metrics not timed."
     return out
 
+# %% ../nbs/09_diagnosis.ipynb #d5fea045
 def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord`
              facts:Facts|None=None, # What the run was (workers, device, loader timing, callback costs); default: the result's
              num_workers:int|None=None, # Loader workers during the fit, overriding `facts.num_workers`

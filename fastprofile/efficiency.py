@@ -14,15 +14,17 @@ from .checks import check_int, check_bool, check_number
 from .core import Facts, ProfileResult, guarded, strict_mode
 from .report import Section, fmt_time, fmt_pct
 from .callback import starts_a_fit, train_device
+from .diagnosis import diagnose, diagnosis_section
 from .flops import PEAK_FLOPS, GPU_NAMES, gpu_key, peak_flops_for, compute_dtype, mixed_peak, FlopCount, is_compiled, prepare_flop_counter
 # these names moved to `fastprofile.flops`; they stay importable from here, and in `from fastprofile.efficiency import *`
 _all_ = ['PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for', 'compute_dtype', 'mixed_peak', 'FlopCount', 'is_compiled', 'prepare_flop_counter']
 
 # %% auto #0
 __all__ = ['LOW_MFU', 'fmt_flops', 'fmt_mem', 'StageFlops', 'Efficiency', 'rss_bytes', 'maxrss_bytes', 'mem_available',
-           'EfficiencyCallback', 'efficiency_summary', 'efficiency_advice', 'efficiency_lines', 'efficiency_section',
-           'efficiency_scalars', 'efficiency_fit_scalars', 'PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for',
-           'compute_dtype', 'mixed_peak', 'FlopCount', 'is_compiled', 'prepare_flop_counter']
+           'EfficiencyCallback', 'efficiency_summary', 'efficiency_advice', 'efficiency_lines', 'efficiency_fix',
+           'diagnosis_with_efficiency', 'efficiency_section', 'efficiency_scalars', 'efficiency_fit_scalars',
+           'PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for', 'compute_dtype', 'mixed_peak', 'FlopCount',
+           'is_compiled', 'prepare_flop_counter']
 
 # %% ../nbs/16_efficiency.ipynb #b153e332
 def fmt_flops(x, unit:str='FLOP/s') -> str:
@@ -566,12 +568,31 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
     if advice: out += efficiency_advice(result)
     return out
 
+# %% ../nbs/16_efficiency.ipynb #0e321031
+def efficiency_fix(result:ProfileResult) -> str|None:
+    "The measured compute fix for the diagnosis when it says model compute and MFU is low; None otherwise"
+    if _efficiency(result) is None or not result.record.stats[('train','batch')].n: return None
+    d = guarded('diagnosing the run', diagnose, result)
+    if d is None or d.verdict != 'compute' or not d.knob: return None
+    adv = efficiency_advice(result, compute_bound=True)
+    return ' '.join(adv) if len(adv) > 1 else None  # a low MFU and something to try
+
+def diagnosis_with_efficiency(result:ProfileResult) -> Section|None:
+    "The report's *Diagnosis* (`diagnosis_section`), its compute fix made specific by `efficiency_fix`"
+    sec = diagnosis_section(result)
+    fix = None if sec is None else efficiency_fix(result)
+    if fix is None: return sec
+    d = sec.data
+    d.first.fix = d.knob = fix
+    return Section('Diagnosis', d.lines(), d)
+
 # %% ../nbs/16_efficiency.ipynb #9fe891ca
 def efficiency_section(result:ProfileResult,
-    advice:bool=True, # Add `efficiency_advice` (False when the diagnosis gives it)
+    advice:bool|None=None, # Add `efficiency_advice`; None: unless the diagnosis gives it (`efficiency_fix`)
 ) -> Section|None:
     "The report's 'Efficiency' section (None when the call did not measure efficiency); its data is `efficiency_summary`"
     if _efficiency(result) is None: return None
+    if advice is None: advice = efficiency_fix(result) is None
     return Section('Efficiency', efficiency_lines(result, advice=advice), efficiency_summary(result))
 
 # %% ../nbs/16_efficiency.ipynb #61ce0e33

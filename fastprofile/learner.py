@@ -15,8 +15,7 @@ from .gpu_timing import resolve_timing
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_device
 from .breakdown import BreakdownCallback, CostSampler
 from .prefetch import CudaPrefetchCallback
-from .diagnosis import diagnosis_section
-from .efficiency import EfficiencyCallback, efficiency_section, efficiency_summary
+from .efficiency import EfficiencyCallback, efficiency_section, efficiency_summary, diagnosis_with_efficiency
 from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
@@ -26,7 +25,7 @@ __all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'training_meth
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
-SECTIONS = [diagnosis_section, efficiency_section, distributed_section]
+SECTIONS = [diagnosis_with_efficiency, efficiency_section, distributed_section]
 
 class _Default(str):
     "A default argument value, told apart from the same value passed explicitly"

@@ -96,7 +96,7 @@ def main():
                 missing=getattr(rec, 'missing_ranks', None), missing_why=getattr(rec, 'missing_why', None),
                 gather_seconds=getattr(rec, 'gather_seconds', None),
                 warnings=[str(w.message) for w in caught if 'fastprofile' in str(w.message)],
-                report=res.report.plain(), device=str(next(learn.model.parameters()).device))
+                report=res.report.plain(width=1000), device=str(next(learn.model.parameters()).device))  # wide: one line per note
     if isinstance(rec, MergedRecord):
         info.update(ranks=[p.rank for p in rec.ranks], offsets=[p.offset for p in rec.ranks],
                     stragglers=rec.stragglers, calls=int(rec.stats[('train','draw')].n),

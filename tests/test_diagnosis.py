@@ -9,6 +9,7 @@ from fastprofile.learner import *
 from fastprofile.core import Facts, LoadTime
 from fastprofile.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN
 from fastprofile.advice import check_advice
+from fastprofile.efficiency import diagnosis_with_efficiency
 from fastprofile.breakdown import CostSampler, BreakdownCallback, _LOAD_KEY
 
 class SleepyDS(torch.utils.data.Dataset):
@@ -204,7 +205,7 @@ def test_report_section_and_diagnose_agree():
     d2 = diagnose(learn)
     assert d2.verdict == d.verdict and math.isclose(d2.predicted_speedup, d.predicted_speedup)
     assert learn.simple_profile.section('Diagnosis') is d  # the report's section is the Diagnosis itself
-    assert diagnosis_section in SECTIONS
+    assert diagnosis_with_efficiency in SECTIONS
 
 def test_breakdown_names_them_too():
     "With `breakdown=True` every batch is timed (no sampling), and the same callback is named"

@@ -18,10 +18,9 @@ def launch(out:Path, *args, timeout=150):
     return ranks,p.stdout
 
 def show(capsys, what, r0, r1):
-    "Print the timings of a run into the test output (even without -s)"
-    with capsys.disabled():
-        print(f"\n[ddp] {what}: rank 0 waited {r0['gather_seconds']:.3f} s in the gather, {r0['tail_seconds']:.3f} s from its "
-              f"fit's end to its call's end; rank 1 took {r1['tail_seconds']:.3f} s, {r1['outcome'].splitlines()[-1].strip()}")
+    "Print the timings of a run: in the captured output (shown with `-rP` or `-s`, and on a failure), so the suite stays quiet"
+    print(f"\n[ddp] {what}: rank 0 waited {r0['gather_seconds']:.3f} s in the gather, {r0['tail_seconds']:.3f} s from its "
+          f"fit's end to its call's end; rank 1 took {r1['tail_seconds']:.3f} s, {r1['outcome'].splitlines()[-1].strip()}")
 
 @pytest.fixture(scope='module')
 def slow_run(tmp_path_factory):

@@ -486,3 +486,18 @@ def test_scalars_for_sinks():
     assert fit['flops_per_sample/forward'] == FWD and 0 < fit['mfu/fit'] < 1
     assert fit['flops_per_second/fit'] == learn.simple_profile_efficiency['train_flops_per_second']
     assert efficiency_scalars(learner(), {'forward': 1.}) == {}  # no callback: nothing
+
+def test_the_diagnosis_uses_the_measurements():
+    "A compute-bound GPU run far below its peak: the report's Diagnosis names the measured fixes, the Efficiency section does not repeat them"
+    from fastprofile.learner import SECTIONS
+    res = _gpu_result({'fp32': 3e9*64}, {'conv': 2.5e9*64, 'matmul': .5e9*64})
+    res = ProfileResult(res.record, res.facts, sections=SECTIONS)
+    d,e = res.report.section('Diagnosis'),res.report.section('Efficiency')
+    assert d.data.verdict == 'compute'
+    fix = next(l for l in d.lines if l.startswith('Fix: '))
+    assert fix.startswith('Fix: MFU 4.7%') and 'to_fp16()' in fix and 'bs 64 → ~' in fix and 'channels_last' in fix
+    assert not any('Try ' in l for l in e.lines) and any(l.startswith('MFU: 4.7%') for l in e.lines)
+    # no efficiency measured: the diagnosis' own fix, unchanged
+    plain = ProfileResult(res.record, Facts(device='cuda:0', batch_size=64), sections=SECTIONS)
+    assert plain.report.section('Efficiency') is None
+    assert next(l for l in plain.report.section('Diagnosis').lines if l.startswith('Fix: ')).startswith('Fix: `learn.to_fp16()`')
