@@ -59,32 +59,6 @@ class TimedPipeline(Pipeline):
     def __reduce__(self): return (_same, (self.pipe,))  # pickled (a loader sent to a worker): the wrapped pipeline
     def __repr__(self): return f"Timed{self.pipe!r}" if isinstance(self.pipe, Pipeline) else f"TimedPipeline({self.pipe!r})"
 
-    @property
-    def names(self) -> list:
-        "A name per transform: its class, numbered when a class comes again (`Normalize`, `Normalize#2`)"
-        fs = self.fs
-        if self._key != (id(fs), len(fs)):
-            ns = [type(f).__name__ for f in fs]
-            self._names,self._key = [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)],(id(fs), len(fs))
-        return self._names
-
-    def on(self):
-        "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
-        if self.loader is None or self._saved is not None: return
-        d = self.loader.__dict__
-        self._saved = {k:d[k] for k in _SWITCHED if k in d}
-        d['after_batch'] = self
-        if self.device is not None: d['_device'] = None
-
-    def off(self):
-        "Put the loader's `after_batch` and copy back as they were"
-        saved,self._saved = self._saved,None
-        if saved is None: return
-        d = self.loader.__dict__
-        for k in _SWITCHED:
-            if k in saved: d[k] = saved[k]
-            else: d.pop(k, None)
-
     def __call__(self, o):
         "Copy `o` to the device (unless the loader copied it), then run each transform as `Pipeline.__call__` does"
         try:
@@ -101,6 +75,35 @@ class TimedPipeline(Pipeline):
                 sink(name, t0, clock())
             return o
         finally: self.off()
+
+# %% ../nbs/08_breakdown.ipynb #918526ca
+@patch(as_prop=True)
+def names(self:TimedPipeline) -> list:
+    "A name per transform: its class, numbered when a class comes again (`Normalize`, `Normalize#2`)"
+    fs = self.fs
+    if self._key != (id(fs), len(fs)):
+        ns = [type(f).__name__ for f in fs]
+        self._names,self._key = [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)],(id(fs), len(fs))
+    return self._names
+
+@patch
+def on(self:TimedPipeline):
+    "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
+    if self.loader is None or self._saved is not None: return
+    d = self.loader.__dict__
+    self._saved = {k:d[k] for k in _SWITCHED if k in d}
+    d['after_batch'] = self
+    if self.device is not None: d['_device'] = None
+
+@patch
+def off(self:TimedPipeline):
+    "Put the loader's `after_batch` and copy back as they were"
+    saved,self._saved = self._saved,None
+    if saved is None: return
+    d = self.loader.__dict__
+    for k in _SWITCHED:
+        if k in saved: d[k] = saved[k]
+        else: d.pop(k, None)
 
 # %% ../nbs/08_breakdown.ipynb #8e2e2869
 def draw_clock(device=None):
@@ -147,6 +150,7 @@ class _Timed:
     def __reduce__(self): return (getattr, (self.obj, self.attr))  # pickled with its callback: the plain method
     def __repr__(self): return f"<timed {self.name}.{self.event}>"
 
+# %% ../nbs/08_breakdown.ipynb #b51c1b07
 def stand_in(obj, attr:str, name:str, sink, stack:list) -> _Timed|None:
     "A `_Timed` for `obj.attr` (the class's method, or a function set on the instance), or None if there is nothing to time"
     f = obj.__dict__.get(attr, _MISSING)
@@ -185,6 +189,7 @@ def _loaders(dl) -> list:
         if dl is None: break
     return out
 
+# %% ../nbs/08_breakdown.ipynb #2a3a5b3e
 class BreakdownCallback(Callback):
     "Split `draw` into loader wait, device copy and each batch transform; time every callback and metric per event"
     # Last but one at every event: after every callback it times at `before_draw`, just before the profiler's
@@ -234,56 +239,82 @@ class BreakdownCallback(Callback):
         self._wrapped = []
         while self._phases: self._end_phase()
 
-    # ---- the phases: one `TimedPipeline` per fastai loader of the phase, on for each draw ----
-    def _pipelines(self) -> list:
-        "A `TimedPipeline` for each fastai loader of this phase; the outermost does the copy to the device"
-        out = []
-        for i,dl in enumerate(_loaders(self.learn.dl)):
-            ab,dev = dl.after_batch,(dl.device if i == 0 else None)
-            if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
-            out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dl.device), device=dev, loader=dl))
-        return out
-
-    def _start_phase(self):
-        if self.active and self.draw: self._phases.append(self._pipelines())
-    def _end_phase(self):
-        "Put the loaders of the innermost phase back (a `validate()` inside a training batch is a phase inside a phase)"
-        if not self._phases: return
-        for tp in self._phases.pop(): tp.off()
-
-    def before_train(self): self._start_phase()
-    def before_validate(self): self._start_phase()
-    def after_train(self): self._end_phase()
-    def after_validate(self): self._end_phase()
     def after_fit(self):
         "Restore everything at the end of a fit this callback timed"
         if not (self._contexts and self._contexts.pop()): return
         self._unwrap_all()
         self.active = False
 
-    # ---- the draw split ----
-    def before_draw(self):
-        if not (self.active and self.draw): return
-        if self._phases:
-            for tp in self._phases[-1]: tp.on()
-        self._draw_start,self._parts,self._first = time.perf_counter(),{},None
+# %% ../nbs/08_breakdown.ipynb #a17455cb
+@patch
+def _pipelines(self:BreakdownCallback) -> list:
+    "A `TimedPipeline` for each fastai loader of this phase; the outermost does the copy to the device"
+    out = []
+    for i,dl in enumerate(_loaders(self.learn.dl)):
+        ab,dev = dl.after_batch,(dl.device if i == 0 else None)
+        if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
+        out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dl.device), device=dev, loader=dl))
+    return out
 
-    def _draw_part(self, name, t0, t1):
-        "Called by the timed pipelines: add `t1-t0` to this batch's `name`"
-        if self._draw_start is None: return
-        if self._first is None: self._first = t0
-        self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
+@patch
+def _start_phase(self:BreakdownCallback):
+    "Make the pipelines of a phase that starts (in a fit this callback times, with `draw`)"
+    if self.active and self.draw: self._phases.append(self._pipelines())
 
-    def before_batch(self):
-        if not self.active: return
-        if self._phases:  # a pipeline that did not run (the loader's `after_batch` was not called) comes off here
-            for tp in self._phases[-1]: tp.off()
-        self.result._count_batch('train' if self.training else 'valid')
-        if not self.draw or self._draw_start is None: return
-        now = time.perf_counter()
-        wait = (self._first if self._first is not None else now) - self._draw_start
-        self.result._add_draw('train' if self.training else 'valid', wait, self._parts)
-        self._draw_start = None
+@patch
+def _end_phase(self:BreakdownCallback):
+    "Put the loaders of the innermost phase back (a `validate()` inside a training batch is a phase inside a phase)"
+    if not self._phases: return
+    for tp in self._phases.pop(): tp.off()
+
+@patch
+def before_train(self:BreakdownCallback):
+    "A training phase starts"
+    self._start_phase()
+
+@patch
+def before_validate(self:BreakdownCallback):
+    "A validation phase starts"
+    self._start_phase()
+
+@patch
+def after_train(self:BreakdownCallback):
+    "The training phase ends"
+    self._end_phase()
+
+@patch
+def after_validate(self:BreakdownCallback):
+    "The validation phase ends"
+    self._end_phase()
+
+# %% ../nbs/08_breakdown.ipynb #e2ee73da
+@patch
+def before_draw(self:BreakdownCallback):
+    "Put this phase's pipelines on their loaders and start timing the draw"
+    if not (self.active and self.draw): return
+    if self._phases:
+        for tp in self._phases[-1]: tp.on()
+    self._draw_start,self._parts,self._first = time.perf_counter(),{},None
+
+@patch
+def _draw_part(self:BreakdownCallback, name, t0, t1):
+    "Called by the timed pipelines: add `t1-t0` to this batch's `name`"
+    if self._draw_start is None: return
+    if self._first is None: self._first = t0
+    self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
+
+@patch
+def before_batch(self:BreakdownCallback):
+    "Count the batch and add its draw (the wait before the first part, then the parts) to the result"
+    if not self.active: return
+    if self._phases:  # a pipeline that did not run (the loader's `after_batch` was not called) comes off here
+        for tp in self._phases[-1]: tp.off()
+    self.result._count_batch('train' if self.training else 'valid')
+    if not self.draw or self._draw_start is None: return
+    now = time.perf_counter()
+    wait = (self._first if self._first is not None else now) - self._draw_start
+    self.result._add_draw('train' if self.training else 'valid', wait, self._parts)
+    self._draw_start = None
 
 # %% ../nbs/08_breakdown.ipynb #dfe43dd1
 def _part_stats(): return defaultdict(StreamingStats)  # a module-level function: a `Breakdown` pickles
@@ -408,7 +439,7 @@ def _transfer_cost(b) -> tuple:
 def _transfer_probe(b, budget:float=.005, most:int=3) -> tuple:
     "Median seconds to send a copy of batch `b` between processes as the loader's workers do (pickled into shared memory), and to receive it"
     from multiprocessing.reduction import ForkingPickler
-    import copy, pickle, torch.multiprocessing  # torch's reductions: tensors through shared memory
+    import copy, pickle  # torch's reductions (tensors through shared memory) are registered by `import torch`
     ForkingPickler.loads(ForkingPickler.dumps(copy.deepcopy(b)))  # once untimed: the first sets up the sharing (a thread, a socket)
     sent,got,t_end = [],[],time.perf_counter() + budget
     while len(sent) < most and (not sent or time.perf_counter() < t_end):
@@ -420,6 +451,7 @@ def _transfer_probe(b, budget:float=.005, most:int=3) -> tuple:
         sent.append(t1 - t0); got.append(time.perf_counter() - t1)
     return float(np.median(sent)),float(np.median(got))
 
+# %% ../nbs/08_breakdown.ipynb #af662dc0
 class _LoadTimes:
     "Shared memory in which each process that builds a loader's batches adds up its times, one slot per process"
     def __init__(self, prev=None):
@@ -440,6 +472,7 @@ class _LoadTimes:
         cpu = a[4]/a[5] if a[5] > 0 else math.nan  # CPU seconds per wall second of building
         return s,cpu*s,n,*((a[6]/a[8],a[7]/a[8]) if a[8] else (math.nan, math.nan))
 
+# %% ../nbs/08_breakdown.ipynb #30415521
 def _timed_create_batches(dl, samps):
     "`create_batches` of loader `dl`, each batch timed where it is built (a worker, or the main process) into its `_LoadTimes`"
     lt = dl.__dict__.get(_LOAD_KEY)
@@ -477,6 +510,7 @@ def _timed_create_batches(dl, samps):
         yield b
 _timed_create_batches.__name__ = 'create_batches'  # a bound method pickles as `getattr(dl, 'create_batches')`: the plain one
 
+# %% ../nbs/08_breakdown.ipynb #4214b551
 class LoadTimer:
     "Time each batch of the learner's training and validation loaders where it is built: in its worker process, or inline"
     def __init__(self, learn): self.learn,self.timed = learn,{}  # phase -> (loader, `_LoadTimes`, what `create_batches` was on it)
@@ -555,58 +589,72 @@ class CostSampler:
         if i + 1 >= self._next or i <= self._last or self._target is not None: self._step(i)
         else: self._last = i
 
-    def _after(self, j:int) -> int:
-        "The first batch after batch `j` of a phase to sample"
-        k = j + 1 - self._w
-        if k < self.first: return j + 1
-        return self._w + -(-k//self.every)*self.every
+# %% ../nbs/08_breakdown.ipynb #2ac3a70e
+@patch
+def _after(self:CostSampler, j:int) -> int:
+    "The first batch after batch `j` of a phase to sample"
+    k = j + 1 - self._w
+    if k < self.first: return j + 1
+    return self._w + -(-k//self.every)*self.every
 
-    def _step(self, i:int):
-        learn = self._learn
-        if self._target is not None: self._end(i)
-        if i <= self._last: self._next = self._w  # a new phase
-        self._last = i
-        j = i + 1
-        if j < self._next: return
-        self._next = self._after(j)
-        if j < getattr(learn, 'n_iter', j + 1): self._begin(j)
+@patch
+def _step(self:CostSampler, i:int):
+    "After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled"
+    learn = self._learn
+    if self._target is not None: self._end(i)
+    if i <= self._last: self._next = self._w  # a new phase
+    self._last = i
+    j = i + 1
+    if j < self._next: return
+    self._next = self._after(j)
+    if j < getattr(learn, 'n_iter', j + 1): self._begin(j)
 
-    def _begin(self, j:int):
-        "Install the stand-ins for batch `j` of this phase"
-        self._target,self._sample = (self._learn.training, j),{}
-        self._armed = [t.install() for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
+@patch
+def _begin(self:CostSampler, j:int):
+    "Install the stand-ins for batch `j` of this phase"
+    self._target,self._sample = (self._learn.training, j),{}
+    self._armed = [t.install() for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
 
-    def _end(self, i:int):
-        "Take the stand-ins off; keep the sample if batch `i` is the one they were for"
-        for t in self._armed: t.remove()
-        self._armed = []
-        training,j = self._target
-        self._target = None
-        if i == j and self._learn.training == training: self.costs._add_sample('train' if training else 'valid', self._sample)
+@patch
+def _end(self:CostSampler, i:int):
+    "Take the stand-ins off; keep the sample if batch `i` is the one they were for"
+    for t in self._armed: t.remove()
+    self._armed = []
+    training,j = self._target
+    self._target = None
+    if i == j and self._learn.training == training: self.costs._add_sample('train' if training else 'valid', self._sample)
 
-    def _batch_plan(self) -> list:
-        "Stand-ins for the batch events of the learner's callbacks and metrics (made again when they change)"
-        learn = self._learn
-        mets = getattr(learn, 'metrics', [])
-        key = (id(learn.cbs), len(learn.cbs), tuple(map(id, learn.cbs)), id(mets), tuple(map(id, mets)))
-        if key != self._plan_key:
-            self._plan = [t for obj,attr,name in event_methods(learn, BATCH_EVENTS, self._skip)
-                          if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
-            for obj,attr,name in event_methods(learn, EPOCH_EVENTS, self._skip):  # between batches: on until `restore`
-                if (id(obj), attr) in self._seen or attr == 'accumulate': continue
-                t = stand_in(obj, attr, name, self.costs_epoch, self._stack)
-                if t is not None: self._epoch.append(t.install()); self._seen.add((id(obj), attr))
-            self._plan_key = key
-        return self._plan
+# %% ../nbs/08_breakdown.ipynb #da0cd459
+@patch
+def _batch_plan(self:CostSampler) -> list:
+    "Stand-ins for the batch events of the learner's callbacks and metrics (made again when they change)"
+    learn = self._learn
+    mets = getattr(learn, 'metrics', [])
+    key = (id(learn.cbs), len(learn.cbs), tuple(map(id, learn.cbs)), id(mets), tuple(map(id, mets)))
+    if key != self._plan_key:
+        self._plan = [t for obj,attr,name in event_methods(learn, BATCH_EVENTS, self._skip)
+                      if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
+        for obj,attr,name in event_methods(learn, EPOCH_EVENTS, self._skip):  # between batches: on until `restore`
+            if (id(obj), attr) in self._seen or attr == 'accumulate': continue
+            t = stand_in(obj, attr, name, self.costs_epoch, self._stack)
+            if t is not None: self._epoch.append(t.install()); self._seen.add((id(obj), attr))
+        self._plan_key = key
+    return self._plan
 
-    def _add(self, name, event, dt):
-        s = self._sample
-        s[(name,event)] = s.get((name,event), 0.) + dt
+@patch
+def _add(self:CostSampler, name, event, dt):
+    "A batch event's exclusive time, added to this batch's sample"
+    s = self._sample
+    s[(name,event)] = s.get((name,event), 0.) + dt
 
-    def costs_epoch(self, name, event, dt): self.costs._add_epoch(name, event, dt)
+@patch
+def costs_epoch(self:CostSampler, name, event, dt):
+    "An event between batches: its time, added to the costs"
+    self.costs._add_epoch(name, event, dt)
 
-    def restore(self):
-        "Take off everything: the stand-ins of a sampled batch, those between batches, the loaders' timing"
-        for t in self._armed + self._epoch: t.remove()
-        self._armed,self._epoch,self._seen,self._plan,self._plan_key,self._target = [],[],set(),[],None,None
-        self.loads.restore()
+@patch
+def restore(self:CostSampler):
+    "Take off everything: the stand-ins of a sampled batch, those between batches, the loaders' timing"
+    for t in self._armed + self._epoch: t.remove()
+    self._armed,self._epoch,self._seen,self._plan,self._plan_key,self._target = [],[],set(),[],None,None
+    self.loads.restore()

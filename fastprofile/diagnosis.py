@@ -12,7 +12,7 @@ from typing import Callable
 from .checks import check_int, check_type, check_items
 from .record import ProfileRecord, STEPS, PHASES
 from .report import Section, fmt_time, fmt_pct
-from .core import Facts, ProfileResult, LoadTime
+from .core import Facts, ProfileResult
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'RULES', 'PhaseModel',

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from fastai.basics import *
-from .checks import check_type, check_bool, check_number, check_path, check_choice
+from .checks import check_bool, check_number, check_path, check_choice
 from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink
 from .gpu_timing import resolve_timing
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_device
@@ -86,6 +86,7 @@ def training_methods(learn) -> list:
     cls = type(learn)
     return [n for n in dir(cls) if (n == 'fine_tune' or n.startswith('fit')) and callable(getattr(cls, n, None))]
 
+# %% ../nbs/17_learner.ipynb #51b2a038
 class _ProfiledMethod:
     "`learn.<name>` while `Learner.profile` has armed the learner: the call goes through the session"
     def __init__(self, session, name): self.session,self.name = session,name
@@ -134,17 +135,24 @@ class ProfileSession:
             self.depth -= 1; self.profile.in_call -= 1
             if self.depth == 0: self.end(exc)
 
-    def end(self, exc:BaseException|None):
-        "The call is over: finish the profile (if anything was profiled, or it failed) and disarm"
-        if self.profile.record is None and exc is None: return  # nothing profiled (`lr_find`): armed for the next call
-        try: self.profile.finish(interrupted=exc)
-        finally: self.disarm()
+# %% ../nbs/17_learner.ipynb #4d2cc3f0
+@patch
+def end(self:ProfileSession, exc:BaseException|None):
+    "The call is over: finish the profile (if anything was profiled, or it failed) and disarm"
+    if self.profile.record is None and exc is None: return  # nothing profiled (`lr_find`): armed for the next call
+    try: self.profile.finish(interrupted=exc)
+    finally: self.disarm()
 
-    def facts(self) -> Facts:
-        f = learner_facts(self.learn, self.staging0, None if self.breakdown is None else self.breakdown.result, self.sampler)
-        return f if self.efficiency is None else self.efficiency.add_facts(f)
+@patch
+def facts(self:ProfileSession) -> Facts:
+    "The `Facts` of the call (the profile's `facts` step)"
+    f = learner_facts(self.learn, self.staging0, None if self.breakdown is None else self.breakdown.result, self.sampler)
+    return f if self.efficiency is None else self.efficiency.add_facts(f)
 
-    def publish(self, result:ProfileResult): self.learn.__dict__['simple_profile'] = result
+@patch
+def publish(self:ProfileSession, result:ProfileResult):
+    "Put the result on the learner, as `learn.simple_profile` (the profile's `publish` step)"
+    self.learn.__dict__['simple_profile'] = result
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da
 _OPTION_NAMES = [f.name for f in ProfileOptions.__dataclass_fields__.values()]

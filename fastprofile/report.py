@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
+from fastcore.basics import patch
 from .checks import check_int
 
 # %% auto #0
@@ -158,6 +159,7 @@ def _text_line(s:str, plain:bool, style:str='', labelled:bool=False) -> Text:
     for piece,code in _spans(s): t.append(piece, style='cyan' if code else '')
     return t
 
+# %% ../nbs/05_report.ipynb #47c3303e
 class ProfileReport:
     "Renders profile `results` (a numeric DataFrame in seconds) with `notes` and `Section`s"
     def __init__(self, results:pd.DataFrame, notes=(), sections=(), title:str='Simple Profiler Results'):
@@ -197,43 +199,6 @@ class ProfileReport:
         out.loc[blank_phase & r.Action.eq(r.Action.shift()) & r.Step.ne(''),'Action'] = ''
         return pd.concat([out, self._values().rename(columns=col_label)], axis=1)
 
-    def _fit(self, v:pd.DataFrame, width:int) -> tuple:
-        "The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first), and their width"
-        cols = self.columns[3:]
-        first = max((2*l.level + len(l.name) for l in _outline(self.results)), default=0)
-        w = {c: max([len(col_label(c))] + [len(s) for s in v[c]]) for c in cols}
-        need = lambda cs: first + sum(w[c] + _GAP for c in cs)
-        for c in [c for c in OPTIONAL_COLUMNS if c in cols] + [c for c in cols if c not in COLUMNS][::-1]:
-            if need(cols) <= width: break
-            cols = [x for x in cols if x != c]
-        return cols,need(cols)
-
-    def _text(self, width:int, plain:bool=False) -> list:
-        "The report as rich renderables for `width` characters; `plain`: no styles, backticks kept"
-        v = self._values()
-        cols,need = self._fit(v, width)
-        # `min_width`: what the table needs (more than `width` only when even the core columns do not fit)
-        t = Table(box=_ASCII_RULES if plain else _RULES, show_edge=False, pad_edge=False, padding=(0,0,0,_GAP-1),
-                  header_style='' if plain else 'bold', min_width=need)
-        t.add_column('', overflow='fold')  # in a terminal narrower than the core columns: values on two lines, never cut
-        for c in cols: t.add_column(col_label(c), justify='right', overflow='fold')
-        for k,l in enumerate(_outline(self.results)):
-            if l.i is None:
-                if k: t.add_section()
-                t.add_row(l.name, *['']*len(cols), style='' if plain else 'bold')
-            else: t.add_row('  '*l.level + l.name, *v.iloc[l.i][cols])
-        out = [Text(self.title, style='' if plain else 'bold'), t]
-        left = [col_label(c) for c in self.columns[3:] if c not in cols]
-        if left: out.append(_text_line(f"Left out to fit {width} columns: {', '.join(left)} (all are in `.results`).", plain, 'dim'))
-        out += [_text_line(n, plain, 'dim') for n in self.notes]
-        for sec in self.sections:
-            out += [Text(''), Text(f'{sec.title}:', style='' if plain else 'bold')]
-            for k,l in enumerate(sec.lines):
-                style = 'bold' if sec.headline and k == 0 and not plain else ''
-                i = _indent(l)  # an indented line keeps its indent when it wraps
-                out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
-        return out
-
     def __rich_console__(self, console, options):
         w,p = options.max_width,None
         if console.color_system is None and w >= 40:  # a pipe, a file: the plain text, if it fits
@@ -242,46 +207,51 @@ class ProfileReport:
         if p is not None: yield Text(p)
         else: yield from self._text(w, plain=console.color_system is None)
 
-    def plain(self, width:int=120) -> str:
-        "The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core column"
-        check_int('width', width, 40)
-        def render(r, w):
-            con = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
-                          highlight=False, emoji=False, legacy_windows=False)
-            con.print(r)
-            return con.file.getvalue()
-        # the table wider than `width` rather than cut, if even its core columns need more
-        txt = ''.join(render(r, max(width, getattr(r, 'min_width', None) or 0)) for r in self._text(width, plain=True))
-        return '\n'.join(l.rstrip() for l in txt.splitlines())
-
-    def markdown(self) -> str:
-        "The report as markdown: a table (Phase, Action and Step as columns), the notes, the sections"
-        f = self.formatted()
-        cell = lambda s: str(s).replace('|', r'\|')
-        table = ('| ' + ' | '.join(f.columns) + ' |\n|' + '|'.join(':---' if c in KEY_COLUMNS else '---:' for c in f.columns) + '|\n'
-                 + ''.join('| ' + ' | '.join(cell(x) for x in r) + ' |\n' for r in f.itertuples(index=False)))
-        parts = [f'**{self.title}**', table.rstrip()]
-        if self.notes: parts.append('  \n'.join(self.notes))
-        parts += [_md_section(s) for s in self.sections]
-        return '\n\n'.join(parts) + '\n'
-
     def _repr_html_(self) -> str: return _html_report(self)
 
     def __repr__(self): return self.plain()
 
-    def show(self, plain:bool=False, markdown:bool=False):
-        "Display: markdown or plain text if asked, HTML in Jupyter, a rich table in a terminal"
-        from fastcore.basics import in_notebook
-        if markdown and in_notebook():
-            from IPython.display import display, Markdown
-            display(Markdown(self.markdown()))
-        elif markdown: print(self.markdown())
-        elif plain: print(self.plain())
-        elif in_notebook():
-            from IPython.display import display
-            display(self)
-        else: Console().print(self)
+# %% ../nbs/05_report.ipynb #dc7923c3
+@patch
+def _fit(self:ProfileReport, v:pd.DataFrame, width:int) -> tuple:
+    "The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first), and their width"
+    cols = self.columns[3:]
+    first = max((2*l.level + len(l.name) for l in _outline(self.results)), default=0)
+    w = {c: max([len(col_label(c))] + [len(s) for s in v[c]]) for c in cols}
+    need = lambda cs: first + sum(w[c] + _GAP for c in cs)
+    for c in [c for c in OPTIONAL_COLUMNS if c in cols] + [c for c in cols if c not in COLUMNS][::-1]:
+        if need(cols) <= width: break
+        cols = [x for x in cols if x != c]
+    return cols,need(cols)
 
+@patch
+def _text(self:ProfileReport, width:int, plain:bool=False) -> list:
+    "The report as rich renderables for `width` characters; `plain`: no styles, backticks kept"
+    v = self._values()
+    cols,need = self._fit(v, width)
+    # `min_width`: what the table needs (more than `width` only when even the core columns do not fit)
+    t = Table(box=_ASCII_RULES if plain else _RULES, show_edge=False, pad_edge=False, padding=(0,0,0,_GAP-1),
+              header_style='' if plain else 'bold', min_width=need)
+    t.add_column('', overflow='fold')  # in a terminal narrower than the core columns: values on two lines, never cut
+    for c in cols: t.add_column(col_label(c), justify='right', overflow='fold')
+    for k,l in enumerate(_outline(self.results)):
+        if l.i is None:
+            if k: t.add_section()
+            t.add_row(l.name, *['']*len(cols), style='' if plain else 'bold')
+        else: t.add_row('  '*l.level + l.name, *v.iloc[l.i][cols])
+    out = [Text(self.title, style='' if plain else 'bold'), t]
+    left = [col_label(c) for c in self.columns[3:] if c not in cols]
+    if left: out.append(_text_line(f"Left out to fit {width} columns: {', '.join(left)} (all are in `.results`).", plain, 'dim'))
+    out += [_text_line(n, plain, 'dim') for n in self.notes]
+    for sec in self.sections:
+        out += [Text(''), Text(f'{sec.title}:', style='' if plain else 'bold')]
+        for k,l in enumerate(sec.lines):
+            style = 'bold' if sec.headline and k == 0 and not plain else ''
+            i = _indent(l)  # an indented line keeps its indent when it wraps
+            out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
+    return out
+
+# %% ../nbs/05_report.ipynb #5c305658
 def _md_section(sec:Section) -> str:
     "A `Section` as markdown: title, verdict in bold, prose lines as a list (indented ones nested), aligned lines as a code block"
     lines,out = list(sec.lines),[f'**{sec.title}**']
@@ -293,6 +263,45 @@ def _md_section(sec:Section) -> str:
     for aligned,ls in _blocks(lines):
         out.append('```\n' + '\n'.join(ls) + '\n```' if aligned else '\n'.join(map(item, ls)))
     return '\n\n'.join(out)
+
+@patch
+def plain(self:ProfileReport, width:int=120) -> str:
+    "The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core column"
+    check_int('width', width, 40)
+    def render(r, w):
+        con = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
+                      highlight=False, emoji=False, legacy_windows=False)
+        con.print(r)
+        return con.file.getvalue()
+    # the table wider than `width` rather than cut, if even its core columns need more
+    txt = ''.join(render(r, max(width, getattr(r, 'min_width', None) or 0)) for r in self._text(width, plain=True))
+    return '\n'.join(l.rstrip() for l in txt.splitlines())
+
+@patch
+def markdown(self:ProfileReport) -> str:
+    "The report as markdown: a table (Phase, Action and Step as columns), the notes, the sections"
+    f = self.formatted()
+    cell = lambda s: str(s).replace('|', r'\|')
+    table = ('| ' + ' | '.join(f.columns) + ' |\n|' + '|'.join(':---' if c in KEY_COLUMNS else '---:' for c in f.columns) + '|\n'
+             + ''.join('| ' + ' | '.join(cell(x) for x in r) + ' |\n' for r in f.itertuples(index=False)))
+    parts = [f'**{self.title}**', table.rstrip()]
+    if self.notes: parts.append('  \n'.join(self.notes))
+    parts += [_md_section(s) for s in self.sections]
+    return '\n\n'.join(parts) + '\n'
+
+@patch
+def show(self:ProfileReport, plain:bool=False, markdown:bool=False):
+    "Display: markdown or plain text if asked, HTML in Jupyter, a rich table in a terminal"
+    from fastcore.basics import in_notebook
+    if markdown and in_notebook():
+        from IPython.display import display, Markdown
+        display(Markdown(self.markdown()))
+    elif markdown: print(self.markdown())
+    elif plain: print(self.plain())
+    elif in_notebook():
+        from IPython.display import display
+        display(self)
+    else: Console().print(self)
 
 # %% ../nbs/05_report.ipynb #7b8c9da4
 _CSS = """
@@ -334,6 +343,7 @@ _CSS = """
  padding:0 .3em;border-radius:3px;background:var(--jp-layout-color2,rgba(128,128,128,.15));color:inherit}
 """
 
+# %% ../nbs/05_report.ipynb #3e5b4694
 HOT_SHARE = 10. # % of the fit from which a row where time is spent (not a total) has its share in bold
 
 def _esc(s) -> str: return html.escape(str(s))
@@ -369,6 +379,7 @@ def _html_section(sec:Section) -> str:
         else: out.append('<ul class="fp-lines">' + ''.join(map(li, ls)) + '</ul>')
     return f'<div class="fp-section">{"".join(out)}</div>'
 
+# %% ../nbs/05_report.ipynb #b0cb069e
 def _html_report(rep:ProfileReport) -> str:
     "The report as one HTML block for Jupyter"
     r,v,cols = rep.results,rep._values(),rep.columns[3:]
