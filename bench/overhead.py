@@ -9,11 +9,12 @@ import math, statistics, sys, time
 from .common import run_worker, fastxtend_dir, PredecessorUnavailable, median, iqr, md_table, fmt
 
 LABELS = {'none': 'no profiler (plain fastai)', 'fastprofile-off': 'fastprofile imported, not profiling',
-          'fastprofile': 'fastprofile `learn.profile()`', 'fastxtend': "fastxtend 0.1.7 `learn.profile(mode='simple')`"}
+          'fastprofile': 'fastprofile `learn.profile()` (defaults: CostSampler on)',
+          'fastprofile-nosampler': 'fastprofile `learn.profile()`, CostSampler taken off (bench only)', 'fastxtend': "fastxtend 0.1.7 `learn.profile(mode='simple')`"}
 
 WORKLOADS = {
     'mlp': dict(title="(a) worst case: tiny MLP (16-32-1), bs 64, 500 batches, num_workers=0, 1 thread",
-                variants=('none','fastprofile-off','fastprofile','fastxtend'), trials=5, fits=2, kwargs=dict(n_batches=500, bs=64)),
+                variants=('none','fastprofile-off','fastprofile','fastprofile-nosampler','fastxtend'), trials=5, fits=2, kwargs=dict(n_batches=500, bs=64)),
     'demo': dict(title="(b) demo workload: `fastprofile.demo.make_demo_learner` (1280 + 128 JPEGs decoded with PIL, small CNN), bs 64, CPU, num_workers=0, 1 thread",
                  variants=('none','fastprofile','fastxtend'), trials=3, fits=2, kwargs=dict(n_train=1280, n_valid=128, bs=64)),
 }
@@ -89,8 +90,12 @@ def tables(data:dict, summary:dict, ref:dict|None=None) -> str:
         row(LABELS[v], None if none else s['train_s_overhead'], None if none else s['train_cpu_s_overhead'], s,
             ratio_ok=v not in ('none','fastxtend'))
         if 'train_s_paired' in s:
-            row("↳ fastprofile pair alone: profiled − unprofiled fits in the same process", s['train_s_paired'], s['train_cpu_s_paired'],
-                None, iqr_=f"{1e6*s['train_s_paired_iqr']:.0f} / {1e6*s['train_cpu_s_paired_iqr']:.0f}; fit pairs: ±{1e6*s['train_cpu_s_paired_2se']:.0f} (2 SE, CPU)")
+            sampler = v == 'fastprofile-nosampler'  # its other fits are default-profiled: minus the difference is the CostSampler's share
+            sign = -1 if sampler else 1
+            row("↳ CostSampler's share: default-profiled − CostSampler-off fits, alternating in the same process" if sampler else
+                "↳ the same, pair alone: profiled − unprofiled fits in the same process", sign*s['train_s_paired'], sign*s['train_cpu_s_paired'],
+                None, ratio_ok=not sampler,
+                iqr_=f"{1e6*s['train_s_paired_iqr']:.0f} / {1e6*s['train_cpu_s_paired_iqr']:.0f}; fit pairs: ±{1e6*s['train_cpu_s_paired_2se']:.0f} (2 SE, CPU)")
     hdr = ['variant', 'µs/batch wall', 'µs/batch CPU', 'overhead µs/batch wall (% of step)', 'overhead µs/batch CPU (% of step)',
            'overhead vs predecessor (CPU; — where within noise)', 'self-measured µs/batch', 'fit time outside the phases over plain fastai\'s, ms', 'spread across trials µs (wall / CPU)']
     lines = [f"### {w['title']}", '',
@@ -109,6 +114,14 @@ def tables(data:dict, summary:dict, ref:dict|None=None) -> str:
         lines.append(f"- fastprofile: {1e6*oh:+.1f} µs/batch CPU across processes (trial spread ±{1e6*noise:.0f} µs), "
                      f"{1e6*fp['train_cpu_s_paired']:+.1f} µs/batch for the pair alone within a process; it measures itself at "
                      f"{1e6*fp['self_overhead_s']:.1f} µs/batch.")
+        ns = summary.get('fastprofile-nosampler')
+        if ns:
+            sb = [b.get('train', 0) for r in data['results']['fastprofile'] for b in r.get('sampled_batches', [])]
+            lines.append(f"- CostSampler's share (default profile − the same with the CostSampler taken off): "
+                         f"{-1e6*ns['train_cpu_s_paired_mean']:+.1f} ± {1e6*ns['train_cpu_s_paired_2se']:.1f} µs/batch (mean of the fit pairs "
+                         f"in the same process, 2 SE; median of the processes {-1e6*ns['train_cpu_s_paired']:+.1f}); across processes "
+                         f"{1e6*(oh - ns['train_cpu_s_overhead']):+.1f} µs/batch. It sampled {median(sb):.0f} of {summary['none']['n_train']} "
+                         "training batches per fit.")
         if data['workload'] == 'mlp' and fx:
             half = fx['train_cpu_s_overhead']/2
             lines.append(f"- Goal (a): at most half the predecessor's overhead ({1e6*fx['train_cpu_s_overhead']:.0f} µs/2 = {1e6*half:.0f} µs/batch, CPU): "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib, io, json, math, sys, time, tracemalloc
 from .common import RESULT_TAG
 
-VARIANTS = ('none', 'fastprofile-off', 'fastprofile', 'fastxtend')
+VARIANTS = ('none', 'fastprofile-off', 'fastprofile', 'fastprofile-nosampler', 'fastxtend')
 
 def setup_variant(variant:str):
     "Import what `variant` needs, and check that the other profiler was not pulled in"
@@ -27,7 +27,11 @@ def check_clean(variant:str):
 
 def add_profiler(learn, variant:str):
     "Add the variant's profiler for the next fit (both profilers remove themselves after it)"
-    if variant == 'fastprofile': learn.profile(show_report=False, logger_callback=None)
+    if variant.startswith('fastprofile') and variant != 'fastprofile-off': learn.profile(show_report=False, logger_callback=None)
+    if variant == 'fastprofile-nosampler':  # the defaults, less the `CostSampler` (callback costs, loader timing): its share
+        from fastprofile.learner import ProfileSession
+        s = ProfileSession.of(learn)
+        s.sampler.restore(); s.sampler,s.profile.on_batch = None,None
     elif variant == 'fastxtend': learn.profile(mode='simple', show_report=False)
 
 def time_phases(learn):
@@ -54,23 +58,30 @@ def overhead(task:dict) -> dict:
     check_clean(variant)
     times = time_phases(learn)
     n_train,n_valid = len(learn.dls.train),len(learn.dls.valid)
-    fits,self_oh,on = [],[],[]
+    fits,self_oh,on,sampled = [],[],[],[]
     # fastprofile also alternates unprofiled fits in the same process: the pair's own cost, free of process-to-process noise
-    # (order A B B A A B ... so that a drift over the process's life does not favour either)
-    paired = variant == 'fastprofile' and task.get('paired')
+    # (order A B B A A B ... so that a drift over the process's life does not favour either); 'fastprofile-nosampler'
+    # alternates with default-profiled fits instead: the CostSampler's own cost, the same way
+    profiling = variant in ('fastprofile', 'fastprofile-nosampler')
+    paired = profiling and task.get('paired')
     plan = [(i, p) for i in range(task.get('warmup_fits', 1) + task['fits'])
             for p in (((True, False) if i % 2 else (False, True)) if paired else (True,))]
     try:
         for i,profiled in plan:
             if profiled: add_profiler(learn, variant)
+            elif variant == 'fastprofile-nosampler': add_profiler(learn, 'fastprofile')  # its "other" fits: the defaults (the CostSampler's share, in-process)
             t = time.perf_counter()
             learn.fit(1, lr=1e-3)
             fits.append(time.perf_counter() - t)
             on.append(profiled)
-            if variant == 'fastprofile' and profiled:
+            if profiling and profiled:
                 rec = learn.simple_profile_record
                 if rec.stats[('train','batch')].n != n_train - rec.warmup: raise RuntimeError("fastprofile did not time every batch")
                 self_oh.append(rec.overhead_per_batch)
+                costs = learn.simple_profile.facts.callback_costs  # the default profile samples callback costs: check it did
+                if (variant == 'fastprofile') != (costs is not None and costs.batches.get('train', 0) > 0):
+                    raise RuntimeError(f"{variant}: the CostSampler {'did not sample' if variant == 'fastprofile' else 'ran'}")
+                if costs is not None: sampled.append(dict(costs.batches))
             if variant == 'fastxtend' and len(learn.profile_results) == 0: raise RuntimeError("fastxtend made no results")
             if any('Profiler' in type(cb).__name__ for cb in learn.cbs): raise RuntimeError("a profiler callback stayed on the learner")
     finally:
@@ -81,7 +92,7 @@ def overhead(task:dict) -> dict:
     pick = lambda xs, prof: [xs[j] for j in keep if on[j] == prof]
     return {'variant': variant, 'workload': workload, 'n_train': n_train, 'n_valid': n_valid,
             'train_s': pick(times['train'], True), 'valid_s': pick(times['valid'], True), 'train_cpu_s': pick(times['train_cpu'], True),
-            'fit_s': pick(fits, True), 'self_overhead_s': self_oh[w:],
+            'fit_s': pick(fits, True), 'self_overhead_s': self_oh[w:], 'sampled_batches': sampled[w:],
             'off_train_s': pick(times['train'], False), 'off_train_cpu_s': pick(times['train_cpu'], False)}
 
 # ---------------------------------------------------------------- memory
