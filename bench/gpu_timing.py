@@ -1,9 +1,9 @@
 """The known-cost GPU workload: forward, backward and optimizer step each spin the GPU for a calibrated time.
 
 `tests/test_gpu_timing.py` and the `timing` part of the GPU suite (`bench.gpu.timing`, workload 'known-cost') use it.
-`python -m bench.gpu_timing --out DIR` runs that part alone: `python -m bench gpu --out DIR --parts timing`.
+`python -m bench gpu --out DIR --parts timing` runs that part alone.
 """
-import statistics, sys
+import statistics
 import torch
 from torch import nn
 
@@ -49,10 +49,3 @@ def known_cost_learner(cycles:dict, spin=None, cuda:bool=True, n_batches:int=40,
     model = nn.Sequential(nn.Linear(1, 1), SpinLayer(cycles['forward'], cycles['backward'], spin))
     return Learner(dls, model.cuda() if cuda else model, loss_func=MSELossFlat(), lr=1e-3,
                    opt_func=lambda params, lr: SpinOpt(params, torch.optim.SGD, lr=lr))
-
-def main(argv=None) -> int:
-    "The GPU suite's `timing` part (this workload and three others against a synchronized truth)"
-    from bench.gpu.suite import main as suite
-    return suite(['--parts', 'timing', *(sys.argv[1:] if argv is None else argv)])
-
-if __name__ == '__main__': sys.exit(main())

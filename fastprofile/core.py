@@ -144,7 +144,7 @@ def _cost_note(result) -> str|None:
     st = rec.stats[('train','batch')]
     if not math.isnan(rec.overhead_per_batch):
         share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a batch)" if st.n else ''
-        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share}, up to ~3x that in a real loop (BENCHMARKS.md)")
+        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself, 2-5x that measured from outside (BENCHMARKS.md)")
     if result.own_cost: parts.append(f"{fmt_time(result.own_cost)} set-up and closing")
     return f"Profiler's cost: {'; '.join(parts)}." if parts else None
 
