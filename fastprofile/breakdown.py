@@ -10,7 +10,7 @@ import ctypes, math, multiprocessing, time, types
 from collections import defaultdict
 import numpy as np, pandas as pd
 from fastai.basics import *
-from fastai.callback.core import _events, _inner_loop
+from fastai.callback.core import _events
 import fastai.data.load as _load
 from fasttransform import Pipeline
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, starts_a_fit
@@ -174,9 +174,12 @@ def event_methods(learn, events, skip=()) -> list:
     return out
 
 # %% ../nbs/08_breakdown.ipynb #fbcf9681
+# fastai's events of one batch, in order: its `_inner_loop` leaves out `after_cancel_step`, which fires inside a batch too
+_BATCH_LOOP = tuple(_events[_events.index('before_batch'):_events.index('after_batch')+1])
+
 def _phase(learn, event):
     "`train`/`valid` for events of the batch loop, `fit` for the rest"
-    if event in _inner_loop: return 'train' if getattr(learn, 'training', False) else 'valid'
+    if event in _BATCH_LOOP: return 'train' if getattr(learn, 'training', False) else 'valid'
     return 'fit'
 
 def _loaders(dl) -> list:
@@ -374,7 +377,7 @@ class Breakdown:
     def __repr__(self): return '\n'.join(self.lines()) or 'Breakdown (empty)'
 
 # %% ../nbs/08_breakdown.ipynb #5ad0c011
-BATCH_EVENTS = ('before_draw',) + tuple(_inner_loop)  # the events of one batch, and the draw before it
+BATCH_EVENTS = ('before_draw',) + _BATCH_LOOP  # the events of one batch, and the draw before it
 EPOCH_EVENTS = tuple(e for e in _events if e not in BATCH_EVENTS and e != 'after_create')
 
 class SampledCosts:

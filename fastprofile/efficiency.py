@@ -569,10 +569,12 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
     return out
 
 # %% ../nbs/16_efficiency.ipynb #0e321031
-def efficiency_fix(result:ProfileResult) -> str|None:
+def efficiency_fix(result:ProfileResult,
+    diagnosis=None, # The run's `Diagnosis`, if already made (default: `diagnose(result)`)
+) -> str|None:
     "The measured compute fix for the diagnosis when it says model compute and MFU is low; None otherwise"
     if _efficiency(result) is None or not result.record.stats[('train','batch')].n: return None
-    d = guarded('diagnosing the run', diagnose, result)
+    d = diagnosis if diagnosis is not None else guarded('diagnosing the run', diagnose, result)
     if d is None or d.verdict != 'compute' or not d.knob: return None
     adv = efficiency_advice(result, compute_bound=True)
     return ' '.join(adv) if len(adv) > 1 else None  # a low MFU and something to try
@@ -580,7 +582,7 @@ def efficiency_fix(result:ProfileResult) -> str|None:
 def diagnosis_with_efficiency(result:ProfileResult) -> Section|None:
     "The report's *Diagnosis* (`diagnosis_section`), its compute fix made specific by `efficiency_fix`"
     sec = diagnosis_section(result)
-    fix = None if sec is None else efficiency_fix(result)
+    fix = None if sec is None else efficiency_fix(result, sec.data)
     if fix is None: return sec
     d = sec.data
     d.first.fix = d.knob = fix

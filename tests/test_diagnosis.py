@@ -330,6 +330,18 @@ def test_sampler_schedule_and_a_callback_that_sets_its_own_method():
     assert len(df[(df.phase == 'fit') & (df.name == 'Recorder') & (df.event == 'after_epoch')]) == 1  # between batches: every call
     assert learn.sets_its_own.__dict__['after_train'] is own
 
+def test_a_cancelled_step_is_a_batch_event():
+    "`after_cancel_step` fires inside a batch: timed on sampled batches only, never wrapped for the whole call"
+    class SkipsSteps(Callback):
+        def before_step(self): raise CancelStepException()
+        def after_cancel_step(self): time.sleep(.002)
+    learn = make_learner(n_train=12, n_valid=2, fwd_sleep=0., cbs=SkipsSteps())
+    learn.profile(show_report=False, logger_callback=None).fit(1)
+    df = learn.simple_profile.facts.callback_costs.callback_costs()
+    row = df[(df.name == 'SkipsSteps') & (df.event == 'after_cancel_step')]
+    assert list(row.phase) == ['train'] and row.per_batch.iloc[0] >= .002, row
+    assert 'after_cancel_step' not in learn.skips_steps.__dict__
+
 def test_a_breakdown_added_by_hand_is_not_timed_twice():
     learn = make_learner(cbs=[SleepyCallback(.004), BreakdownCallback()])
     learn.profile(show_report=False, logger_callback=None).fit(1)
