@@ -13,9 +13,11 @@ from .checks import check_bool, check_number, check_path, check_choice
 from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink
 from .gpu_timing import resolve_timing
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_device
-from .breakdown import BreakdownCallback, CostSampler
+from .costs import CostSampler
+from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
-from .efficiency import EfficiencyCallback, efficiency_section, efficiency_summary, diagnosis_with_efficiency
+from .efficiency_probe import EfficiencyCallback
+from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
 from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
@@ -165,7 +167,7 @@ def profile(self:Learner,
     rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
     gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
     efficiency:bool|str='auto', # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
-    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.efficiency.PEAK_FLOPS`, GPUs only)
+    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.flops.PEAK_FLOPS`, GPUs only)
     **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
