@@ -9,15 +9,15 @@ __all__ = []
 
 # %% ../nbs/99_all.ipynb #07faa944
 import fastprofile.loop, fastprofile.stats, fastprofile.checks, fastprofile.record, fastprofile.gpu_timing, fastprofile.report
-import fastprofile.core, fastprofile.callback, fastprofile.breakdown, fastprofile.diagnosis, fastprofile.prefetch, fastprofile.flops
-import fastprofile.efficiency
+import fastprofile.core, fastprofile.callback, fastprofile.loads, fastprofile.costs, fastprofile.breakdown, fastprofile.diagnosis
+import fastprofile.prefetch, fastprofile.flops, fastprofile.efficiency, fastprofile.efficiency_probe, fastprofile.efficiency_report
 import fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots, fastprofile.trace
 import fastprofile.learner, fastprofile.advice, fastprofile.demo
 _MODULES = (fastprofile.loop, fastprofile.stats, fastprofile.checks, fastprofile.record, fastprofile.gpu_timing,
-            fastprofile.report, fastprofile.core, fastprofile.callback, fastprofile.breakdown, fastprofile.diagnosis,
-            fastprofile.prefetch, fastprofile.flops, fastprofile.efficiency, fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots,
+            fastprofile.report, fastprofile.core, fastprofile.callback, fastprofile.loads, fastprofile.costs, fastprofile.breakdown,
+            fastprofile.diagnosis, fastprofile.prefetch, fastprofile.flops, fastprofile.efficiency, fastprofile.efficiency_probe,
+            fastprofile.efficiency_report, fastprofile.distributed, fastprofile.wandb, fastprofile.tensorboard, fastprofile.plots,
             fastprofile.trace, fastprofile.learner, fastprofile.advice, fastprofile.demo)
 # what `from fastprofile.X import *` of each module would bring, and the same for `from fastprofile.all import *`
-# (a name a module re-exports, as `fastprofile.efficiency` does `fastprofile.flops`' names, is listed once)
 globals().update({n:getattr(m, n) for m in _MODULES for n in m.__all__})
 __all__ = list(dict.fromkeys(n for m in _MODULES for n in m.__all__))

@@ -57,6 +57,7 @@ class _TableDispatch(Callback, Probe):
 class SimpleProfilerCallback(_TableDispatch):
     "First at every event: marks where fastai's phases end, and tells the session when a fit and a phase start"
     order,remove_on_fetch = -1000,True  # before TrainEvalCallback (-10), ModelToHalf (-50)
+    _untimed = True  # left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
     def _idle(self): self._slots,self._handlers = {},dict(before_fit=self._before_fit)
 
@@ -83,6 +84,7 @@ class SimpleProfilerCallback(_TableDispatch):
 class SimpleProfilerPostCallback(_TableDispatch):
     "Last at every event: marks where fastai's phases start, ends batches and epochs, and tells the session when a phase and a fit end"
     order,remove_on_fetch = 1000,True  # after Recorder (50), ProgressCallback (60), trackers
+    _untimed = True  # left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
     def _idle(self):
         self._slots,self._handlers = {},dict(after_fit=self._after_fit)

@@ -75,10 +75,10 @@ class Facts:
     staging:dict=field(default_factory=dict) # phase -> `Staging`, when `CudaPrefetchCallback` was active
     prefetch:bool=False # `CudaPrefetchCallback` was active
     breakdown:object=None # A `Breakdown` of the same call (`learn.profile(breakdown=True)`), if any
-    callback_costs:object=None # Callback and metric costs from sampled batches (`fastprofile.breakdown.SampledCosts`), if any
+    callback_costs:object=None # Callback and metric costs from sampled batches (`fastprofile.costs.SampledCosts`), if any
     loading:dict=field(default_factory=dict) # phase -> `LoadTime`: batches timed where they were built (in the workers)
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
-    flops:dict=field(default_factory=dict) # (Phase, Action, Step) row -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency`)
+    flops:dict=field(default_factory=dict) # (Phase, Action, Step) row -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
     efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.efficiency.Efficiency`), if it was on
     extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
 

@@ -14,9 +14,11 @@ from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, 
 from .gpu_timing import resolve_timing
 from .session import Session, train_device
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
-from .breakdown import BreakdownCallback, CostSampler
+from .costs import CostSampler
+from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
-from .efficiency import EfficiencyCallback, efficiency_section, efficiency_summary, diagnosis_with_efficiency
+from .efficiency_probe import EfficiencyCallback
+from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
 from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink

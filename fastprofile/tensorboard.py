@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys, warnings
 from fastai.basics import *
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
-from .efficiency import efficiency_scalars, efficiency_fit_scalars
+from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
 
 # %% auto #0
 __all__ = ['TensorBoardSink']

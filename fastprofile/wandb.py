@@ -10,7 +10,7 @@ import math, sys, warnings
 import pandas as pd
 from fastai.basics import *
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
-from .efficiency import efficiency_scalars, efficiency_fit_scalars
+from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
 
 # %% auto #0
 __all__ = ['wandb_summary', 'WandbSink', 'fastai_wandb_4173_present', 'fix_fastai_wandb_4173']
