@@ -113,7 +113,11 @@ def arm(self:Session):
 def disarm(self:Session):
     "Put the learner back as it was before `arm` (the call's own changes too, if one is running)"
     self.armed = False
-    self.patches.restore()
+    try: self.patches.restore()
+    finally:  # what `preserved` (fastprofile.advice) put back from its own copy of the learner after an earlier `disarm`
+        d,learn = self.learn.__dict__,self.learn
+        for n in [n for n,v in d.items() if isinstance(v, _ProfiledMethod) and v.session is self]: del d[n]
+        if any(cb in learn.cbs for cb in self.cbs): learn.remove_cbs([cb for cb in self.cbs if cb in learn.cbs])
 
 @patch
 def enter(self:Session):
