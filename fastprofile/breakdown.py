@@ -13,7 +13,8 @@ from fastai.basics import *
 from fastai.callback.core import _events
 import fastai.data.load as _load
 from fasttransform import Pipeline
-from .callback import starts_a_fit
+from .patches import Patches
+from .session import ProbeCallback
 from .checks import check_bool
 from .costs import event_methods, stand_in, _phase
 from .prefetch import StagedLoader
@@ -36,9 +37,11 @@ class TimedPipeline(Pipeline):
         clock=time.perf_counter, # Wall clock, in seconds (`draw_clock` for a loader on a GPU)
         device=None, # Copy each batch to this device first: the loader's `device`, whose own copy `on()` switches off
         loader=None, # The fastai `DataLoader` whose `after_batch` this is; None for a pipeline used on its own
+        patches:Patches|None=None, # The undo stack its stand-in goes through (a session's); default: one of its own
     ):
         self.pipe,self.sink,self.clock,self.device,self.loader = pipe,sink,clock,device,loader
-        self._split,self._saved,self._key,self._names = None,None,None,[]
+        self.patches = patches if patches is not None else Patches()
+        self._split,self._on,self._key,self._names = None,None,None,[]
 
     # A `Pipeline` to fastai: `TfmdDL.before_iter` sets `split_idx` on the loader's pipelines (train-only
     # transforms need it), and `dl.new()` takes its transforms; both reach the wrapped pipeline.
@@ -53,7 +56,7 @@ class TimedPipeline(Pipeline):
         if isinstance(self.pipe, Pipeline): self.pipe.split_idx = v
         else: self._split = v
     def __getattr__(self, k):
-        if k.startswith('__') or k in ('pipe','sink','clock','device','loader','_split','_saved','_key','_names'): raise AttributeError(k)
+        if k.startswith('__') or k in ('pipe','sink','clock','device','loader','patches','_split','_on','_key','_names'): raise AttributeError(k)
         return getattr(self.pipe, k)
     def __reduce__(self): return (_same, (self.pipe,))  # pickled (a loader sent to a worker): the wrapped pipeline
     def __repr__(self): return f"Timed{self.pipe!r}" if isinstance(self.pipe, Pipeline) else f"TimedPipeline({self.pipe!r})"
@@ -88,21 +91,15 @@ def names(self:TimedPipeline) -> list:
 @patch
 def on(self:TimedPipeline):
     "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
-    if self.loader is None or self._saved is not None: return
-    d = self.loader.__dict__
-    self._saved = {k:d[k] for k in _SWITCHED if k in d}
-    d['after_batch'] = self
-    if self.device is not None: d['_device'] = None
+    if self.loader is None or self._on is not None: return
+    ps = self.patches
+    self._on = [ps.set(self.loader, 'after_batch', self)] + ([ps.set(self.loader, '_device', None)] if self.device is not None else [])
 
 @patch
 def off(self:TimedPipeline):
     "Put the loader's `after_batch` and copy back as they were"
-    saved,self._saved = self._saved,None
-    if saved is None: return
-    d = self.loader.__dict__
-    for k in _SWITCHED:
-        if k in saved: d[k] = saved[k]
-        else: d.pop(k, None)
+    on,self._on = self._on,None
+    for p in reversed(on or []): self.patches.undo(p)
 
 # %% ../nbs/08_breakdown.ipynb #8e2e2869
 def draw_clock(device=None):
@@ -125,7 +122,7 @@ def _loaders(dl) -> list:
     return out
 
 # %% ../nbs/08_breakdown.ipynb #2a3a5b3e
-class BreakdownCallback(Callback):
+class BreakdownCallback(ProbeCallback):
     "Split `draw` into loader wait, device copy and each batch transform; time every callback and metric per event"
     # Last but one at every event: after every callback it times at `before_draw`, just before the profiler's
     # `SimpleProfilerPostCallback` (1000) marks the start of the draw
@@ -137,25 +134,38 @@ class BreakdownCallback(Callback):
     ):
         check_bool('callbacks', callbacks); check_bool('draw', draw)
         store_attr()
-        self._wrapped,self._phases,self.active,self._contexts,self._draw_start,self._stack = [],[],False,[],None,[]
+        self._wrapped,self._phases,self.active,self._draw_start,self._stack,self._patches,self._phase = [],[],False,None,[],None,None
         self.result = Breakdown()  # what every fit this callback sees adds up to
 
-    # ---- set up and tear down ----
-    def before_fit(self):
-        "Time the fits this callback sees (`validate`, `get_preds`, `lr_find`, or a `validate()` inside a fit: not a fit)"
-        fit = not self.active and starts_a_fit(self.learn)
-        self._contexts.append(fit)
-        if not fit: return
-        self._unwrap_all()  # leftovers of a fit that crashed (fastai fires no `after_fit` then)
-        self.active = True
-        self._stack[:],self._draw_start,self._parts = [],None,{}
-        if self.callbacks: self._wrap_callbacks()
+    # ---- fastai's fit and phase events: only when added by hand (a session tells the probe otherwise) ----
+    def before_fit(self): self.hand_fit_starts()
+    def after_fit(self): self.hand_fit_ends()
+    def before_train(self): self.hand_phase_starts('train')
+    def before_validate(self): self.hand_phase_starts('valid')
+    def after_train(self): self.hand_phase_ends()
+    def after_validate(self): self.hand_phase_ends()
 
-    def _wrap_callbacks(self):
-        "Shadow each callback's event methods and each metric's `accumulate` with timed stand-ins"
-        for obj,attr,name in event_methods(self.learn, _events):
-            t = stand_in(obj, attr, name, self._cost, self._stack)
-            if t is not None: self._wrapped.append(t.install())
+    # ---- the probe ----
+    def stage(self, s):
+        "A fit of the call starts: shadow each callback's event methods and each metric's `accumulate` with timed stand-ins"
+        self._patches,self.active = s.patches,True
+        self._stack[:],self._draw_start,self._parts = [],None,{}
+        if self.callbacks:
+            self._wrapped = [s.patches.set(t.obj, t.attr, t) for obj,attr,name in event_methods(self.learn, _events)
+                             if (t := stand_in(obj, attr, name, self._cost, self._stack)) is not None]
+    def phase(self, s):
+        "A phase starts: the pipelines that split its draws"
+        self._phase = s.phase
+        if self.draw: self._phases.append(self._pipelines())
+    def end_phase(self, s): self._end_phase()
+    def pause(self, s): self.active = False  # a `validate()` from a callback: not part of the fit's numbers
+    def resume(self, s): self.active = True
+    def end_stage(self, s):
+        "The fit ends: the stand-ins come off"
+        while self._phases: self._end_phase()
+        for p in self._wrapped: s.patches.undo(p)
+        self._wrapped,self.active = [],False
+    def contribute(self, facts): facts.breakdown = self.result
 
     def _cost(self, name, event, dt):
         "A stand-in's exclusive time, charged to the phase it ran in"
@@ -163,22 +173,6 @@ class BreakdownCallback(Callback):
         if not self.active or learn is None: return  # left behind by a crash or a removal
         phase = _phase(learn, event) if event != 'accumulate' else ('train' if learn.training else 'valid')
         self.result._add_cost(phase, name, event, dt)
-
-    def restore(self):
-        "Take off every stand-in this callback installed (also after a fit that ended by an exception)"
-        self._unwrap_all()
-        self.active,self._contexts = False,[]
-
-    def _unwrap_all(self):
-        for t in self._wrapped: t.remove()
-        self._wrapped = []
-        while self._phases: self._end_phase()
-
-    def after_fit(self):
-        "Restore everything at the end of a fit this callback timed"
-        if not (self._contexts and self._contexts.pop()): return
-        self._unwrap_all()
-        self.active = False
 
 # %% ../nbs/08_breakdown.ipynb #a17455cb
 @patch
@@ -188,39 +182,15 @@ def _pipelines(self:BreakdownCallback) -> list:
     for i,dl in enumerate(_loaders(self.learn.dl)):
         ab,dev = dl.after_batch,(dl.device if i == 0 else None)
         if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
-        out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dl.device), device=dev, loader=dl))
+        out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dl.device), device=dev, loader=dl, patches=self._patches))
     return out
 
 @patch
-def _start_phase(self:BreakdownCallback):
-    "Make the pipelines of a phase that starts (in a fit this callback times, with `draw`)"
-    if self.active and self.draw: self._phases.append(self._pipelines())
-
-@patch
 def _end_phase(self:BreakdownCallback):
-    "Put the loaders of the innermost phase back (a `validate()` inside a training batch is a phase inside a phase)"
+    "Put the loaders of the phase back"
     if not self._phases: return
     for tp in self._phases.pop(): tp.off()
-
-@patch
-def before_train(self:BreakdownCallback):
-    "A training phase starts"
-    self._start_phase()
-
-@patch
-def before_validate(self:BreakdownCallback):
-    "A validation phase starts"
-    self._start_phase()
-
-@patch
-def after_train(self:BreakdownCallback):
-    "The training phase ends"
-    self._end_phase()
-
-@patch
-def after_validate(self:BreakdownCallback):
-    "The validation phase ends"
-    self._end_phase()
+    self._phase = None
 
 # %% ../nbs/08_breakdown.ipynb #e2ee73da
 @patch
@@ -244,11 +214,12 @@ def before_batch(self:BreakdownCallback):
     if not self.active: return
     if self._phases:  # a pipeline that did not run (the loader's `after_batch` was not called) comes off here
         for tp in self._phases[-1]: tp.off()
-    self.result._count_batch('train' if self.training else 'valid')
+    phase = self._phase or ('train' if self.training else 'valid')
+    self.result._count_batch(phase)
     if not self.draw or self._draw_start is None: return
     now = time.perf_counter()
     wait = (self._first if self._first is not None else now) - self._draw_start
-    self.result._add_draw('train' if self.training else 'valid', wait, self._parts)
+    self.result._add_draw(phase, wait, self._parts)
     self._draw_start = None
 
 # %% ../nbs/08_breakdown.ipynb #dfe43dd1

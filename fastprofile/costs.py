@@ -12,7 +12,7 @@ import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
 from .checks import check_bool, check_int
-from .loads import LoadTimer
+from .core import Probe, Facts
 from .report import fmt_time
 
 # %% auto #0
@@ -38,18 +38,6 @@ class _Timed:
             child = stack.pop()
             if stack: stack[-1] += dt
             self.sink(self.name, self.event, dt - child)
-
-    def install(self):
-        "Stand in for `obj.attr` (an instance attribute); returns self"
-        self.obj.__dict__[self.attr] = self
-        return self
-
-    def remove(self):
-        "Put back what `obj.attr` was, unless something else took the stand-in's place meanwhile"
-        d = self.obj.__dict__
-        if d.get(self.attr) is not self: return
-        if self.prev is _MISSING: del d[self.attr]
-        else: d[self.attr] = self.prev
 
     def __reduce__(self): return (getattr, (self.obj, self.attr))  # pickled with its callback: the plain method
     def __repr__(self): return f"<timed {self.name}.{self.event}>"
@@ -129,39 +117,40 @@ class SampledCosts:
     def __repr__(self): return '\n'.join(self.lines()) or 'SampledCosts (empty)'
 
 # %% ../nbs/08a_costs.ipynb #5ad0c013
-class CostSampler:
-    "For `Profile(on_batch=...)`: times every callback's batch events and metric's `accumulate` on sampled batches, events between batches always, and the loaders' batches where they are built"
+class CostSampler(Probe):
+    "A probe (and `Profile(on_batch=...)`): times every callback's batch events and metric's `accumulate` on sampled batches, and every event between batches"
     def __init__(self,
         learn, # The `Learner` whose callbacks and metrics are timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up; at least 1)
         first:int=3, # Batches sampled right after the warm-up, in each train and valid phase
         every:int=32, # Then every `every`-th batch of the phase
-        callbacks:bool=True, # Sample the callbacks' costs (False: time the loaders only, e.g. beside a `BreakdownCallback`)
     ):
-        check_int('warmup', warmup, 0); check_int('first', first, 0); check_int('every', every, 1); check_bool('callbacks', callbacks)
+        check_int('warmup', warmup, 0); check_int('first', first, 0); check_int('every', every, 1)
         # `_learn`, not `learn`: fastai's WandbCallback logs the `__init__` arguments an object holds, recursively (the Profile holds this)
-        self._learn,self.first,self.every,self.callbacks,self._w = learn,first,every,callbacks,max(warmup, 1)
-        self.loads = LoadTimer(learn)
-        self._stack,self._armed,self._epoch,self._seen = [],[],[],set()
-        self._plan,self._plan_key = [],None
-        self.reset()
+        self._learn,self.first,self.every,self._w = learn,first,every,max(warmup, 1)
+        self._stack,self._armed,self._patches,self._plan,self._plan_key = [],[],None,[],None
+        self.costs,self._sample,self._target,self._next,self._seen = SampledCosts(),{},None,self._w,set()
 
-    def reset(self):
-        "Start a new profiled call: nothing sampled yet"
-        self.costs = SampledCosts()
-        self._sample,self._target,self._last,self._next = {},None,-1,self._w
-        self.loads.reset()
+    def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every})"
+    def __getstate__(self): return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None}  # pickled with the learner
 
-    def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every}, callbacks={self.callbacks})"
-    def arm(self): self.loads.arm()
-
-    def loading(self) -> dict: return self.loads.result()
+    # ---- the probe ----
+    def start(self, s):
+        "A call starts: nothing sampled yet; stand-ins go through the session's undo stack"
+        self.costs,self._sample,self._target,self._seen = SampledCosts(),{},None,set()
+        self._patches,self._plan,self._plan_key,self._armed = s.patches,[],None,[]
+    def phase(self, s):
+        "A phase starts: its first batches after the warm-up are sampled"
+        self._drop(); self._next = self._w
+    def end_phase(self, s): self._drop()
+    def pause(self, s): self._drop()  # what runs nested (a `validate()` from a callback) is not the sampled batch
+    def end(self, s): self._drop()
+    def contribute(self, facts:Facts): facts.callback_costs = self.costs
 
     # ---- after every recorded batch: a counter check, unless this batch was sampled or the next one is ----
     def __call__(self):
         i = self._learn.iter
-        if i + 1 >= self._next or i <= self._last or self._target is not None: self._step(i)
-        else: self._last = i
+        if i + 1 >= self._next or self._target is not None: self._step(i)
 
 # %% ../nbs/08a_costs.ipynb #2ac3a70e
 @patch
@@ -174,28 +163,29 @@ def _after(self:CostSampler, j:int) -> int:
 @patch
 def _step(self:CostSampler, i:int):
     "After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled"
-    learn = self._learn
     if self._target is not None: self._end(i)
-    if i <= self._last: self._next = self._w  # a new phase
-    self._last = i
     j = i + 1
     if j < self._next: return
     self._next = self._after(j)
-    if j < getattr(learn, 'n_iter', j + 1): self._begin(j)
+    if j < getattr(self._learn, 'n_iter', j + 1): self._begin(j)
 
 @patch
 def _begin(self:CostSampler, j:int):
     "Install the stand-ins for batch `j` of this phase"
     self._target,self._sample = (self._learn.training, j),{}
-    self._armed = [t.install() for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
+    self._armed = [self._patches.set(t.obj, t.attr, t) for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
+
+@patch
+def _drop(self:CostSampler):
+    "Take the stand-ins of a sampled batch off"
+    for p in self._armed: self._patches.undo(p)
+    self._armed,self._target = [],None
 
 @patch
 def _end(self:CostSampler, i:int):
     "Take the stand-ins off; keep the sample if batch `i` is the one they were for"
-    for t in self._armed: t.remove()
-    self._armed = []
     training,j = self._target
-    self._target = None
+    self._drop()
     if i == j and self._learn.training == training: self.costs._add_sample('train' if training else 'valid', self._sample)
 
 # %% ../nbs/08a_costs.ipynb #da0cd459
@@ -208,10 +198,10 @@ def _batch_plan(self:CostSampler) -> list:
     if key != self._plan_key:
         self._plan = [t for obj,attr,name in event_methods(learn, BATCH_EVENTS)
                       if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
-        for obj,attr,name in event_methods(learn, EPOCH_EVENTS):  # between batches: on until `restore`
+        for obj,attr,name in event_methods(learn, EPOCH_EVENTS):  # between batches: on until the call ends
             if (id(obj), attr) in self._seen or attr == 'accumulate': continue
             t = stand_in(obj, attr, name, self.costs_epoch, self._stack)
-            if t is not None: self._epoch.append(t.install()); self._seen.add((id(obj), attr))
+            if t is not None: self._patches.set(obj, attr, t); self._seen.add((id(obj), attr))
         self._plan_key = key
     return self._plan
 
@@ -225,10 +215,3 @@ def _add(self:CostSampler, name, event, dt):
 def costs_epoch(self:CostSampler, name, event, dt):
     "An event between batches: its time, added to the costs"
     self.costs._add_epoch(name, event, dt)
-
-@patch
-def restore(self:CostSampler):
-    "Take off everything: the stand-ins of a sampled batch, those between batches, the loaders' timing"
-    for t in self._armed + self._epoch: t.remove()
-    self._armed,self._epoch,self._seen,self._plan,self._plan_key,self._target = [],[],set(),[],None,None
-    self.loads.restore()

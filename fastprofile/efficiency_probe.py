@@ -10,7 +10,7 @@ import time, warnings
 from fastai.basics import *
 from .checks import check_int, check_bool, check_number
 from .core import Facts, guarded, strict_mode
-from .callback import starts_a_fit, train_device
+from .session import ProbeCallback, train_device
 from .flops import FlopCount, is_compiled, prepare_flop_counter
 from .efficiency import Efficiency, StageFlops, rss_bytes, maxrss_bytes, mem_available
 
@@ -18,7 +18,7 @@ from .efficiency import Efficiency, StageFlops, rss_bytes, maxrss_bytes, mem_ava
 __all__ = ['EfficiencyCallback']
 
 # %% ../nbs/16a_efficiency_probe.ipynb #cb6d0f30
-class EfficiencyCallback(Callback):
+class EfficiencyCallback(ProbeCallback):
     "Count FLOPs per sample on the warm-up batches; sample peak memory per phase (CUDA) and the process's resident memory"
     order,remove_on_fetch = 990,True  # between the pair (-1000, 1000): its work lands in a batch's `other`
     def __init__(self,
@@ -34,12 +34,13 @@ class EfficiencyCallback(Callback):
         if count_flops:  # the counter's one-time set-up, now rather than inside a batch; it fails here if it cannot run
             try: self.result.setup_seconds = prepare_flop_counter()
             except Exception as e: self.result.failure = f"counting failed: the FLOP counter could not start ({type(e).__name__}: {e})"
-        self._stack,self._stage,self._counter,self._shadowed,self._mem = [],None,None,None,None
+        self._stage,self._counter,self._shadowed,self._mem,self._patches,self._paused = None,None,None,None,None,None
         self._phase,self._batches,self._reads,self._compiled = None,0,{},False
-        self._handlers = self._idle = {'before_fit': self._before_fit}
-        self._nested = {'before_fit': self._before_fit, 'after_fit': self._after_fit}
-        self._per_phase = dict(self._nested, before_train=self._before_train, before_validate=self._before_validate,
-                               after_train=self._after_phase, after_validate=self._after_phase)
+        # fastai's fit and phase events go to a session of its own, when added by hand (a session tells the probe otherwise)
+        self._handlers = self._idle = {'before_fit': self.hand_fit_starts, 'after_fit': self.hand_fit_ends}
+        self._per_phase = dict(self._idle, before_train=lambda: self.hand_phase_starts('train'),
+                               before_validate=lambda: self.hand_phase_starts('valid'), after_train=self.hand_phase_ends,
+                               after_validate=self.hand_phase_ends)
         self._per_batch = dict(self._per_phase, before_batch=self._before_batch, after_pred=self._after_pred,
                                before_backward=self._before_backward, after_backward=self._after_backward,
                                before_step=self._before_step, after_step=self._after_step, after_batch=self._after_batch)
@@ -51,15 +52,9 @@ class EfficiencyCallback(Callback):
 
 # %% ../nbs/16a_efficiency_probe.ipynb #92068b5d
 @patch
-def _before_fit(self:EfficiencyCallback):
-    "A fit starts a stage (what a fit that crashed left behind is dropped); `validate`, `get_preds`, `lr_find` are nested: ignored"
-    if not starts_a_fit(self.learn):
-        self._stack.append((False, self._handlers, self._shadowed is not None))
-        self._unshadow()  # its batches are not the phase's first: counted later
-        self._handlers = self._nested
-        return
-    self.restore()
-    self._stack = [(True, self._idle, False)]
+def stage(self:EfficiencyCallback, s):
+    "A fit of the call starts: a `StageFlops` for it; the device and the memory readers at the call's first fit"
+    self._patches = s.patches
     r,dev = self.result,train_device(self.learn)
     if r.device is None:  # the call's first fit
         r.device = str(dev)
@@ -76,20 +71,26 @@ def _before_fit(self:EfficiencyCallback):
     self._handlers = self._per_phase
 
 @patch
-def _after_fit(self:EfficiencyCallback):
-    "A fit or a nested context ends: the stage ends, or the outer context's table comes back"
-    if not self._stack: return
-    stage,prev,reshadow = self._stack.pop()
-    if stage: self._end_stage()
-    self._handlers = prev
+def pause(self:EfficiencyCallback, s):
+    "Something nested runs (a `validate()` from a callback): its batches are not the phase's first; count later"
+    self._paused = (self._handlers, self._shadowed is not None)
+    self._unshadow()
+    self._handlers = self._idle
+
+@patch
+def resume(self:EfficiencyCallback, s):
+    "The fit goes on: the table as it was, the shadow back if the counted batch is still to come"
+    if self._paused is None: return
+    self._handlers,reshadow = self._paused
+    self._paused = None
     if reshadow: self._shadow(self._phase)
 
 @patch
-def _end_stage(self:EfficiencyCallback):
-    "Take the shadow off and keep the stage's training batches (its weight)"
+def end_stage(self:EfficiencyCallback, s):
+    "The fit ends: take the shadow off and keep the stage's training batches (its weight)"
     self._unshadow()
     if self._stage is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
-    self._stage = None
+    self._stage,self._handlers = None,self._idle
 
 # %% ../nbs/16a_efficiency_probe.ipynb #62ee3609
 @patch
@@ -110,13 +111,10 @@ def _start_phase(self:EfficiencyCallback, phase):
     self._handlers = self._per_batch if (count or mem) else self._per_phase
 
 @patch
-def _before_train(self:EfficiencyCallback): self._start_phase('train')
+def phase(self:EfficiencyCallback, s): self._start_phase(s.phase)
 
 @patch
-def _before_validate(self:EfficiencyCallback): self._start_phase('valid')
-
-@patch
-def _after_phase(self:EfficiencyCallback):
+def end_phase(self:EfficiencyCallback, s):
     "End of a phase: take the shadow off, read the resident memory"
     self._unshadow()
     self._handlers = self._per_phase
@@ -127,8 +125,7 @@ def _after_phase(self:EfficiencyCallback):
 @patch
 def _shadow(self:EfficiencyCallback, phase):
     "Run the next batch (only) inside a `FlopCount`"
-    learn,d = self.learn,self.learn.__dict__
-    self._shadowed = (d['_do_one_batch'],) if '_do_one_batch' in d else ()
+    learn = self.learn
     run = learn._do_one_batch  # the learner's own (or what another library put there)
     def counted():
         self._unshadow()
@@ -141,15 +138,13 @@ def _shadow(self:EfficiencyCallback, phase):
             if fc is not None: fc.stop()
             self._counter = None
             if fc is not None: guarded('recording the FLOP count', self._record, phase, fc, time.perf_counter() - t0)
-    d['_do_one_batch'] = counted
+    self._shadowed = self._patches.set(learn, '_do_one_batch', counted)
 
 @patch
 def _unshadow(self:EfficiencyCallback):
     "Put the learner's `_do_one_batch` back as it was"
     if self._shadowed is None: return
-    d = self.learn.__dict__ if self.learn is not None else {}
-    if self._shadowed: d['_do_one_batch'] = self._shadowed[0]
-    else: d.pop('_do_one_batch', None)
+    self._patches.undo(self._shadowed)
     self._shadowed = None
 
 @patch
@@ -256,17 +251,13 @@ def _after_batch(self:EfficiencyCallback):
 
 # %% ../nbs/16a_efficiency_probe.ipynb #5e08b98d
 @patch
-def restore(self:EfficiencyCallback):
-    "Stop counting and take the shadow off (also after a fit that ended by an exception)"
+def end(self:EfficiencyCallback, s):
+    "The call ends, however: stop counting, close the call's numbers (the process's memory, the device's)"
     if self._counter is not None: self._counter.stop(); self._counter = None
     self._unshadow()
-    self._handlers,self._stack = self._idle,[]
-
-@patch
-def add_facts(self:EfficiencyCallback, facts:Facts) -> Facts:
-    "Close the call's numbers and put them into `facts`: FLOPs per sample per results row, and the `Efficiency` (`extra['efficiency']`)"
+    self._handlers,self._paused = self._idle,None
     if self._stage is not None and self.learn is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
-    self.restore()
+    self._stage = None
     r = self.result
     if self._compiled and r.failure is None and not any(x.forward is not None for x in r.stages):
         r.failure = ("not counted: the model is compiled (`torch.compile`), so its FLOPs are counted in the first batch of a "
@@ -276,6 +267,14 @@ def add_facts(self:EfficiencyCallback, facts:Facts) -> Facts:
         info = self._mem_call(self._mem.mem_get_info, self._dev)
         held = self._mem_call(self._mem.memory_reserved, self._dev) if self._mem is not None else None
         if info is not None and held is not None: r.device_usable,r.device_total = int(info[0]) + int(held),int(info[1])
-    facts.flops = r.row_flops()
-    facts.extra['efficiency'] = r
-    return facts
+
+@patch
+def start(self:EfficiencyCallback, s):
+    "The call starts: its `Efficiency` is in the session's facts from now on (a sink reads FLOPs per sample while training)"
+    s.facts.efficiency = self.result
+
+@patch
+def contribute(self:EfficiencyCallback, facts:Facts):
+    "FLOPs per sample per results row (the `FLOP/s` column) and the `Efficiency` into the call's `Facts`"
+    facts.flops,facts.efficiency = self.result.row_flops(),self.result
+

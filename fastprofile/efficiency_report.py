@@ -13,7 +13,6 @@ from .report import Section, fmt_time, fmt_pct
 from .diagnosis import diagnose, diagnosis_section
 from .flops import peak_flops_for
 from .efficiency import Efficiency, fmt_flops, fmt_mem
-from .efficiency_probe import EfficiencyCallback
 
 # %% auto #0
 __all__ = ['LOW_MFU', 'efficiency_summary', 'efficiency_advice', 'efficiency_lines', 'efficiency_fix',
@@ -24,7 +23,7 @@ LOW_MFU = .3  # below this a compute-bound GPU run leaves most of the device idl
 
 def _efficiency(result) -> Efficiency|None:
     f = getattr(result, 'facts', None)
-    return None if f is None else f.extra.get('efficiency')
+    return None if f is None else f.efficiency
 
 def _row(results, p, a, s, col='FLOP/s'):
     if col not in results: return None
@@ -173,18 +172,14 @@ def efficiency_section(result:ProfileResult,
     return Section('Efficiency', efficiency_lines(result, advice=advice), efficiency_summary(result))
 
 # %% ../nbs/16b_efficiency_report.ipynb #61ce0e33
-def _callback(learn) -> EfficiencyCallback|None:
-    return first(cb for cb in getattr(learn, 'cbs', []) if isinstance(cb, EfficiencyCallback))
-
-def efficiency_scalars(learn, rates:dict) -> dict:
-    "FLOP/s of the training forward, backward and batch (and MFU) from a sink's rolling samples/second `rates`; {} before counting"
-    cb = _callback(learn)
-    if cb is None or cb.result.failure is not None: return {}
-    st = next((s for s in reversed(cb.result.stages) if s.forward is not None), None)
+def efficiency_scalars(eff:Efficiency|None, rates:dict) -> dict:
+    "FLOP/s of the training forward, backward and batch (and MFU) from a sink's rolling samples/second `rates` and the call's `Efficiency` so far; {} before counting"
+    if eff is None or eff.failure is not None: return {}
+    st = next((s for s in reversed(eff.stages) if s.forward is not None), None)
     if st is None: return {}
     out = {f'flops_per_second/train_{a}': n*rates[a] for a,n in (('forward',st.forward),('backward',st.backward),('batch',st.train))
            if n is not None and a in rates}
-    peak = cb.result.peak()[0]
+    peak = eff.peak()[0]
     if peak and 'flops_per_second/train_batch' in out: out['mfu/train_batch'] = out['flops_per_second/train_batch']/peak
     return out
 

@@ -15,6 +15,7 @@ from .gpu_timing import resolve_timing
 from .session import Session, train_device
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
 from .costs import CostSampler
+from .loads import LoadTimer
 from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
 from .efficiency_probe import EfficiencyCallback
@@ -94,29 +95,6 @@ def _n_train_batches(learn) -> int|None:
 
 
 
-# %% ../nbs/17_learner.ipynb #51b2a038
-class _Sampled(Probe):
-    "The `CostSampler` as a probe: a fresh sample and the loaders timed for each call"
-    def __init__(self, sampler): self.sampler = sampler
-    def start(self, s):
-        self.sampler.reset(); self.sampler.arm()
-        s.patches.call(self.sampler.restore)
-    def contribute(self, facts:Facts):
-        sm = self.sampler
-        facts.callback_costs,facts.loading = (sm.costs if sm.callbacks else None),sm.loading()
-
-class _Broken(Probe):
-    "The `BreakdownCallback` as a probe: its result in the facts, its stand-ins taken off on every exit"
-    def __init__(self, bd): self.bd = bd
-    def start(self, s): s.patches.call(self.bd.restore)
-    def contribute(self, facts:Facts): facts.breakdown = self.bd.result
-
-class _Counted(Probe):
-    "The `EfficiencyCallback` as a probe: its numbers in the facts, its shadow taken off on every exit"
-    def __init__(self, eff): self.eff = eff
-    def start(self, s): s.patches.call(self.eff.restore)
-    def contribute(self, facts:Facts): self.eff.add_facts(facts)
-
 # %% ../nbs/17_learner.ipynb #4d2cc3f0
 _OPTION_NAMES = [f.name for f in ProfileOptions.__dataclass_fields__.values()]
 
@@ -154,15 +132,15 @@ def session_for(learn,
     return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops)
 
 def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops) -> Session:
-    "The session and its probes, in the order they start: the pair's first callback, the loaders, callbacks, breakdown, efficiency, facts, sinks, the pair's last"
+    "The session and its probes, in the order they start: the pair's first callback, the loaders, the callbacks (or the breakdown), efficiency, facts, sinks, the pair's last"
     bd = BreakdownCallback() if breakdown else None
-    sampler = CostSampler(learn, warmup=opts.warmup, callbacks=not breakdown)  # the breakdown times every callback itself
+    sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
-                   gather_timeout), csv_path=csv_path, on_batch=None if breakdown else sampler)
+                   gather_timeout), csv_path=csv_path, on_batch=sampler)
     if efficiency == 'auto': efficiency = peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
     eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
-    probes = [pre, _Sampled(sampler), *([_Broken(bd)] if bd else []), *([_Counted(eff)] if eff else []), LearnerFacts(learn), *prof.sinks, post]
+    probes = [pre, LoadTimer(learn), *[p for p in (sampler, bd, eff) if p is not None], LearnerFacts(learn), *prof.sinks, post]
     return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff) if c])
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da

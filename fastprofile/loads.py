@@ -11,7 +11,7 @@ from enum import IntEnum
 import numpy as np
 from fastai.basics import *
 import fastai.data.load as _load
-from .core import LoadTime
+from .core import LoadTime, Probe
 
 # %% auto #0
 __all__ = ['LoadField', 'LoadTimer']
@@ -129,42 +129,29 @@ def _timed_create_batches(dl, samps):
 _timed_create_batches.__name__ = 'create_batches'  # a bound method pickles as `getattr(dl, 'create_batches')`: the plain one
 
 # %% ../nbs/08b_loads.ipynb #4214b551
-class LoadTimer:
-    "Time each batch of the learner's training and validation loaders where it is built: in its worker process, or inline"
-    def __init__(self, learn): self.learn,self.timed = learn,{}  # phase -> (loader, `_LoadTimes`, what `create_batches` was on it)
+class LoadTimer(Probe):
+    "A probe: time each batch of the learner's training and validation loaders where it is built, in its worker process or inline"
+    def __init__(self, learn): self.learn,self.timed = learn,{}  # phase -> (loader, `_LoadTimes`)
     def __getstate__(self): return {'learn':self.learn, 'timed':{}}  # pickled with the learner (`learn.export()`): not its loaders
 
-    def arm(self):
-        "Shadow `create_batches` on the fit's fastai loaders (before their workers start)"
-        dls = getattr(self.learn, 'dls', None)
+    def start(self, s):
+        "The call starts: shadow `create_batches` on the learner's fastai loaders (before their workers start), through the session's `patches`"
+        dls,self.timed = getattr(self.learn, 'dls', None),{}
         for p,i in (('train',0),('valid',1)):
             try: dl = dls[i]
             except Exception: continue
             if not isinstance(dl, _load.DataLoader) or _LOAD_KEY in dl.__dict__: continue
             prev = dl.__dict__.get('create_batches', _MISSING)
             lt = _LoadTimes(prev if prev is not _MISSING else None)
-            dl.__dict__[_LOAD_KEY],dl.__dict__['create_batches'] = lt,types.MethodType(_timed_create_batches, dl)
-            self.timed[p] = (dl, lt, prev)
+            s.patches.set(dl, _LOAD_KEY, lt); s.patches.set(dl, 'create_batches', types.MethodType(_timed_create_batches, dl))
+            self.timed[p] = (dl, lt)
 
-    def reset(self):
-        "Forget what was timed so far (a new profiled call starts)"
-        for _,lt,_ in self.timed.values(): lt.reset()
-
-    def restore(self):
-        "Put each loader's `create_batches` back as it was"
-        for dl,lt,prev in self.timed.values():
-            d = dl.__dict__
-            if d.get(_LOAD_KEY) is lt: del d[_LOAD_KEY]
-            cb = d.get('create_batches')
-            if isinstance(cb, types.MethodType) and cb.__func__ is _timed_create_batches and cb.__self__ is dl:
-                if prev is _MISSING: del d['create_batches']
-                else: d['create_batches'] = prev
-        self.timed = {}
+    def contribute(self, facts): facts.loading = self.result()
 
     def result(self) -> dict:
         "phase -> `LoadTime`: mean build time per batch, where the loader builds its batches now"
         out = {}
-        for p,(dl,lt,_) in self.timed.items():
+        for p,(dl,lt) in self.timed.items():
             try: w = int(dl.fake_l.num_workers)
             except Exception: continue
             s,c,n,sent,got = lt.totals(workers=w > 0)

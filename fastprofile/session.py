@@ -6,14 +6,14 @@ Docs: https://fastprofile.github.io/fastprofile/session.html.md"""
 
 # %% ../nbs/06a_session.ipynb #3df8b96b
 from __future__ import annotations
-import sys, warnings
+import sys, warnings, weakref
 from fastai.basics import *
 from .checks import check_items
 from .patches import Patches
 from .core import Profile, ProfileOptions, Facts, Probe, strict_mode
 
 # %% auto #0
-__all__ = ['starts_a_fit', 'train_device', 'training_methods', 'Session']
+__all__ = ['starts_a_fit', 'train_device', 'training_methods', 'Session', 'ProbeCallback']
 
 # %% ../nbs/06a_session.ipynb #1336515b
 def starts_a_fit(learn) -> bool:
@@ -159,6 +159,7 @@ def fit_starts(self:Session) -> bool:
     if not self.active:
         self.active,self.exc,self.stage,self.phase,self._interrupt = True,None,-1,None,None
         self.facts = Facts()
+        _ACTIVE[learn] = self
         self._tell('start')
     self.contexts.append('stage')
     self.stage += 1
@@ -242,9 +243,38 @@ def _end(self:Session, exc:BaseException|None):
         if res is not None: self._ending(self._keep, res)
     finally:
         self.active = False
+        if _ACTIVE.get(self.learn) is self: del _ACTIVE[self.learn]
         self.disarm()
     if res is not None and exc is None and self._interrupt is None: self.profile.output(res, main)
     held,self._interrupt = self._interrupt,None
     if held is None: return
     if exc is None: raise held
     warnings.warn(f"fastprofile: ending the call also raised {type(held).__name__}: {held}")  # the call's own exception goes on
+
+# %% ../nbs/06a_session.ipynb #f15d4224
+_ACTIVE = weakref.WeakKeyDictionary()  # learner -> the session whose call is running on it
+
+class ProbeCallback(Callback, Probe):
+    "A fastai `Callback` that is also a `Probe`: a session drives it; added to a learner by hand, it drives itself with a session of its own (each fit a call)"
+    _own = None
+    def _hand(self, start:bool=False) -> Session|None:
+        "Its own session when no other drives this callback (made at a fit's start, with `start`); None when driven"
+        s = _ACTIVE.get(self.learn)
+        if s is not None and s is not self._own and self in s.probes: return None
+        if start and (self._own is None or self._own.learn is not self.learn):
+            self._own = Session(self.learn, Profile(ProfileOptions(show_report=False)), [self])
+        return self._own
+
+    # fastai's events, forwarded only to a session of its own
+    def hand_fit_starts(self):
+        s = self._hand(start=True)
+        if s is not None: s.fit_starts()
+    def hand_fit_ends(self):
+        s = self._hand()
+        if s is not None: s.fit_ends()
+    def hand_phase_starts(self, phase:str):
+        s = self._hand()
+        if s is not None: s.phase_starts(phase)
+    def hand_phase_ends(self):
+        s = self._hand()
+        if s is not None: s.phase_ends()
