@@ -9,6 +9,7 @@ from fastai.callback.all import *
 from fastai.test_utils import synth_learner, synth_dbunch, RegModel
 from fastprofile.all import *
 from fastprofile.session import Session, _ProfiledMethod
+from fastprofile.prefetch import LoggingOps
 from fastprofile.testing import FakeClock, drive_record
 import fastprofile.callback as fcb
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np, pytest
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
+from fastprofile.report import col_label
 
 CHROMIUM = next((c for c in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(c)), None)
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason='needs chromium (apt-get install chromium)')
