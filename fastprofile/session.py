@@ -66,7 +66,7 @@ class Session:
         self.active = False  # the call has begun (its first fit started) and not ended
         self.armed = False
         self.phase,self.stage,self.exc,self.facts,self.result = None,-1,None,None,None
-        self._arm_mark,self._interrupt = 0,None
+        self._interrupt = None
         profile.session = self
 
     def __reduce__(self): return (_no_session, ())  # pickled (`learn.export()` while armed): a live call has no copy
@@ -107,7 +107,7 @@ def arm(self:Session):
     for n in training_methods(learn): self.patches.set(learn, n, _ProfiledMethod(self, n))
     learn.add_cbs(self.cbs)
     self.patches.call(lambda: learn.remove_cbs([cb for cb in self.cbs if cb in learn.cbs]))
-    self.armed,self._arm_mark = True,self.patches.mark()
+    self.armed = True
 
 @patch
 def disarm(self:Session):
