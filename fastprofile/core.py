@@ -178,6 +178,15 @@ def _prefetch_note(facts) -> str|None:
     per = ', '.join(f"{fmt_time(v.seconds/v.batches)} per {p} batch" for p,v in staged.items())
     return f"CudaPrefetchCallback was active: the next batch is drawn inside the current one, so its wait shows in the batch's `other` ({per})."
 
+def _about_note(result) -> str|None:
+    "Where a profile loaded from a file ran, and with what"
+    a = getattr(result, 'about', None)
+    if not a: return None
+    v,dev,m = a.get('versions') or {},a.get('device') or {},a.get('machine') or {}
+    where = f"{dev.get('type') or '?'}" + (f" ({dev['name']})" if dev.get('name') else '')
+    return (f"Saved {a.get('created') or '?'} by fastprofile {v.get('fastprofile', '?')} (fastai {v.get('fastai', '?')}, torch {v.get('torch', '?')}) "
+            f"on {m.get('host') or '?'}, {where}" + (f"; read from {a['source']}" if a.get('source') else '') + '.')
+
 def report_notes(result:ProfileResult) -> list:
     "The notes under the table, most important first: what is missing, how it was timed, what profiling cost"
     rec,notes = result.record,[]
@@ -191,7 +200,7 @@ def report_notes(result:ProfileResult) -> list:
             f"{s.epochs} epoch{'s' if s.epochs != 1 else ''} ({fmt_time(s.seconds)})" for s in rec.stages) + "; the table sums them.")
     if rec.gpu_stats: notes += gpu_notes(rec)
     notes.append(_timing_note(rec))
-    notes += [n for n in (_prefetch_note(result.facts), _cost_note(result)) if n]
+    notes += [n for n in (_prefetch_note(result.facts), _cost_note(result), _about_note(result)) if n]
     return notes
 
 # %% ../nbs/06_core.ipynb #4f6b3504
@@ -203,11 +212,14 @@ class ProfileResult:
         sections=(), # Functions `f(result) -> Section|None` adding sections to the report (diagnosis, ranks...)
         interrupted:str|None=None, # How the call ended early, if it did (e.g. 'KeyboardInterrupt')
         own_cost:float=0., # Seconds the profiler spent outside the table (set-up, closing)
+        about:dict|None=None, # Where and with what it ran (versions, device, machine, when), as a saved profile tells it (`fastprofile.saving`)
     ):
         check_type('record', record, ProfileRecord, 'a ProfileRecord')
         if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
+        if about is not None: check_type('about', about, dict, 'a dict or None')
         sections = check_items('sections', sections, Callable, 'functions f(result)')
         self.record,self.facts,self.sections,self.interrupted,self.own_cost = record,facts,list(sections),interrupted,own_cost
+        self.about = about
 
     @cached_property
     def results(self) -> pd.DataFrame:

@@ -162,8 +162,14 @@ def _text_line(s:str, plain:bool, style:str='', labelled:bool=False) -> Text:
 # %% ../nbs/05_report.ipynb #47c3303e
 class ProfileReport:
     "Renders profile `results` (a numeric DataFrame in seconds) with `notes` and `Section`s"
-    def __init__(self, results:pd.DataFrame, notes=(), sections=(), title:str='Simple Profiler Results'):
-        self.results,self.notes,self.sections,self.title = results,list(notes),list(sections),title
+    def __init__(self,
+        results:pd.DataFrame, # One row per Phase/Action/Step, numbers in columns (`COLUMNS` and any other numeric one)
+        notes=(), # Lines under the table
+        sections=(), # `Section`s after the notes
+        title:str='Simple Profiler Results', # The table's caption
+        formats:dict|None=None, # Column -> how its values are written, where `col_format` would not know (a comparison's signed changes)
+    ):
+        self.results,self.notes,self.sections,self.title,self.formats = results,list(notes),list(sections),title,dict(formats or {})
 
     def add_section(self, title:str, lines, data=None):
         "Add a titled block of text lines after the table"
@@ -183,7 +189,7 @@ class ProfileReport:
     def _values(self) -> pd.DataFrame:
         "Each shown number as a string with its unit, under the results' column names"
         r = self.results
-        out = pd.DataFrame({c: r[c].map(col_format(c)) for c in self.columns[3:]}, index=r.index)
+        out = pd.DataFrame({c: r[c].map(self.formats.get(c) or col_format(c)) for c in self.columns[3:]}, index=r.index)
         if 'Number of Calls' in r:  # a single call has no spread: '-' rather than '0 ns'
             single = r['Number of Calls'] <= 1
             for c in _SPREAD:
