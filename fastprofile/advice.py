@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/advice.html.md"""
 
 # %% ../nbs/18_advice.ipynb #61dabb02
 from __future__ import annotations
-import math, random, warnings
+import html, math, random, time, warnings
 from collections import deque
 from copy import deepcopy
 from contextlib import contextmanager
@@ -19,6 +19,7 @@ from .record import PHASES
 from .report import fmt_time, fmt_pct
 from .diagnosis import diagnose, Diagnosis
 from .learner import *
+from .compare import compare, Comparison
 
 # %% auto #0
 __all__ = ['SIDE_EFFECT_CBS', 'RESOURCES', 'preserved', 'AdviceCheck', 'check_advice']
@@ -86,6 +87,8 @@ class _LearnerState:
         self.state = _StateCopy([cb.__dict__ for cb in self.cbs] + [mt.__dict__ for mt in self.metrics],
                                 _shared(learn, self.cbs, self.metrics))
         self.weights = {k:v.detach().clone() for k,v in m.state_dict().items()}
+        self.layouts = [(t, t.stride()) for t in [*m.parameters(), *m.buffers()]]  # `model.to(memory_format=...)` changes them in place
+        self.grad_copies = [(p, None if p.grad is None else p.grad.detach().clone()) for p in m.parameters()]
         self.modes,self.grads = [x.training for x in m.modules()],[p.requires_grad for p in m.parameters()]
         self.opt = learn.opt
         self.opt_state = deepcopy(self.opt.state_dict()) if self.opt is not None else None
@@ -124,9 +127,13 @@ def put_callbacks(self:_LearnerState):
 
 @patch
 def put_model(self:_LearnerState):
-    "Weights and buffers, train/eval modes, `requires_grad` flags"
+    "Weights and buffers in their memory layout, gradients, train/eval modes, `requires_grad` flags"
     m = self.learn.model
+    for t,s in self.layouts:  # a layout changed inside the block (channels_last): the tensor as it was laid out
+        if t.stride() != s: t.data = torch.empty_strided(t.shape, s, dtype=t.dtype, device=t.device)
     m.load_state_dict(self.weights)
+    for p,g in self.grad_copies:
+        p.grad = g if g is None or (g.shape == p.shape and g.dtype == p.dtype and g.device == p.device) else None
     for x,t in zip(m.modules(), self.modes): x.training = t
     for p,g in zip(m.parameters(), self.grads): p.requires_grad_(g)
 
@@ -171,13 +178,14 @@ SIDE_EFFECT_CBS = ('CSVLogger','WandbCallback','TensorBoardCallback','TensorBoar
 RESOURCES = ('input','copy','batch_tfms','compute','optimizer','callbacks','outside')
 
 class _Window(Callback):
-    "Stop training after `n_train` batches and validation after `n_valid`"
+    "Stop training after `n_train` batches and validation after `n_valid`; the whole fit at `deadline` (a `time.perf_counter()` reading)"
     order = 1001  # after the profiler pair closed the batch
-    def __init__(self, n_train, n_valid): store_attr()
+    def __init__(self, n_train, n_valid, deadline=None): store_attr()
     def before_train(self): self.seen = 0
     def before_validate(self): self.seen = 0
     def after_batch(self):
         self.seen += 1
+        if self.deadline is not None and time.perf_counter() > self.deadline: raise CancelFitException()
         if self.training and self.seen >= self.n_train: raise CancelTrainException()
         if not self.training and self.seen >= self.n_valid: raise CancelValidException()
 
@@ -192,18 +200,31 @@ class AdviceCheck:
     "Predicted and measured speedup of the diagnosis' change"
     diagnosis:Diagnosis; change:dict|None; before:float; after:float; predicted:float; measured:float
     finding:object=None  # the diagnosis' `Finding` whose advice was checked
+    profiles:tuple=()  # the windows' `ProfileResult`s, before and after the change
+    @property
+    def comparison(self) -> Comparison|None:
+        "The two windows side by side (`compare`), or None when no change was applied"
+        return compare(*self.profiles, names=('before', 'after'), rows='main') if len(self.profiles) == 2 else None
     @property
     def error(self) -> float:
         "The measured speedup's relative error against the predicted one"
         return self.measured/self.predicted - 1 if self.predicted else math.nan
-    def __repr__(self):
+    def summary(self) -> str:
+        "The change, predicted and measured speedups, in two lines"
         if self.change is None: return f"No automatic change for this advice: {self.finding.fix if self.finding else self.diagnosis.knob}"
         return (f"Change: {self.change}\nPredicted: {self.predicted:.2f}x  Measured: {self.measured:.2f}x "
                 f"({fmt_time(self.before)} -> {fmt_time(self.after)} per batch; prediction off by {fmt_pct(100*abs(self.error))})")
+    def _repr_html_(self):
+        c = self.comparison
+        return f'<pre>{html.escape(self.summary())}</pre>' + ('' if c is None else c._repr_html_())
+    def __repr__(self):
+        c = self.comparison
+        return self.summary() + ('' if c is None else '\n\n' + c.plain())
 
 # %% ../nbs/18_advice.ipynb #d1db88c9
-def _run_window(learn, n_train, n_valid, lr):
-    learn.add_cb(_Window(n_train, n_valid))
+def _run_window(learn, n_train, n_valid, lr, deadline=None):
+    "Profile a fit of `n_train` training and `n_valid` validation batches (cut at `deadline`), with a breakdown; its `ProfileResult`"
+    learn.add_cb(_Window(n_train, n_valid, deadline))
     learn.profile(breakdown=True, show_report=False, logger_callback=None, save_csv=False)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
@@ -254,4 +275,4 @@ def check_advice(learn:Learner,
     before = sum(n[p]*s0[p][0] for p in s0)
     after = sum(n[p]*s1[p][0] for p in s0 if p in s1)
     nb = sum(n.values())
-    return AdviceCheck(d, c.change, before/nb, after/nb, c.speedup, before/after, c)
+    return AdviceCheck(d, c.change, before/nb, after/nb, c.speedup, before/after, c, (r0, r1))

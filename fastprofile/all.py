@@ -9,9 +9,9 @@ __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profi
            'ProbeCallback', 'Session', 'Patches', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback',
            'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS',
            'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose',
-           'Diagnosis', 'check_advice', 'preserved', 'efficiency_summary', 'plot_profile', 'save_plots',
-           'plot_phase_shares', 'plot_timeline', 'save_trace', 'save_merged_trace', 'fix_cpu_broadcast',
-           'make_demo_learner']
+           'Diagnosis', 'check_advice', 'preserved', 'load_profile', 'compare', 'Comparison', 'TuneResult',
+           'ValidateOnceCallback', 'efficiency_summary', 'plot_profile', 'save_plots', 'plot_phase_shares',
+           'plot_timeline', 'save_trace', 'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']
 
 # %% ../nbs/99_all.ipynb #07faa944
 import fastprofile.loop, fastprofile.learner, fastprofile.trace, fastprofile.prefetch  # `Learner.profile`, `annotate`, `prefetch`, `before_draw`
@@ -32,6 +32,9 @@ from .learner import LOGGERS, SECTIONS, NoProfileError
 from .wandb import WandbSink, fix_fastai_wandb_4173
 from .tensorboard import TensorBoardSink
 from .advice import check_advice, preserved
+from .saving import load_profile  # and `ProfileResult.save`
+from .compare import compare, Comparison
+from .tune import TuneResult, ValidateOnceCallback  # and `Learner.tune`
 from .plots import plot_profile, save_plots, plot_phase_shares, plot_timeline
 from .demo import make_demo_learner
 _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'ProfileReport', 'Facts', 'Sink', 'Section',
@@ -39,5 +42,6 @@ _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profile
          'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback',
          'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError',
          'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved',
+         'load_profile', 'compare', 'Comparison', 'TuneResult', 'ValidateOnceCallback',
          'efficiency_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace',
          'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']

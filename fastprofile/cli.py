@@ -6,15 +6,15 @@ Docs: https://fastprofile.github.io/fastprofile/cli.html.md"""
 
 # %% ../nbs/20_cli.ipynb #840a4114
 from __future__ import annotations
-import argparse, sys, time
+import argparse, math, sys, time
 from . import __version__
 from .checks import check_path
 
 # %% auto #0
-__all__ = ['OUTPUTS', 'parser', 'check_args', 'demo', 'main']
+__all__ = ['OUTPUTS', 'parser', 'check_args', 'demo', 'main', 'compare_files']
 
 # %% ../nbs/20_cli.ipynb #a40e7911
-OUTPUTS = {'csv': ('.csv',), 'plot': ('.png','.svg','.pdf','.jpg','.jpeg'), 'trace': ('.json',)}
+OUTPUTS = {'csv': ('.csv',), 'plot': ('.png','.svg','.pdf','.jpg','.jpeg'), 'trace': ('.json',), 'save': ('.json',)}
 
 def _positive(name, lo=1):
     def f(s):
@@ -23,6 +23,19 @@ def _positive(name, lo=1):
         if v < lo: raise argparse.ArgumentTypeError(f"{name} must be an integer >= {lo}, got {v}")
         return v
     return f
+
+def _percent(s):
+    "A percentage: `5%` or `5` (percent), at least 0"
+    try: v = float(s[:-1] if s.endswith('%') else s)
+    except ValueError: raise argparse.ArgumentTypeError(f"--fail-if-slower must be a percentage such as 5% or 0.5%, got {s!r}")
+    if not (v >= 0 and math.isfinite(v)): raise argparse.ArgumentTypeError(f"--fail-if-slower must be a percentage >= 0, got {s!r}")
+    return v
+
+def _seconds(s):
+    try: v = float(s)
+    except ValueError: raise argparse.ArgumentTypeError(f"budget must be a number of seconds > 0, got {s!r}")
+    if not (v > 0 and math.isfinite(v)): raise argparse.ArgumentTypeError(f"budget must be a number of seconds > 0, got {s!r}")
+    return v
 
 def _device(s):
     if s in ('auto','cpu','cuda') or (s.startswith('cuda:') and s[5:].isdigit()): return s
@@ -43,12 +56,24 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument('--plot', default=None, metavar='PATH.png', help='also save plots of the profile (.png, .svg, .pdf, .jpg)')
     d.add_argument('--trace', default=None, metavar='PATH.json', help='also save a Chrome trace (JSON) of recent batches')
     d.add_argument('--device', type=_device, default='auto', help="auto, cpu, cuda or cuda:N (default auto)")
+    d.add_argument('--save', default=None, metavar='PATH.json', help='also save the profile as JSON (with --tune, the tuned run as PATH.tuned.json)')
+    d.add_argument('--tune', action='store_true', help='then tune the learner (`learn.tune(apply=True)`), train again and compare before and after')
+    d.add_argument('--budget', type=_seconds, default=60., help='seconds --tune may take (default 60)')
     d.add_argument('--plain', action='store_true', help='plain-text report')
+    c = sub.add_parser('compare', help='two saved profiles side by side; with --fail-if-slower, a regression gate for CI')
+    c.add_argument('before', metavar='BEFORE.json', help='the profile to compare with (`learn.simple_profile.save(path)`, `fastprofile demo --save`)')
+    c.add_argument('after', metavar='AFTER.json', help='the new profile')
+    c.add_argument('--fail-if-slower', type=_percent, default=None, metavar='PCT',
+                   help='exit 1 if the steady-state training step is slower per sample than BEFORE by more than PCT (e.g. 5%%)')
+    c.add_argument('--rows', choices=('all','main'), default='all', help="'all' rows, or 'main': the actions without their steps")
+    c.add_argument('--markdown', action='store_true', help='markdown')
+    c.add_argument('--plain', action='store_true', help='plain text')
     return p
 
 # %% ../nbs/20_cli.ipynb #a4499dc5
 def check_args(args):
     "Refuse, before any training, output paths that cannot be written and a device that is not there"
+    if args.command != 'demo': return args
     for k,suffixes in OUTPUTS.items():
         v = getattr(args, k)
         if v is not None: setattr(args, k, check_path(f'--{k}', v, suffixes=suffixes, folder_must_exist=True))
@@ -69,11 +94,19 @@ def _save(kind, path, write) -> bool:
     print(f"{kind} saved: {path}")
     return True
 
+def _show(x, plain:bool):
+    "Print a report, a comparison or a tune result: plain text if asked, else rich (plain when piped)"
+    if plain: print(x.plain())
+    else:
+        from rich.console import Console
+        Console().print(x)
+
 def demo(args) -> tuple:
     "Run the demo described by parsed (and checked) `args`; the learner, and whether every asked-for output was written"
     from fastai.basics import set_seed
     from fastprofile.all import make_demo_learner, save_plots, save_trace  # (and `Learner.profile`)
     from fastprofile.report import atomic_write_csv
+    from fastprofile.compare import compare
     device = None if args.device == 'auto' else args.device
     t0 = time.perf_counter()
     set_seed(0)
@@ -87,15 +120,48 @@ def demo(args) -> tuple:
         if args.csv is not None: ok &= _save('results', args.csv, lambda p: atomic_write_csv(learn.simple_profile_results, p))
         if args.plot is not None: ok &= _save('plot', args.plot, lambda p: save_plots(learn, p))
         if args.trace is not None: ok &= _save('trace', args.trace, lambda p: save_trace(learn, p))
+        if args.save is not None: ok &= _save('profile', args.save, learn.simple_profile.save)
+        if args.tune:
+            before = learn.simple_profile
+            print(f"\nfastprofile demo: tuning (a budget of {args.budget:g} s), keeping what trains the same, faster")
+            _show(learn.tune(budget=args.budget, apply=True, progress=not args.plain), args.plain)
+            print(f"\nfastprofile demo: training {args.epochs} epoch(s) again, tuned")
+            learn.profile(show_report=False, logger_callback=None).fit_one_cycle(args.epochs, 3e-3)
+            _show(compare(before, learn, names=('before', 'tuned')), args.plain)
+            if args.save is not None: ok &= _save('tuned profile', args.save.with_suffix('.tuned.json'), learn.simple_profile.save)
     finally: learn.cleanup_demo()
     return learn,ok
 
 # %% ../nbs/20_cli.ipynb #2918a706
 def main(argv=None) -> int:
-    "Entry point of the `fastprofile` console command: 0 when done, 2 for a refused argument, 1 if an output could not be written"
+    "Entry point of the `fastprofile` console command: 0 when done, 2 for a refused argument or input, 1 if an output could not be written (`demo`) or the new profile is slower than allowed (`compare --fail-if-slower`)"
     args = parser().parse_args(argv)
     try: check_args(args)
     except (TypeError, ValueError) as e:
         print(f"fastprofile: error: {e}", file=sys.stderr)
         return 2
     if args.command == 'demo': return 0 if demo(args)[1] else 1
+    try: return compare_files(args)
+    except (TypeError, ValueError, OSError) as e:
+        print(f"fastprofile: error: {e}", file=sys.stderr)
+        return 2
+
+def compare_files(args) -> int:
+    "`fastprofile compare`: print the comparison; 1 when the gate (`--fail-if-slower`) fails, 0 otherwise (bad input raises)"
+    from fastprofile.compare import compare
+    from fastprofile.report import fmt_pct
+    c = compare(args.before, args.after, rows=args.rows)
+    if args.fail_if_slower is not None and math.isnan(c.slower_by):
+        raise ValueError(f"no steady-state training step to compare in {args.before if c.steady[0] is None else args.after}: "
+                         "it recorded no training batch past the warm-up")
+    if args.markdown: print(c.markdown())
+    else: _show(c, args.plain)
+    if args.fail_if_slower is None: return 0
+    s,lim = 100*c.slower_by,args.fail_if_slower
+    if s > lim:
+        print(f"fastprofile: slower: the steady-state training step is {fmt_pct(s)} slower per sample than {args.before} "
+              f"(limit {lim:g}%)", file=sys.stderr)
+        return 1
+    print(f"fastprofile: within the limit: the steady-state training step is " +
+          (f"{fmt_pct(s)} slower" if s > 0 else f"{fmt_pct(-s)} faster" if s < 0 else "as fast") + f" per sample (limit {lim:g}%)")
+    return 0
