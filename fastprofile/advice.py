@@ -93,6 +93,7 @@ class _LearnerState:
         self.opt = learn.opt
         self.opt_state = deepcopy(self.opt.state_dict()) if self.opt is not None else None
         self.frozen_idx = getattr(self.opt, 'frozen_idx', None)
+        self.opt_parts = dict(self.opt.__dict__) if self.opt is not None else {}  # the containers `load_state_dict` replaces
         self.dls = [(dl, dict(dl.__dict__), dl.rng, dl.rng.getstate() if isinstance(getattr(dl, 'rng', None), random.Random) else None,
                      dict(dl.fake_l.__dict__) if hasattr(dl, 'fake_l') else None) for dl in _loaders(learn)]
         self.rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
@@ -142,6 +143,15 @@ def put_optimizer(self:_LearnerState):
     "The optimizer's state, hyper-parameters and frozen layer groups"
     if self.opt is None: return
     self.opt.load_state_dict(self.opt_state)
+    d = self.opt.__dict__
+    for k,o in self.opt_parts.items():  # fastai's `Optimizer.load_state_dict` makes new `hypers` and `state`: the state goes back into the old ones
+        new = d.get(k)
+        if new is o or type(new) is not type(o) and not (isinstance(o, dict) and isinstance(new, dict)): continue
+        if isinstance(o, dict): o.clear(); o.update(new)
+        elif isinstance(o, L): o.items[:] = list(new)
+        elif isinstance(o, list): o[:] = list(new)
+        else: continue
+        d[k] = o
     if self.frozen_idx is not None: self.opt.frozen_idx = self.frozen_idx
 
 @patch

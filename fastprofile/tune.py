@@ -7,7 +7,7 @@ Docs: https://fastprofile.github.io/fastprofile/tune.html.md"""
 # %% ../nbs/18a_tune.ipynb #cd05de02
 from __future__ import annotations
 import math, sys, time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cached_property, partial
 import pandas as pd
 from fastai.basics import *
@@ -25,7 +25,7 @@ from .learner import learner_facts
 from .efficiency_report import efficiency_summary
 from .prefetch import CudaPrefetchCallback  # `Learner.prefetch`
 from .advice import preserved, SIDE_EFFECT_CBS, _run_window, _loaders
-from .compare import compare, Comparison, fmt_speedup
+from .compare import compare, Comparison, fmt_speedup, fmt_change_pct
 
 # %% auto #0
 __all__ = ['CHANGES', 'SAFE_CHANGES', 'Change', 'ValidateOnceCallback', 'torch_optimizer', 'apply_change', 'candidates',
@@ -63,17 +63,20 @@ class ValidateOnceCallback(Callback):
     order = Recorder.order + 1
     def __init__(self,
         metrics, # The metrics taken out of `learn.metrics`
-    ): self.once,self.values = L(metrics),{}
+    ): self.once,self.values,self.running = L(metrics),{},False
     def after_fit(self):
-        if hasattr(self.learn, 'lr_finder') or hasattr(self.learn, 'gather_preds'): return
-        rec,keep = self.learn.recorder,self.learn.metrics
-        n = len(rec.values),len(rec.iters)
-        self.learn.metrics = L(keep) + self.once
-        try: res = self.learn.validate()
-        finally: self.learn.metrics = keep
-        del rec.values[n[0]:], rec.iters[n[1]:]  # the epochs' history, as if this validation had not been one
+        if self.running or hasattr(self.learn, 'lr_finder') or hasattr(self.learn, 'gather_preds'): return
+        learn,rec = self.learn,self.learn.recorder
+        # `validate` runs `before_fit` (the Recorder starts a new history) and `after_epoch`: the fit's history is put back
+        kept,final,mets = {k:getattr(rec, k) for k in Recorder._stateattrs + ('metric_names',)},getattr(learn, 'final_record', None),learn.metrics
+        self.running,learn.metrics = True,L(mets) + self.once
+        try: res = learn.validate()
+        finally:
+            learn.metrics,self.running = mets,False
+            for k,v in kept.items(): setattr(rec, k, v)
+            learn.final_record = final
         self.values = {m.name:float(v) for m,v in zip(self.once, list(res)[-len(self.once):])}
-        self.learn.logger(L('after fit') + [f'{k} {v:.6f}' for k,v in self.values.items()])
+        learn.logger(L('after fit') + [f'{k} {v:.6f}' for k,v in self.values.items()])
 
 def _validate_once(learn, name, trial):
     "Take metric `name` out of every epoch; outside a trial, compute it once after each fit (`ValidateOnceCallback`)"
@@ -190,9 +193,10 @@ class Trial:
     status:str='measured'  # 'measured', 'cut short' (by the budget), 'skipped' or 'failed'
     measured:float=math.nan  # speedup over the baseline window, samples in the baseline's proportions
     before:float=math.nan; after:float=math.nan  # samples/s of the baseline window and of this one
-    cost:float=0.  # seconds this trial took: the change, the window, putting the learner back
+    cost:float=math.nan  # seconds this trial took: the change, the window, putting the learner back (NaN: not tried)
     why:str=''  # why it was skipped, failed or cut short
     profile:ProfileResult|None=None  # the window's profile
+    samples:dict=field(default_factory=dict)  # its `per_sample`: phase -> (seconds per sample, samples)
 
     @property
     def text(self) -> str: return ' + '.join(c.text for c in self.changes) or 'as it is'
@@ -207,7 +211,7 @@ def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, dead
             r = _run_window(learn, n_train, n_valid, lr, deadline)
     except Exception as e: return Trial(changes, 'failed', cost=time.perf_counter() - t0, why=f'{type(e).__name__}: {e}'.split('\n')[0][:200])
     ps,cost = per_sample(r.record),time.perf_counter() - t0
-    tr = Trial(changes, cost=cost, profile=r, after=_rate(ps))
+    tr = Trial(changes, cost=cost, profile=r, after=_rate(ps), samples=ps)
     if base is not None: tr.measured,tr.before = speedup(base, ps),_rate(base)
     short = deadline is not None and time.perf_counter() > deadline
     if short and (math.isnan(tr.measured) or r.record.stats[('train','batch')].n < 3):
@@ -219,9 +223,9 @@ def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, dead
 class TuneResult:
     "What `tune` measured: each change's speedup in a window, ranked; what it kept (`apply`) and those measured together; before and after side by side"
     def __init__(self, trials, baseline:Trial, diagnosis:Diagnosis|None, kept=(), combined:Trial|None=None, budget:float=math.nan,
-                 elapsed:float=math.nan, windows:tuple=()):
+                 elapsed:float=math.nan, windows:tuple=(), again:Trial|None=None):
         self.trials = sorted(trials, key=lambda t: (math.isnan(t.measured), -(0. if math.isnan(t.measured) else t.measured)))
-        self.baseline,self.diagnosis,self.kept,self.combined = baseline,diagnosis,list(kept),combined
+        self.baseline,self.diagnosis,self.kept,self.combined,self.again = baseline,diagnosis,list(kept),combined,again
         self.budget,self.elapsed,self.windows = budget,elapsed,windows
 
     @property
@@ -263,6 +267,12 @@ def lines(self:TuneResult) -> list:
         out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep it with `tune(apply=True)` or by hand.")
     else: out.append("No change measured 5% faster or more: the learner is as it was.")
     if self.diagnosis is not None: out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the window.")
+    a = self.again
+    if a is not None:
+        drift = 100*(a.measured - 1)
+        out.append(f"The baseline again, after the changes: {fmt_rate(a.before)} -> {fmt_rate(a.after)} samples/s ({fmt_change_pct(drift)}); "
+                   "the speedups are against the mean of both" + (": the machine's speed changed while tuning (other work on it?): "
+                   "measure again where it is quiet." if abs(drift) > 10 else '.'))
     for t in self.trials:
         if t.status != 'measured': out.append(f"`{t.text}`: {t.status}" + (f" ({t.why})" if t.why else '') + '.')
     for t in self.trials:
@@ -356,6 +366,17 @@ def tune(self:Learner,
     return res
 
 # %% ../nbs/18a_tune.ipynb #1fb4c210
+def _again(learn, base, trials, n_train, n_valid, lr, deadline) -> Trial|None:
+    "The baseline measured once more after the trials (if the budget allows): each speedup taken against the mean of both; this second one, its `samples` that mean"
+    if time.perf_counter() + base.cost > deadline: return None
+    again = measure(learn, [], n_train, n_valid, lr, deadline)
+    if again.status != 'measured' or any(p not in again.samples for p in base.samples): return None
+    again.before,again.measured = base.after,speedup(base.samples, again.samples)  # > 1: the machine got faster meanwhile
+    again.samples = {p:((t + again.samples[p][0])/2, n) for p,(t,n) in base.samples.items()}
+    for t in trials:
+        if t.samples and not math.isnan(t.measured): t.measured,t.before = speedup(again.samples, t.samples),_rate(again.samples)
+    return again
+
 def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, progress) -> TuneResult:
     "The baseline, each candidate, and what to keep measured together; within `deadline`"
     base = measure(learn, [], n_train, n_valid, lr, deadline)
@@ -373,9 +394,11 @@ def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, pro
         est = base.cost*(3 if c.kind == 'compile' else 1)
         if time.perf_counter() + est > deadline - reserve: trials.append(Trial([c], 'skipped', why='not enough of the budget left')); continue
         trials.append(measure(learn, [c], n_train, n_valid, lr, deadline - reserve, ps))
+    again = _again(learn, base, trials, n_train, n_valid, lr, deadline - reserve)
+    if again is not None: ps = again.samples  # the mean of both baselines
     kept = _keep(trials, keep_kinds)
     combined = kept[0] if len(kept) == 1 else None
     if len(kept) > 1:
         combined = measure(learn, [t.changes[0] for t in kept], n_train, n_valid, lr, deadline, ps)
         if combined.status != 'measured' or combined.measured < kept[0].measured: kept,combined = kept[:1],kept[0]  # together no faster than the best alone
-    return TuneResult(trials, base, d, [t.changes[0] for t in kept], combined)
+    return TuneResult(trials, base, d, [t.changes[0] for t in kept], combined, again=again)
