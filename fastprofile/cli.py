@@ -58,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument('--device', type=_device, default='auto', help="auto, cpu, cuda or cuda:N (default auto)")
     d.add_argument('--save', default=None, metavar='PATH.json', help='also save the profile as JSON (with --tune, the tuned run as PATH.tuned.json)')
     d.add_argument('--tune', action='store_true', help='then tune the learner (`learn.tune(apply=True)`), train again and compare before and after')
-    d.add_argument('--budget', type=_seconds, default=60., help='seconds --tune may take (default 60)')
+    d.add_argument('--budget', type=_seconds, default=120., help='seconds --tune may take (default 120)')
     d.add_argument('--plain', action='store_true', help='plain-text report')
     c = sub.add_parser('compare', help='two saved profiles side by side; with --fail-if-slower, a regression gate for CI')
     c.add_argument('before', metavar='BEFORE.json', help='the profile to compare with (`learn.simple_profile.save(path)`, `fastprofile demo --save`)')
@@ -124,7 +124,7 @@ def demo(args) -> tuple:
         if args.tune:
             before = learn.simple_profile
             print(f"\nfastprofile demo: tuning (a budget of {args.budget:g} s), keeping what trains the same, faster")
-            _show(learn.tune(budget=args.budget, apply=True, progress=not args.plain), args.plain)
+            _show(learn.tune(budget=args.budget, apply=True, n_batches=12, progress=not args.plain), args.plain)
             print(f"\nfastprofile demo: training {args.epochs} epoch(s) again, tuned")
             learn.profile(show_report=False, logger_callback=None).fit_one_cycle(args.epochs, 3e-3)
             _show(compare(before, learn, names=('before', 'tuned')), args.plain)

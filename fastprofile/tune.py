@@ -9,7 +9,7 @@ from __future__ import annotations
 import math, sys, time
 from dataclasses import dataclass, field, fields
 from functools import cached_property, partial
-import pandas as pd
+import numpy as np, pandas as pd
 from fastai.basics import *
 from fastai.callback.fp16 import MixedPrecision
 from fastai.callback.progress import ProgressCallback
@@ -168,12 +168,22 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
     return sorted(out, key=lambda c: -c.predicted if not math.isnan(c.predicted) else 0.)  # stable: unpredicted ones keep their order
 
 # %% ../nbs/18a_tune.ipynb #70b93b9d
-def per_sample(rec) -> dict:
-    "Per phase of a window: the steady-state seconds per sample (draw + batch) and the samples they rest on"
-    out = {}
-    for p in PHASES:
-        n,t = rec.samples[(p,'batch')],rec.stats[(p,'draw')].total + rec.stats[(p,'batch')].total
-        if n and t > 0: out[p] = (t/n, n)
+def per_sample(result:ProfileResult) -> dict:
+    "Per phase of a window: seconds per sample past the warm-up (draw + batch) and the samples; the median over blocks of consecutive batches"
+    # A block of at least 4 batches and twice the loader's workers: workers that start together deliver batches in bursts (one
+    # draw waits, the next finds its batch ready), which a block averages out; the median over blocks leaves out a burst of
+    # other work on the machine (with fewer than 3 blocks: the mean of all)
+    df,out = result.record.recent(),{}
+    if not len(df): return out
+    k = max(4, 2*((result.facts.num_workers or 0) if result.facts is not None else 0))
+    for p,g in df[~df.warmup & (df.bs > 0)].groupby('phase', sort=False):
+        t,n = (g['draw'] + g['batch']).to_numpy(),g['bs'].to_numpy()
+        ok = ~np.isnan(t)
+        t,n = t[ok],n[ok]
+        if not len(t): continue
+        nb = len(t)//k
+        per = [t[i*k:(i+1)*k].sum()/n[i*k:(i+1)*k].sum() for i in range(nb)] if nb >= 3 else [t.sum()/n.sum()]
+        out[p] = (float(np.median(per)), int(n.sum()))
     return out
 
 def speedup(base:dict, new:dict) -> float:
@@ -210,7 +220,7 @@ def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, dead
             for c in changes: apply_change(learn, c, trial=True)
             r = _run_window(learn, n_train, n_valid, lr, deadline)
     except Exception as e: return Trial(changes, 'failed', cost=time.perf_counter() - t0, why=f'{type(e).__name__}: {e}'.split('\n')[0][:200])
-    ps,cost = per_sample(r.record),time.perf_counter() - t0
+    ps,cost = per_sample(r),time.perf_counter() - t0
     tr = Trial(changes, cost=cost, profile=r, after=_rate(ps), samples=ps)
     if base is not None: tr.measured,tr.before = speedup(base, ps),_rate(base)
     short = deadline is not None and time.perf_counter() > deadline
@@ -380,7 +390,7 @@ def _again(learn, base, trials, n_train, n_valid, lr, deadline) -> Trial|None:
 def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, progress) -> TuneResult:
     "The baseline, each candidate, and what to keep measured together; within `deadline`"
     base = measure(learn, [], n_train, n_valid, lr, deadline)
-    ps = per_sample(base.profile.record) if base.profile is not None else {}
+    ps = per_sample(base.profile) if base.profile is not None else {}
     if not ps or base.status != 'measured': return TuneResult([], base, None)
     base.before = base.after
     try: d = diagnose(base.profile)
