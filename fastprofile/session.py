@@ -20,8 +20,9 @@ def starts_a_fit(learn) -> bool:
     "True when fastai is starting a fit of `learn` (`Learner.fit`), not `validate`, `get_preds`, `tta` or `lr_find`"
     if hasattr(learn, 'lr_finder'): return False
     f = sys._getframe(1)
-    while f is not None:  # the innermost `Learner._with_events` of this learner says which event type this is
-        if f.f_code.co_name == '_with_events' and f.f_locals.get('self') is learn: return f.f_locals.get('event_type') == 'fit'
+    while f is not None:  # the innermost `Learner._with_events` of this learner says which event type this is; its
+        n = f.f_code.co_name  # `Learner.__enter__` is `validate`'s or `get_preds`' (called in a fit's `after_fit` too): no fit
+        if n in ('_with_events', '__enter__') and f.f_locals.get('self') is learn: return n == '_with_events' and f.f_locals.get('event_type') == 'fit'
         f = f.f_back
     return False
 
