@@ -159,9 +159,9 @@ def compare_files(args) -> int:
     if args.fail_if_slower is None: return 0
     s,lim = 100*c.slower_by,args.fail_if_slower
     if s > lim:
-        print(f"fastprofile: slower: the steady-state training step is {fmt_pct(s)} slower per sample than {args.before} "
+        print(f"fastprofile: slower: the steady-state training step is {fmt_pct(s) if s < 50 else f'{1 + s/100:.2f}x'} slower per sample than {args.before} "
               f"(limit {lim:g}%)", file=sys.stderr)
         return 1
-    print(f"fastprofile: within the limit: the steady-state training step is " +
-          (f"{fmt_pct(s)} slower" if s > 0 else f"{fmt_pct(-s)} faster" if s < 0 else "as fast") + f" per sample (limit {lim:g}%)")
+    how = f"{fmt_pct(s)} slower per sample" if s > 0 else f"{c.speedup:.2f}x as fast" if s < 0 else "as fast"
+    print(f"fastprofile: within the limit: the steady-state training step is {how} (limit: {lim:g}% slower)")
     return 0
