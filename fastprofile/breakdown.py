@@ -12,7 +12,7 @@ import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
 import fastai.data.load as _load
-from fasttransform import Pipeline
+from fasttransform import Pipeline, Transform
 from .patches import Patches
 from .session import ProbeCallback
 from .checks import check_bool
@@ -22,7 +22,7 @@ from .stats import StreamingStats
 from .report import fmt_time
 
 # %% auto #0
-__all__ = ['TimedPipeline', 'draw_clock', 'BreakdownCallback', 'Breakdown']
+__all__ = ['TimedPipeline', 'transform_names', 'draw_clock', 'BreakdownCallback', 'Breakdown']
 
 # %% ../nbs/08_breakdown.ipynb #ff177fe6
 _SWITCHED = ('after_batch','_device')  # what `TimedPipeline.on` changes on a loader's instance
@@ -79,13 +79,16 @@ class TimedPipeline(Pipeline):
         finally: self.off()
 
 # %% ../nbs/08_breakdown.ipynb #918526ca
+def transform_names(fs) -> list:
+    "A name per transform of `fs`: its class (a plain `Transform`: its function's), numbered when a name comes again (`Normalize`, `Normalize#2`)"
+    ns = [getattr(f, 'name', 'Transform') if type(f) is Transform else type(f).__name__ for f in fs]
+    return [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)]
+
 @patch(as_prop=True)
 def names(self:TimedPipeline) -> list:
-    "A name per transform: its class, numbered when a class comes again (`Normalize`, `Normalize#2`)"
+    "A name per transform (`transform_names`)"
     fs = self.fs
-    if self._key != (id(fs), len(fs)):
-        ns = [type(f).__name__ for f in fs]
-        self._names,self._key = [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)],(id(fs), len(fs))
+    if self._key != (id(fs), len(fs)): self._names,self._key = transform_names(fs),(id(fs), len(fs))
     return self._names
 
 @patch

@@ -80,6 +80,7 @@ class Facts:
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
     flops:dict=field(default_factory=dict) # (Phase, Action, Step) row -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
     efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.efficiency.Efficiency`), if it was on
+    compile:object=None # What torch.compile cost in the call (`fastprofile.compiles.CompileStats`): None when nothing was compiled
     extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
 
     @property
@@ -153,11 +154,12 @@ def _timing_note(rec) -> str:
     how = {'wall': "wall clock", 'sync': "wall clock, torch.cuda.synchronize() at each phase boundary (exact, but it stalls the GPU)",
            'events': "wall clock and CUDA events (the GPU columns; no per-batch sync)"}[rec.timing]
     nw = sum(rec.stats[(p,'warmup')].n for p in ('train','valid'))
-    warm = ''
-    if rec.warmup and nw:
+    na,warm = sum(getattr(rec, 'n_apart', {}).values()),''
+    if (rec.warmup or na) and nw:
         tw = sum(rec.stats[(p,'warmup')].total for p in ('train','valid'))
-        warm = (f" `warmup`: the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each phase "
-                f"({nw} in all, {fmt_time(tw)}), not in the per-batch rows.")
+        what = [f"the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each phase"] if rec.warmup else []
+        if na: what.append(f"{na} later batch{'es' if na > 1 else ''} that compiled (torch.compile)")
+        warm = f" `warmup`: {' and '.join(what)} ({nw} in all, {fmt_time(tw)}), not in the per-batch rows."
     return f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed phases (other callbacks, metrics, logging)."
 
 def _cost_note(result) -> str|None:

@@ -16,6 +16,7 @@ from .session import Session, train_device
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
 from .costs import CostSampler
 from .loads import LoadTimer
+from .compiles import CompileProbe, compile_section
 from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
 from .efficiency_probe import EfficiencyCallback
@@ -30,7 +31,7 @@ __all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'LearnerFacts'
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
-SECTIONS = [diagnosis_with_efficiency, efficiency_section, distributed_section]
+SECTIONS = [diagnosis_with_efficiency, compile_section, efficiency_section, distributed_section]
 
 class _Default(str):
     "A default argument value, told apart from the same value passed explicitly"
@@ -139,7 +140,7 @@ def session_for(learn,
     return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops)
 
 def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops) -> Session:
-    "The session and its probes, in the order they start: the pair's first callback, the loaders, the callbacks (or the breakdown), efficiency, the learner's facts, prefetch staging, sinks, the pair's last"
+    "The session and its probes, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the learner's facts, prefetch staging, sinks, the pair's last"
     bd = BreakdownCallback() if breakdown else None
     sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
@@ -147,7 +148,7 @@ def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, e
     if efficiency == 'auto': efficiency = peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
     eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
-    probes = [pre, LoadTimer(learn), *[p for p in (sampler, bd, eff) if p is not None], LearnerFacts(learn), PrefetchStaging(learn),
+    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff) if p is not None], LearnerFacts(learn), PrefetchStaging(learn),
               *prof.sinks, post]
     return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff) if c])
 

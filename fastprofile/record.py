@@ -108,11 +108,13 @@ class ProfileRecord:
         self.closed = False
         self.overhead_per_batch = math.nan  # the profiler's own cost per training batch, if measured
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
+        self._apart = []  # the marks of batches `set_apart` (in flight or queued): folded with the warm-up
+        self.n_apart = {}  # phase -> batches past the warm-up set apart from the statistics (they compiled)
 
     # ---- the one serializer: pickling (`learn.export`), the DDP gather ----
     STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','ring','n_batches','epochs','stages','gpu_stats',
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
-                  'overhead_per_batch','last_seen','timing','_phase_batches','_phase_span','_epoch_totals',
+                  'overhead_per_batch','last_seen','n_apart','timing','_phase_batches','_phase_span','_epoch_totals',
                   '_stage_phases','_stage_epochs','_stage_train_batches')
     def state(self) -> dict:
         "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
@@ -145,6 +147,14 @@ def end_batch(self:ProfileRecord, bs:int):
     self.last_seen = m[Slot.BATCH_END]
     self.marks = list(_NAN_MARKS)
     if len(self._queue) >= self.fold_every: self.fold()
+
+@patch
+def set_apart(self:ProfileRecord) -> bool:
+    "The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics; False if no batch is in flight"
+    m = self.marks
+    if self.phase is None or math.isnan(m[Slot.DRAW_START]): return False
+    if not any(a is m for a in self._apart): self._apart.append(m)
+    return True
 
 # %% ../nbs/03_record.ipynb #46c75679
 @patch
@@ -186,7 +196,7 @@ def end_phase(self:ProfileRecord, bs:int=0, at:float|None=None):
         parts['total'],parts['other'] = total,total - self._phase_span
     self._stage_phases += total
     if p == 'train': self._stage_train_batches += self._phase_batches
-    self.phase,self.marks = None,list(_NAN_MARKS)
+    self.phase,self.marks,self._apart = None,list(_NAN_MARKS),[]
 
 # %% ../nbs/03_record.ipynb #28e4d82b
 @patch
@@ -234,13 +244,18 @@ def fit_total(self:ProfileRecord) -> float:
 def fold(self:ProfileRecord):
     "Fold queued batches into the statistics and the ring of recent batches"
     if not self._queue: return
-    p = self.phase
-    m = np.array(self._queue, dtype=np.float64)
+    p,queue = self.phase,self._queue
+    m = np.array(queue, dtype=np.float64)
     bs = np.array(self._queue_bs, dtype=np.float64)
     self._queue,self._queue_bs = [],[]
     n = len(m)
     idx = self._phase_batches + np.arange(n)
     warm = idx < self.warmup
+    if self._apart:  # batches set apart (they compiled): with the warm-up
+        apart = np.array([any(a is q for a in self._apart) for q in queue])
+        if (apart & ~warm).any(): self.n_apart[p] = self.n_apart.get(p, 0) + int((apart & ~warm).sum())
+        warm = warm | apart
+        self._apart = [a for a in self._apart if not any(a is q for q in queue)]
     self._phase_batches += n
     span = m[:,Slot.BATCH_END] - m[:,Slot.DRAW_START]
     self._phase_span += float(np.nansum(span))
@@ -291,6 +306,7 @@ def last(self:ProfileRecord, n:int) -> RecentMarks:
     nq = len(q)
     qbs = np.array(self._queue_bs[-n:], dtype=np.float64) if nq else np.zeros(0)
     qwarm = (self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase else np.zeros(nq, bool)
+    if self._apart and nq: qwarm = qwarm | np.array([any(a is r for a in self._apart) for r in self._queue[-nq:]])
     need = n - nq
     if need > 0 and self.n_batches and self.phase:
         k = self.keep_batches
