@@ -363,9 +363,10 @@ def recent(self:ProfileRecord) -> pd.DataFrame:
 
 # %% ../nbs/03_record.ipynb #1068ff01
 KEY_COLUMNS = ['Phase','Action','Step']  # the columns of a results row's `Row`
+# `ResultRow` field -> column: those of every results table, in order; then those some have (CUDA events; FLOPs known)
 RESULT_COLUMNS = {'mean':'Mean Duration', 'std':'Duration Std Dev', 'calls':'Number of Calls', 'samples_per_s':'Samples/Second',
-                  'total':'Total Time', 'percent':'Percent of Total', 'p50':'P50', 'p90':'P90', 'p99':'P99', 'min':'Min', 'max':'Max'}  # `ResultRow` field -> column of every results table, in order
-EXTRA_COLUMNS = {'gpu_mean':'GPU Mean Duration', 'gpu_total':'GPU Total Time', 'flops_per_s':'FLOP/s'}  # ... columns some have (CUDA events; FLOPs known)
+                  'total':'Total Time', 'percent':'Percent of Total', 'p50':'P50', 'p90':'P90', 'p99':'P99', 'min':'Min', 'max':'Max'}
+EXTRA_COLUMNS = {'gpu_mean':'GPU Mean Duration', 'gpu_total':'GPU Total Time', 'flops_per_s':'FLOP/s'}
 
 class ResultRow(NamedTuple):
     "One row of the results, its columns by name (seconds; NaN where the results have no value)"
