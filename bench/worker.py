@@ -29,8 +29,8 @@ def add_profiler(learn, variant:str):
     "Add the variant's profiler for the next fit (both profilers remove themselves after it)"
     if variant.startswith('fastprofile') and variant != 'fastprofile-off': learn.profile(show_report=False, logger_callback=None)
     if variant == 'fastprofile-nosampler':  # the defaults, less the `CostSampler` (callback costs, loader timing): its share
-        from fastprofile.learner import ProfileSession
-        s = ProfileSession.of(learn)
+        from fastprofile.session import Session
+        s = Session.of(learn)
         s.sampler.restore(); s.sampler,s.profile.on_batch = None,None
     elif variant == 'fastxtend': learn.profile(mode='simple', show_report=False)
 

@@ -6,23 +6,23 @@ Docs: https://fastprofile.github.io/fastprofile/breakdown.html.md"""
 
 # %% ../nbs/08_breakdown.ipynb #e59965c3
 from __future__ import annotations
-import ctypes, math, multiprocessing, time, types
+import math, time
 from collections import defaultdict
-import numpy as np, pandas as pd
+import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
 import fastai.data.load as _load
 from fasttransform import Pipeline
-from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, starts_a_fit
-from .checks import check_bool, check_int
-from .core import LoadTime
+from .patches import Patches
+from .session import ProbeCallback
+from .checks import check_bool
+from .costs import event_methods, stand_in, _phase
 from .prefetch import StagedLoader
 from .stats import StreamingStats
 from .report import fmt_time
 
 # %% auto #0
-__all__ = ['BATCH_EVENTS', 'EPOCH_EVENTS', 'TimedPipeline', 'draw_clock', 'stand_in', 'metric_name', 'event_methods',
-           'BreakdownCallback', 'Breakdown', 'SampledCosts', 'LoadTimer', 'CostSampler']
+__all__ = ['TimedPipeline', 'draw_clock', 'BreakdownCallback', 'Breakdown']
 
 # %% ../nbs/08_breakdown.ipynb #ff177fe6
 _SWITCHED = ('after_batch','_device')  # what `TimedPipeline.on` changes on a loader's instance
@@ -37,9 +37,11 @@ class TimedPipeline(Pipeline):
         clock=time.perf_counter, # Wall clock, in seconds (`draw_clock` for a loader on a GPU)
         device=None, # Copy each batch to this device first: the loader's `device`, whose own copy `on()` switches off
         loader=None, # The fastai `DataLoader` whose `after_batch` this is; None for a pipeline used on its own
+        patches:Patches|None=None, # The undo stack its stand-in goes through (a session's); default: one of its own
     ):
         self.pipe,self.sink,self.clock,self.device,self.loader = pipe,sink,clock,device,loader
-        self._split,self._saved,self._key,self._names = None,None,None,[]
+        self.patches = patches if patches is not None else Patches()
+        self._split,self._on,self._key,self._names = None,None,None,[]
 
     # A `Pipeline` to fastai: `TfmdDL.before_iter` sets `split_idx` on the loader's pipelines (train-only
     # transforms need it), and `dl.new()` takes its transforms; both reach the wrapped pipeline.
@@ -54,7 +56,7 @@ class TimedPipeline(Pipeline):
         if isinstance(self.pipe, Pipeline): self.pipe.split_idx = v
         else: self._split = v
     def __getattr__(self, k):
-        if k.startswith('__') or k in ('pipe','sink','clock','device','loader','_split','_saved','_key','_names'): raise AttributeError(k)
+        if k.startswith('__') or k in ('pipe','sink','clock','device','loader','patches','_split','_on','_key','_names'): raise AttributeError(k)
         return getattr(self.pipe, k)
     def __reduce__(self): return (_same, (self.pipe,))  # pickled (a loader sent to a worker): the wrapped pipeline
     def __repr__(self): return f"Timed{self.pipe!r}" if isinstance(self.pipe, Pipeline) else f"TimedPipeline({self.pipe!r})"
@@ -89,21 +91,15 @@ def names(self:TimedPipeline) -> list:
 @patch
 def on(self:TimedPipeline):
     "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
-    if self.loader is None or self._saved is not None: return
-    d = self.loader.__dict__
-    self._saved = {k:d[k] for k in _SWITCHED if k in d}
-    d['after_batch'] = self
-    if self.device is not None: d['_device'] = None
+    if self.loader is None or self._on is not None: return
+    ps = self.patches
+    self._on = [ps.set(self.loader, 'after_batch', self)] + ([ps.set(self.loader, '_device', None)] if self.device is not None else [])
 
 @patch
 def off(self:TimedPipeline):
     "Put the loader's `after_batch` and copy back as they were"
-    saved,self._saved = self._saved,None
-    if saved is None: return
-    d = self.loader.__dict__
-    for k in _SWITCHED:
-        if k in saved: d[k] = saved[k]
-        else: d.pop(k, None)
+    on,self._on = self._on,None
+    for p in reversed(on or []): self.patches.undo(p)
 
 # %% ../nbs/08_breakdown.ipynb #8e2e2869
 def draw_clock(device=None):
@@ -114,74 +110,7 @@ def draw_clock(device=None):
     synced.__wrapped__ = time.perf_counter
     return synced
 
-# %% ../nbs/08_breakdown.ipynb #5ad0c002
-_MISSING = object()
-
-class _Timed:
-    "A timed stand-in for `obj.attr`: calls `f`, then `sink(name, event, seconds)` with its exclusive time"
-    __slots__ = ('f','obj','attr','name','event','sink','stack','prev')
-    def __init__(self, f, obj, attr, name, event, sink, stack):
-        self.f,self.obj,self.attr,self.name,self.event,self.sink,self.stack = f,obj,attr,name,event,sink,stack
-        self.prev = obj.__dict__.get(attr, _MISSING)
-
-    def __call__(self, *args, **kwargs):
-        stack = self.stack
-        stack.append(0.)
-        t0 = time.perf_counter()
-        try: return self.f(*args, **kwargs)
-        finally:
-            dt = time.perf_counter() - t0
-            child = stack.pop()
-            if stack: stack[-1] += dt
-            self.sink(self.name, self.event, dt - child)
-
-    def install(self):
-        "Stand in for `obj.attr` (an instance attribute); returns self"
-        self.obj.__dict__[self.attr] = self
-        return self
-
-    def remove(self):
-        "Put back what `obj.attr` was, unless something else took the stand-in's place meanwhile"
-        d = self.obj.__dict__
-        if d.get(self.attr) is not self: return
-        if self.prev is _MISSING: del d[self.attr]
-        else: d[self.attr] = self.prev
-
-    def __reduce__(self): return (getattr, (self.obj, self.attr))  # pickled with its callback: the plain method
-    def __repr__(self): return f"<timed {self.name}.{self.event}>"
-
-# %% ../nbs/08_breakdown.ipynb #b51c1b07
-def stand_in(obj, attr:str, name:str, sink, stack:list) -> _Timed|None:
-    "A `_Timed` for `obj.attr` (the class's method, or a function set on the instance), or None if there is nothing to time"
-    f = obj.__dict__.get(attr, _MISSING)
-    if isinstance(f, _Timed): return None
-    if f is _MISSING: f = getattr(obj, attr, None)
-    return _Timed(f, obj, attr, name, attr, sink, stack) if callable(f) else None
-
-def metric_name(m) -> str:
-    "How costs name a metric: 'metric ' and its name"
-    return f"metric {getattr(m, 'name', type(m).__name__)}"
-
-def event_methods(learn, events, skip=()) -> list:
-    "`(obj, attr, name)` for each event method of `events` that `learn`'s callbacks define (class or instance), and each metric's `accumulate`"
-    out = []
-    for cb in learn.cbs:
-        if isinstance(cb, skip): continue
-        cls,d,name = type(cb),cb.__dict__,type(cb).__name__
-        out += [(cb, e, name) for e in events if e in d or callable(getattr(cls, e, None))]
-    for m in getattr(learn, 'metrics', []):
-        if hasattr(m, 'accumulate'): out.append((m, 'accumulate', metric_name(m)))
-    return out
-
-# %% ../nbs/08_breakdown.ipynb #fbcf9681
-# fastai's events of one batch, in order: its `_inner_loop` leaves out `after_cancel_step`, which fires inside a batch too
-_BATCH_LOOP = tuple(_events[_events.index('before_batch'):_events.index('after_batch')+1])
-
-def _phase(learn, event):
-    "`train`/`valid` for events of the batch loop, `fit` for the rest"
-    if event in _BATCH_LOOP: return 'train' if getattr(learn, 'training', False) else 'valid'
-    return 'fit'
-
+# %% ../nbs/08_breakdown.ipynb #cc9e4ea4
 def _loaders(dl) -> list:
     "The fastai `DataLoader`s under `dl`, outermost first (through wrappers such as `DistributedDL`); none when `CudaPrefetchCallback` stages its batches"
     out = []
@@ -193,37 +122,50 @@ def _loaders(dl) -> list:
     return out
 
 # %% ../nbs/08_breakdown.ipynb #2a3a5b3e
-class BreakdownCallback(Callback):
+class BreakdownCallback(ProbeCallback):
     "Split `draw` into loader wait, device copy and each batch transform; time every callback and metric per event"
     # Last but one at every event: after every callback it times at `before_draw`, just before the profiler's
     # `SimpleProfilerPostCallback` (1000) marks the start of the draw
     order,remove_on_fetch = 999,True
+    _untimed = True  # left out of the callbacks it times (`event_methods`): it is the timer
     def __init__(self,
         callbacks:bool=True, # Time each callback's event methods and each metric's `accumulate`
         draw:bool=True, # Split `draw` into loader wait, copy to the device and batch transforms
     ):
         check_bool('callbacks', callbacks); check_bool('draw', draw)
         store_attr()
-        self._wrapped,self._phases,self.active,self._contexts,self._draw_start,self._stack = [],[],False,[],None,[]
+        self._wrapped,self._phases,self.active,self._draw_start,self._stack,self._patches,self._phase = [],[],False,None,[],None,None
         self.result = Breakdown()  # what every fit this callback sees adds up to
 
-    # ---- set up and tear down ----
-    def before_fit(self):
-        "Time the fits this callback sees (`validate`, `get_preds`, `lr_find`, or a `validate()` inside a fit: not a fit)"
-        fit = not self.active and starts_a_fit(self.learn)
-        self._contexts.append(fit)
-        if not fit: return
-        self._unwrap_all()  # leftovers of a fit that crashed (fastai fires no `after_fit` then)
-        self.active = True
-        self._stack[:],self._draw_start,self._parts = [],None,{}
-        if self.callbacks: self._wrap_callbacks()
+    # ---- fastai's fit and phase events: only when added by hand (a session tells the probe otherwise) ----
+    def before_fit(self): self.hand_fit_starts()
+    def after_fit(self): self.hand_fit_ends()
+    def before_train(self): self.hand_phase_starts('train')
+    def before_validate(self): self.hand_phase_starts('valid')
+    def after_train(self): self.hand_phase_ends()
+    def after_validate(self): self.hand_phase_ends()
 
-    def _wrap_callbacks(self):
-        "Shadow each callback's event methods and each metric's `accumulate` with timed stand-ins"
-        skip = (BreakdownCallback, SimpleProfilerCallback, SimpleProfilerPostCallback)
-        for obj,attr,name in event_methods(self.learn, _events, skip):
-            t = stand_in(obj, attr, name, self._cost, self._stack)
-            if t is not None: self._wrapped.append(t.install())
+    # ---- the probe ----
+    def stage(self, s):
+        "A fit of the call starts: shadow each callback's event methods and each metric's `accumulate` with timed stand-ins"
+        self._patches,self.active = s.patches,True
+        self._stack[:],self._draw_start,self._parts = [],None,{}
+        if self.callbacks:
+            self._wrapped = [s.patches.set(t.obj, t.attr, t) for obj,attr,name in event_methods(self.learn, _events)
+                             if (t := stand_in(obj, attr, name, self._cost, self._stack)) is not None]
+    def phase(self, s):
+        "A phase starts: the pipelines that split its draws"
+        self._phase = s.phase
+        if self.draw: self._phases.append(self._pipelines())
+    def end_phase(self, s): self._end_phase()
+    def pause(self, s): self.active = False  # a `validate()` from a callback: not part of the fit's numbers
+    def resume(self, s): self.active = True
+    def end_stage(self, s):
+        "The fit ends: the stand-ins come off"
+        while self._phases: self._end_phase()
+        for p in self._wrapped: s.patches.undo(p)
+        self._wrapped,self.active = [],False
+    def contribute(self, facts): facts.breakdown = self.result
 
     def _cost(self, name, event, dt):
         "A stand-in's exclusive time, charged to the phase it ran in"
@@ -231,22 +173,6 @@ class BreakdownCallback(Callback):
         if not self.active or learn is None: return  # left behind by a crash or a removal
         phase = _phase(learn, event) if event != 'accumulate' else ('train' if learn.training else 'valid')
         self.result._add_cost(phase, name, event, dt)
-
-    def restore(self):
-        "Take off every stand-in this callback installed (also after a fit that ended by an exception)"
-        self._unwrap_all()
-        self.active,self._contexts = False,[]
-
-    def _unwrap_all(self):
-        for t in self._wrapped: t.remove()
-        self._wrapped = []
-        while self._phases: self._end_phase()
-
-    def after_fit(self):
-        "Restore everything at the end of a fit this callback timed"
-        if not (self._contexts and self._contexts.pop()): return
-        self._unwrap_all()
-        self.active = False
 
 # %% ../nbs/08_breakdown.ipynb #a17455cb
 @patch
@@ -256,39 +182,15 @@ def _pipelines(self:BreakdownCallback) -> list:
     for i,dl in enumerate(_loaders(self.learn.dl)):
         ab,dev = dl.after_batch,(dl.device if i == 0 else None)
         if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
-        out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dl.device), device=dev, loader=dl))
+        out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dl.device), device=dev, loader=dl, patches=self._patches))
     return out
 
 @patch
-def _start_phase(self:BreakdownCallback):
-    "Make the pipelines of a phase that starts (in a fit this callback times, with `draw`)"
-    if self.active and self.draw: self._phases.append(self._pipelines())
-
-@patch
 def _end_phase(self:BreakdownCallback):
-    "Put the loaders of the innermost phase back (a `validate()` inside a training batch is a phase inside a phase)"
+    "Put the loaders of the phase back"
     if not self._phases: return
     for tp in self._phases.pop(): tp.off()
-
-@patch
-def before_train(self:BreakdownCallback):
-    "A training phase starts"
-    self._start_phase()
-
-@patch
-def before_validate(self:BreakdownCallback):
-    "A validation phase starts"
-    self._start_phase()
-
-@patch
-def after_train(self:BreakdownCallback):
-    "The training phase ends"
-    self._end_phase()
-
-@patch
-def after_validate(self:BreakdownCallback):
-    "The validation phase ends"
-    self._end_phase()
+    self._phase = None
 
 # %% ../nbs/08_breakdown.ipynb #e2ee73da
 @patch
@@ -312,11 +214,12 @@ def before_batch(self:BreakdownCallback):
     if not self.active: return
     if self._phases:  # a pipeline that did not run (the loader's `after_batch` was not called) comes off here
         for tp in self._phases[-1]: tp.off()
-    self.result._count_batch('train' if self.training else 'valid')
+    phase = self._phase or ('train' if self.training else 'valid')
+    self.result._count_batch(phase)
     if not self.draw or self._draw_start is None: return
     now = time.perf_counter()
     wait = (self._first if self._first is not None else now) - self._draw_start
-    self.result._add_draw('train' if self.training else 'valid', wait, self._parts)
+    self.result._add_draw(phase, wait, self._parts)
     self._draw_start = None
 
 # %% ../nbs/08_breakdown.ipynb #dfe43dd1
@@ -375,289 +278,3 @@ class Breakdown:
         return out
 
     def __repr__(self): return '\n'.join(self.lines()) or 'Breakdown (empty)'
-
-# %% ../nbs/08_breakdown.ipynb #5ad0c011
-BATCH_EVENTS = ('before_draw',) + _BATCH_LOOP  # the events of one batch, and the draw before it
-EPOCH_EVENTS = tuple(e for e in _events if e not in BATCH_EVENTS and e != 'after_create')
-
-class SampledCosts:
-    "What a `CostSampler` measured: each callback event's and metric's cost per sampled batch, and every event between batches"
-    def __init__(self):
-        self.costs = {}  # (phase, name, event) -> [seconds, calls] over the sampled batches
-        self.batches = defaultdict(int)  # phase -> batches sampled
-        self.epoch = {}  # (name, event) -> [seconds, calls]: events between batches, all of them
-
-    def _add_sample(self, phase, sample):
-        self.batches[phase] += 1
-        for (name,event),dt in sample.items():
-            c = self.costs.get((phase,name,event))
-            if c is None: self.costs[(phase,name,event)] = [dt, 1]
-            else: c[0] += dt; c[1] += 1
-
-    def _add_epoch(self, name, event, dt):
-        c = self.epoch.get((name,event))
-        if c is None: self.epoch[(name,event)] = [dt, 1]
-        else: c[0] += dt; c[1] += 1
-
-    def callback_costs(self) -> pd.DataFrame:
-        "One row per (phase, callback or metric, event), as `Breakdown.callback_costs`: `per_batch` over the sampled batches; events between batches (phase 'fit') with their `total`"
-        rows = [{'phase':p, 'name':n, 'event':e, 'total':tot, 'calls':c, 'per_batch':tot/self.batches[p]}
-                for (p,n,e),(tot,c) in self.costs.items() if self.batches.get(p)]
-        rows += [{'phase':'fit', 'name':n, 'event':e, 'total':tot, 'calls':c, 'per_batch':math.nan} for (n,e),(tot,c) in self.epoch.items()]
-        df = pd.DataFrame(rows, columns=['phase','name','event','total','calls','per_batch'])
-        key = df.per_batch.fillna(df.total)
-        return df.iloc[key.sort_values(ascending=False, kind='stable').index].reset_index(drop=True)
-
-    def lines(self, n:int=5) -> list:
-        "The `n` costliest callback events per batch, and between batches"
-        df = self.callback_costs()
-        out = [f"{r.name}.{r.event} ({r.phase}): {fmt_time(r.per_batch)} per batch ({self.batches[r.phase]} sampled)"
-               for r in df[df.phase != 'fit'].head(n).itertuples()]
-        out += [f"{r.name}.{r.event}: {fmt_time(r.total)} in all, {r.calls} calls" for r in df[df.phase == 'fit'].head(n).itertuples()]
-        return out
-
-    def __repr__(self): return '\n'.join(self.lines()) or 'SampledCosts (empty)'
-
-# %% ../nbs/08_breakdown.ipynb #5ad0c012
-_LOAD_SLOTS = 64  # processes timed per loader: the main process (slot 0) and workers 0..62
-_LOAD_KEY = '_fastprofile_load'  # where a timed loader keeps its `_LoadTimes`
-_PER_SLOT = 9  # first batch of an epoch (wall, n), the rest (wall, n), CPU (cpu, wall) of one batch in `_CPU_EVERY`, the transfer probe (send, receive, n)
-_CPU_EVERY = 8  # a CPU clock costs ~0.5 µs to read: taken on one batch in 8
-
-_PROBES = {}  # batch signature -> (send, receive) seconds: probed once per process for each kind of batch (as `pair_overhead`)
-
-def _signature(b):
-    "Type, dtype and shape of each tensor of batch `b` (tuples, lists and dicts of tensors)"
-    if isinstance(b, torch.Tensor): return (type(b).__name__, str(b.dtype), tuple(b.shape))
-    if isinstance(b, (tuple, list)): return tuple(_signature(o) for o in b)
-    if isinstance(b, dict): return tuple((k, _signature(v)) for k,v in b.items())
-    return type(b).__name__
-
-def _transfer_cost(b) -> tuple:
-    "Seconds to send batch `b` from a worker and to receive it in the main process, probed once per kind of batch"
-    k = _signature(b)
-    if k not in _PROBES: _PROBES[k] = _transfer_probe(b)
-    return _PROBES[k]
-
-def _transfer_probe(b, budget:float=.005, most:int=3) -> tuple:
-    "Median seconds to send a copy of batch `b` between processes as the loader's workers do (pickled into shared memory), and to receive it"
-    from multiprocessing.reduction import ForkingPickler
-    import copy, pickle  # torch's reductions (tensors through shared memory) are registered by `import torch`
-    ForkingPickler.loads(ForkingPickler.dumps(copy.deepcopy(b)))  # once untimed: the first sets up the sharing (a thread, a socket)
-    sent,got,t_end = [],[],time.perf_counter() + budget
-    while len(sent) < most and (not sent or time.perf_counter() < t_end):
-        c = copy.deepcopy(b)  # the batch itself is left as it is
-        t0 = time.perf_counter()
-        buf = ForkingPickler.dumps(c)
-        t1 = time.perf_counter()
-        pickle.loads(buf)
-        sent.append(t1 - t0); got.append(time.perf_counter() - t1)
-    return float(np.median(sent)),float(np.median(got))
-
-# %% ../nbs/08_breakdown.ipynb #af662dc0
-class _LoadTimes:
-    "Shared memory in which each process that builds a loader's batches adds up its times, one slot per process"
-    def __init__(self, prev=None):
-        self.buf,self.prev = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS),prev  # `prev`: the loader's own `create_batches`, if set on it
-    def reset(self): ctypes.memset(self.buf, 0, ctypes.sizeof(self.buf))
-    def __getstate__(self):
-        "To a worker started by `spawn` the shared buffer itself; anywhere else (`learn.export()`) a fresh one"
-        from multiprocessing.context import get_spawning_popen
-        return dict(self.__dict__) if get_spawning_popen() is not None else {'prev':self.prev}
-    def __setstate__(self, d):
-        self.__dict__.update(d)
-        if 'buf' not in d: self.buf = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS)
-    def totals(self, workers:bool) -> tuple:
-        "Per built batch of the workers' slots (or the main process's): (seconds, cpu seconds, batches, send, receive), past the first batch when there are any"
-        a = np.frombuffer(self.buf, dtype=np.float64).reshape(_LOAD_SLOTS, _PER_SLOT)
-        a = (a[1:] if workers else a[:1]).sum(0)
-        s,n = (a[2],a[3]) if a[3] else (a[0],a[1])
-        cpu = a[4]/a[5] if a[5] > 0 else math.nan  # CPU seconds per wall second of building
-        return s,cpu*s,n,*((a[6]/a[8],a[7]/a[8]) if a[8] else (math.nan, math.nan))
-
-# %% ../nbs/08_breakdown.ipynb #30415521
-def _timed_create_batches(dl, samps):
-    "`create_batches` of loader `dl`, each batch timed where it is built (a worker, or the main process) into its `_LoadTimes`"
-    lt = dl.__dict__.get(_LOAD_KEY)
-    gen = lt.prev(samps) if lt is not None and lt.prev is not None else type(dl).create_batches(dl, samps)
-    if lt is None:
-        yield from gen
-        return
-    info = torch.utils.data.get_worker_info()
-    slot = 0 if info is None else info.id + 1
-    if slot >= _LOAD_SLOTS:
-        yield from gen
-        return
-    buf,o = lt.buf,_PER_SLOT*slot
-    clock,it,k,i = time.perf_counter,iter(gen),o,0
-    while True:
-        if i % _CPU_EVERY == 1:  # now and then, the CPU time too: does building a batch keep a core busy, or wait?
-            t0,c0 = clock(),time.thread_time()
-            try: b = next(it)
-            except StopIteration: return
-            t1 = clock(); buf[o+4] += time.thread_time() - c0; buf[o+5] += t1 - t0
-        else:
-            t0 = clock()
-            try: b = next(it)
-            except StopIteration: return
-            t1 = clock()
-        buf[k] += t1 - t0; buf[k+1] += 1.
-        if i == 0:  # the first batch of the epoch (a warm-up batch)
-            if not buf[o+8]:  # once per process and call: what sending a batch to the main process costs
-                try:
-                    sent,got = _transfer_cost(b)
-                    buf[o+6] += sent; buf[o+7] += got; buf[o+8] += 1.
-                except Exception: pass
-            k = o + 2
-        i += 1
-        yield b
-_timed_create_batches.__name__ = 'create_batches'  # a bound method pickles as `getattr(dl, 'create_batches')`: the plain one
-
-# %% ../nbs/08_breakdown.ipynb #4214b551
-class LoadTimer:
-    "Time each batch of the learner's training and validation loaders where it is built: in its worker process, or inline"
-    def __init__(self, learn): self.learn,self.timed = learn,{}  # phase -> (loader, `_LoadTimes`, what `create_batches` was on it)
-    def __getstate__(self): return {'learn':self.learn, 'timed':{}}  # pickled with the learner (`learn.export()`): not its loaders
-
-    def arm(self):
-        "Shadow `create_batches` on the fit's fastai loaders (before their workers start)"
-        dls = getattr(self.learn, 'dls', None)
-        for p,i in (('train',0),('valid',1)):
-            try: dl = dls[i]
-            except Exception: continue
-            if not isinstance(dl, _load.DataLoader) or _LOAD_KEY in dl.__dict__: continue
-            prev = dl.__dict__.get('create_batches', _MISSING)
-            lt = _LoadTimes(prev if prev is not _MISSING else None)
-            dl.__dict__[_LOAD_KEY],dl.__dict__['create_batches'] = lt,types.MethodType(_timed_create_batches, dl)
-            self.timed[p] = (dl, lt, prev)
-
-    def reset(self):
-        "Forget what was timed so far (a new profiled call starts)"
-        for _,lt,_ in self.timed.values(): lt.reset()
-
-    def restore(self):
-        "Put each loader's `create_batches` back as it was"
-        for dl,lt,prev in self.timed.values():
-            d = dl.__dict__
-            if d.get(_LOAD_KEY) is lt: del d[_LOAD_KEY]
-            cb = d.get('create_batches')
-            if isinstance(cb, types.MethodType) and cb.__func__ is _timed_create_batches and cb.__self__ is dl:
-                if prev is _MISSING: del d['create_batches']
-                else: d['create_batches'] = prev
-        self.timed = {}
-
-    def result(self) -> dict:
-        "phase -> `LoadTime`: mean build time per batch, where the loader builds its batches now"
-        out = {}
-        for p,(dl,lt,_) in self.timed.items():
-            try: w = int(dl.fake_l.num_workers)
-            except Exception: continue
-            s,c,n,sent,got = lt.totals(workers=w > 0)
-            if n: out[p] = LoadTime(float(s/n), float(c/n), int(n), w, float(sent), float(got))
-        return out
-
-# %% ../nbs/08_breakdown.ipynb #5ad0c013
-class CostSampler:
-    "For `Profile(on_batch=...)`: times every callback's batch events and metric's `accumulate` on sampled batches, events between batches always, and the loaders' batches where they are built"
-    _skip = (BreakdownCallback, SimpleProfilerCallback, SimpleProfilerPostCallback)
-    def __init__(self,
-        learn, # The `Learner` whose callbacks and metrics are timed
-        warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up; at least 1)
-        first:int=3, # Batches sampled right after the warm-up, in each train and valid phase
-        every:int=32, # Then every `every`-th batch of the phase
-        callbacks:bool=True, # Sample the callbacks' costs (False: time the loaders only, e.g. beside a `BreakdownCallback`)
-    ):
-        check_int('warmup', warmup, 0); check_int('first', first, 0); check_int('every', every, 1); check_bool('callbacks', callbacks)
-        # `_learn`, not `learn`: fastai's WandbCallback logs the `__init__` arguments an object holds, recursively (the Profile holds this)
-        self._learn,self.first,self.every,self.callbacks,self._w = learn,first,every,callbacks,max(warmup, 1)
-        self.loads = LoadTimer(learn)
-        self._stack,self._armed,self._epoch,self._seen = [],[],[],set()
-        self._plan,self._plan_key = [],None
-        self.reset()
-
-    def reset(self):
-        "Start a new profiled call: nothing sampled yet"
-        self.costs = SampledCosts()
-        self._sample,self._target,self._last,self._next = {},None,-1,self._w
-        self.loads.reset()
-
-    def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every}, callbacks={self.callbacks})"
-    def arm(self): self.loads.arm()
-
-    def loading(self) -> dict: return self.loads.result()
-
-    # ---- after every recorded batch: a counter check, unless this batch was sampled or the next one is ----
-    def __call__(self):
-        i = self._learn.iter
-        if i + 1 >= self._next or i <= self._last or self._target is not None: self._step(i)
-        else: self._last = i
-
-# %% ../nbs/08_breakdown.ipynb #2ac3a70e
-@patch
-def _after(self:CostSampler, j:int) -> int:
-    "The first batch after batch `j` of a phase to sample"
-    k = j + 1 - self._w
-    if k < self.first: return j + 1
-    return self._w + -(-k//self.every)*self.every
-
-@patch
-def _step(self:CostSampler, i:int):
-    "After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled"
-    learn = self._learn
-    if self._target is not None: self._end(i)
-    if i <= self._last: self._next = self._w  # a new phase
-    self._last = i
-    j = i + 1
-    if j < self._next: return
-    self._next = self._after(j)
-    if j < getattr(learn, 'n_iter', j + 1): self._begin(j)
-
-@patch
-def _begin(self:CostSampler, j:int):
-    "Install the stand-ins for batch `j` of this phase"
-    self._target,self._sample = (self._learn.training, j),{}
-    self._armed = [t.install() for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
-
-@patch
-def _end(self:CostSampler, i:int):
-    "Take the stand-ins off; keep the sample if batch `i` is the one they were for"
-    for t in self._armed: t.remove()
-    self._armed = []
-    training,j = self._target
-    self._target = None
-    if i == j and self._learn.training == training: self.costs._add_sample('train' if training else 'valid', self._sample)
-
-# %% ../nbs/08_breakdown.ipynb #da0cd459
-@patch
-def _batch_plan(self:CostSampler) -> list:
-    "Stand-ins for the batch events of the learner's callbacks and metrics (made again when they change)"
-    learn = self._learn
-    mets = getattr(learn, 'metrics', [])
-    key = (id(learn.cbs), len(learn.cbs), tuple(map(id, learn.cbs)), id(mets), tuple(map(id, mets)))
-    if key != self._plan_key:
-        self._plan = [t for obj,attr,name in event_methods(learn, BATCH_EVENTS, self._skip)
-                      if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
-        for obj,attr,name in event_methods(learn, EPOCH_EVENTS, self._skip):  # between batches: on until `restore`
-            if (id(obj), attr) in self._seen or attr == 'accumulate': continue
-            t = stand_in(obj, attr, name, self.costs_epoch, self._stack)
-            if t is not None: self._epoch.append(t.install()); self._seen.add((id(obj), attr))
-        self._plan_key = key
-    return self._plan
-
-@patch
-def _add(self:CostSampler, name, event, dt):
-    "A batch event's exclusive time, added to this batch's sample"
-    s = self._sample
-    s[(name,event)] = s.get((name,event), 0.) + dt
-
-@patch
-def costs_epoch(self:CostSampler, name, event, dt):
-    "An event between batches: its time, added to the costs"
-    self.costs._add_epoch(name, event, dt)
-
-@patch
-def restore(self:CostSampler):
-    "Take off everything: the stand-ins of a sampled batch, those between batches, the loaders' timing"
-    for t in self._armed + self._epoch: t.remove()
-    self._armed,self._epoch,self._seen,self._plan,self._plan_key,self._target = [],[],set(),[],None,None
-    self.loads.restore()

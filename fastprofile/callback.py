@@ -10,12 +10,12 @@ import sys, time, types
 from fastai.basics import *
 from .loop import *
 from .record import Slot
-from .core import Profile, ProfileOptions
+from .core import Profile, ProfileOptions, Probe
 from .gpu_timing import make_record
+from .session import Session, train_device, starts_a_fit  # (`starts_a_fit`: imported from here by breakdown and efficiency until they are probes)
 
 # %% auto #0
-__all__ = ['TIMED_EVENTS', 'starts_a_fit', 'train_device', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback',
-           'pair_overhead']
+__all__ = ['TIMED_EVENTS', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'session_of', 'pair_overhead']
 
 # %% ../nbs/07_callback.ipynb #a7c409cf
 _PRE_SLOTS  = dict(before_batch=Slot.BATCH_START, after_pred=Slot.FORWARD_END, after_loss=Slot.LOSS_END,
@@ -25,26 +25,10 @@ _POST_SLOTS = dict(before_draw=Slot.DRAW_START, before_batch=Slot.FORWARD_START,
 TIMED_EVENTS = ('before_draw','before_batch','after_pred','after_loss','before_backward','after_backward',
                 'before_step','after_step','after_batch')
 
-def starts_a_fit(learn) -> bool:
-    "True when fastai is starting a fit of `learn` (`Learner.fit`), not `validate`, `get_preds`, `tta` or `lr_find`"
-    if hasattr(learn, 'lr_finder'): return False
-    f = sys._getframe(1)
-    while f is not None:  # the innermost `Learner._with_events` of this learner says which event type this is
-        if f.f_code.co_name == '_with_events' and f.f_locals.get('self') is learn: return f.f_locals.get('event_type') == 'fit'
-        f = f.f_back
-    return False
-
-def train_device(learn) -> torch.device:
-    "Where the model will train: fastai's `TrainEvalCallback` moves it to the DataLoaders' device after `before_fit`"
-    dev = getattr(learn.dls, 'device', default_device())
-    if dev is not None: return torch.device(dev)
-    p = next(iter(learn.model.parameters()), None)  # `model.to(None)` leaves the model where it is
-    return p.device if p is not None else torch.device('cpu')
-
 # %% ../nbs/07_callback.ipynb #4904ffe2
-class _TableDispatch(Callback):
-    "A `Callback` whose events go through two tables: `_slots` (mark a time) and `_handlers` (run a method)"
-    _slots,_handlers = {},{}
+class _TableDispatch(Callback, Probe):
+    "A `Callback` whose events go through two tables: `_slots` (mark a time) and `_handlers` (run a method); a `Probe` of its session"
+    _slots,_handlers,_untimed = {},{},True  # `_untimed`: fastprofile's own, never timed as one of the user's callbacks
     def __call__(self, event_name):
         "Mark the slot of `event_name`, or run its handler; one dict lookup for the events not used"
         slot = self._slots.get(event_name)
@@ -64,61 +48,60 @@ class _TableDispatch(Callback):
     def before_step(self):     self('before_step')
     def after_step(self):      self('after_step')
     def after_batch(self):     self('after_batch')
+    # As a probe: mark while the session measures a fit of the call, nothing while something is nested in it
+    def pause(self, s): self._idle()
+    def resume(self, s): self._bind(s.record)
+    def end(self, s): self._idle()
 
 # %% ../nbs/07_callback.ipynb #2350b9a5
 class SimpleProfilerCallback(_TableDispatch):
-    "First at every event: marks where fastai's phases end, and starts each fit's stage in the `Profile`"
+    "First at every event: marks where fastai's phases end, and tells the session when a fit and a phase start"
     order,remove_on_fetch = -1000,True  # before TrainEvalCallback (-10), ModelToHalf (-50)
+    _untimed = True  # left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
-    def _idle(self): self._slots,self._handlers = {},dict(before_fit=self._before_fit, after_fit=self._after_fit)
+    def _idle(self): self._slots,self._handlers = {},dict(before_fit=self._before_fit)
 
     def _bind(self, rec):
-        "Mark into `rec` and follow the stage's epochs and phases"
+        "Mark into `rec`, follow the stage's epochs, tell the session when a phase starts"
+        s = self.profile.session
         self._mark,self._slots = rec.mark,_PRE_SLOTS
-        self._handlers = dict(before_fit=self._before_fit, after_fit=self._after_fit, before_epoch=lambda: rec.start_epoch(self.learn.epoch),
-                              before_train=lambda: rec.start_phase('train'), before_validate=lambda: rec.start_phase('valid'))
+        self._handlers = dict(before_fit=self._before_fit, before_epoch=lambda: rec.start_epoch(self.learn.epoch),
+                              before_train=lambda: s.phase_starts('train'), before_validate=lambda: s.phase_starts('valid'))
 
     def _before_fit(self):
-        "A fit starts a stage; anything else (`validate`, `lr_find`, a fit nested in a fit) is `'other'`: nothing is marked"
-        prof = self.profile
-        if prof.in_stage or not starts_a_fit(self.learn):
-            prof.contexts.append('other'); return self._idle()
-        prof.contexts.append('stage')
-        dev = train_device(self.learn)
-        self._bind(prof.start_stage(dev, overhead=lambda: pair_overhead(prof.record.timing, dev)))
+        "The session decides what this is: a fit of the call (it then calls `stage`) or something nested"
+        session_of(self).fit_starts()
 
-    def _after_fit(self):
-        "A nested context ends (the stage goes on: mark again) or the stage ends; the last callback pops the context"
-        c = self.profile.contexts
-        if len(c) > 1 and c[-1] == 'other' and 'stage' in c[:-1]: self._bind(self.profile.record)
-        else: self._idle()
+    def stage(self, s):
+        "A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains on)"
+        dev = train_device(self.learn)
+        self._bind(s.profile.start_stage(dev, overhead=lambda: pair_overhead(s.record.timing, dev)))
+
+    def phase(self, s): s.record.start_phase(s.phase)
+    def end_stage(self, s): self._idle()
 
 # %% ../nbs/07_callback.ipynb #f0a4f3ad
 class SimpleProfilerPostCallback(_TableDispatch):
-    "Last at every event: marks where fastai's phases start, ends batches, phases and epochs, and ends each stage"
+    "Last at every event: marks where fastai's phases start, ends batches and epochs, and tells the session when a phase and a fit end"
     order,remove_on_fetch = 1000,True  # after Recorder (50), ProgressCallback (60), trackers
+    _untimed = True  # left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
     def _idle(self):
-        self._slots,self._handlers = {},dict(before_fit=self._before_fit, after_fit=self._after_fit)
+        self._slots,self._handlers = {},dict(after_fit=self._after_fit)
         self._count_samples = self.profile.options.samples_per_second
 
     def _bind(self, rec):
+        s = self.profile.session
         self._rec,self._mark,self._slots = rec,rec.mark,_POST_SLOTS
         self._log_every = self.profile.options.log_every if self.profile.sinks else 0
         self._on_batch,self._count_samples = self.profile.on_batch,self.profile.options.samples_per_second
-        self._handlers = dict(before_fit=self._before_fit, after_fit=self._after_fit, after_batch=self._after_batch,
-                              after_train=lambda: rec.end_phase(self._bs()), after_validate=lambda: rec.end_phase(self._bs()),
-                              after_epoch=lambda: rec.end_epoch(self._bs()))
+        self._handlers = dict(after_fit=self._after_fit, after_batch=self._after_batch, after_train=lambda: s.phase_ends(),
+                              after_validate=lambda: s.phase_ends(), after_epoch=lambda: rec.end_epoch(self._bs()))
 
     def _bs(self) -> int:
         if not self._count_samples: return 0
         try: return find_bs(self.learn.xb)
         except Exception: return 0
-
-    def _before_fit(self):
-        c = self.profile.contexts
-        if c and c[-1] == 'stage': self._bind(self.profile.record)
-        else: self._idle()
 
     def _after_batch(self):
         rec = self._rec
@@ -130,15 +113,26 @@ class SimpleProfilerPostCallback(_TableDispatch):
             self.profile.log_batch(self.learn.train_iter)
 
     def _after_fit(self):
-        "Pop the context: a stage ends (and, with no call around it, the whole call), or a nested context gives the stage back"
-        prof = self.profile
-        kind = prof.contexts.pop() if prof.contexts else None
-        if kind == 'stage':
-            self._idle()
-            prof.end_stage(self._bs())
-            if not prof.in_call: prof.finish()  # the pair added by hand: each fit is a call
-        elif prof.in_stage: self._bind(prof.record)
-        else: self._idle()
+        "Tell the session: a fit of the call ends (it then calls `end_stage`), or something nested in it"
+        s = self.profile.session
+        if s is not None: s.fit_ends()
+
+    def stage(self, s): self._bind(s.record)
+    def end_phase(self, s):
+        "The phase ends in the record (after an exception, the record's `close` ends it where the last batch ended)"
+        if s.exc is None: s.record.end_phase(self._bs())
+    def end_stage(self, s):
+        self._idle()
+        if s.exc is None: s.profile.end_stage(self._bs())
+
+def session_of(pre:SimpleProfilerCallback) -> Session:
+    "The session that owns `pre`'s profile: `learn.profile()`'s, or, for the pair added by hand, one made now in which each fit is a call"
+    prof = pre.profile
+    s = prof.session
+    if s is None or s.learn is not pre.learn:
+        post = [cb for cb in pre.learn.cbs if isinstance(cb, SimpleProfilerPostCallback) and cb.profile is prof]
+        s = Session(pre.learn, prof, probes=[pre, *prof.sinks, *post])
+    return s
 
 # %% ../nbs/07_callback.ipynb #6e2b9c31
 _OVERHEAD = {}  # (timing, device type) -> seconds per training batch
@@ -155,6 +149,7 @@ def _calibrate(timing, device, n, k):
     rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
     pre,post = SimpleProfilerCallback(scratch),SimpleProfilerPostCallback(scratch)
     fake = types.SimpleNamespace(xb=(torch.zeros(1),), training=True, train_iter=1)  # so `find_bs` costs what it will
+    Session(fake, scratch)
     pre.learn = post.learn = fake
     pre._bind(rec); post._bind(rec)
     call,clock = Learner._call_one,time.perf_counter

@@ -72,7 +72,8 @@ def _save(kind, path, write) -> bool:
 def demo(args) -> tuple:
     "Run the demo described by parsed (and checked) `args`; the learner, and whether every asked-for output was written"
     from fastai.basics import set_seed
-    from fastprofile.all import make_demo_learner, atomic_write_csv, save_plots, save_trace
+    from fastprofile.all import make_demo_learner, save_plots, save_trace  # (and `Learner.profile`)
+    from fastprofile.report import atomic_write_csv
     device = None if args.device == 'auto' else args.device
     t0 = time.perf_counter()
     set_seed(0)

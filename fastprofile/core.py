@@ -18,7 +18,7 @@ from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
 from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
-__all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'LoadTime', 'Facts', 'Sink',
+__all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'LoadTime', 'Facts', 'Probe', 'Sink',
            'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'row_flops_per_second',
            'report_notes', 'ProfileResult', 'Profile']
 
@@ -75,18 +75,40 @@ class Facts:
     staging:dict=field(default_factory=dict) # phase -> `Staging`, when `CudaPrefetchCallback` was active
     prefetch:bool=False # `CudaPrefetchCallback` was active
     breakdown:object=None # A `Breakdown` of the same call (`learn.profile(breakdown=True)`), if any
-    callback_costs:object=None # Callback and metric costs from sampled batches (`fastprofile.breakdown.SampledCosts`), if any
+    callback_costs:object=None # Callback and metric costs from sampled batches (`fastprofile.costs.SampledCosts`), if any
     loading:dict=field(default_factory=dict) # phase -> `LoadTime`: batches timed where they were built (in the workers)
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
-    flops:dict=field(default_factory=dict) # `Row` -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency`)
-    extra:dict=field(default_factory=dict) # Anything else a section needs (e.g. efficiency numbers)
+    flops:dict=field(default_factory=dict) # `Row` -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
+    efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.efficiency.Efficiency`), if it was on
+    extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
 
     @property
     def on_gpu(self) -> bool: return self.device.startswith('cuda')
 
 # %% ../nbs/06_core.ipynb #d7e8f90c
-class Sink:
-    "Where a profile goes besides the report: subclass and override what you need"
+class Probe:
+    "Measures something in a profiled call. The session that owns the call tells it when the call, each fit and each phase start and end, in a fixed order, on every exit path"
+    def start(self, s):
+        "The call starts, at its first fit's `before_fit` (`s`: the `fastprofile.session.Session`)"
+    def stage(self, s):
+        "A fit of the call starts (`s.stage`: 0 for the first)"
+    def phase(self, s):
+        "A phase of the fit starts: `s.phase` is 'train' or 'valid'"
+    def end_phase(self, s):
+        "The phase ends (also when an exception ends it)"
+    def pause(self, s):
+        "Something that is not a fit of this call runs inside it (a `validate()` from a callback): measure nothing until `resume`"
+    def resume(self, s):
+        "It is over: the fit goes on"
+    def end_stage(self, s):
+        "The fit ends (also when an exception ends it)"
+    def end(self, s):
+        "The call ends, however it ends (`s.exc`: the exception, if one ended it)"
+    def contribute(self, facts:Facts):
+        "Add what this probe measured to the call's `Facts` (after `end`)"
+
+class Sink(Probe):
+    "Where a profile goes besides the report: subclass and override what you need (a `Probe` that also logs)"
     name = 'sink'
     def __repr__(self): return f"{type(self).__name__}()"  # how a sink shows in fastai's WandbCallback run config
     def log_batch(self, record:ProfileRecord, step:int, window:int):
@@ -224,31 +246,28 @@ class Profile:
         sinks=(), # `Sink`s to log to
         sections=(), # Functions `f(result) -> Section|None` for the report (see `ProfileResult`)
         gather=None, # `gather(record, interrupted) -> (record, is_main)`: merge the ranks (DDP); None on one process
-        facts=None, # `facts() -> Facts`, called at `finish`
         csv_path=None, # Where `save_csv` writes
-        publish=None, # `publish(result)`, called with the `ProfileResult` at the end of `finish`
+        publish=None, # `publish(result)`, called by `finish` with the `ProfileResult` before any output step
         clock=time.perf_counter, # Wall clock of the record (and of the profiler's own cost)
         on_batch=None, # `on_batch()`, called after every recorded batch (on the per-batch path: keep it to a counter check)
     ):
         self.options = _options(options)
         sinks,sections = check_items('sinks', sinks, Sink, 'Sink objects'),check_items('sections', sections, Callable, 'functions f(result)')
-        for n,f in (('gather',gather),('facts',facts),('publish',publish),('on_batch',on_batch)):
+        for n,f in (('gather',gather),('publish',publish),('on_batch',on_batch)):
             if f is not None: check_callable(n, f)
         check_callable('clock', clock, 'a clock: a function returning seconds')
         if csv_path is not None: csv_path = check_path('csv_path', csv_path)
-        self.sinks,self.sections,self.gather,self.facts = sinks,sections,gather,facts
+        self.sinks,self.sections,self.gather = sinks,sections,gather
         self.csv_path,self.publish,self.clock,self.on_batch = csv_path,publish,clock,on_batch
-        self.record,self.contexts,self.in_call,self.own_cost,self._facts = None,[],0,0.,None
+        self.record,self.own_cost,self.session,self.held = None,0.,None,None  # `session`: the `fastprofile.session.Session` that owns the call
 
     def __repr__(self): return f"Profile({self.options}, sinks={self.sinks})"  # what fastai's WandbCallback logs as config
+    def __getstate__(self): return {**self.__dict__, 'session': None}  # pickled with its callbacks (`learn.export()`): not the live call
 
 
 def _options(o): return ProfileOptions() if o is None else check_type('options', o, ProfileOptions, 'a ProfileOptions')
 
 # %% ../nbs/06_core.ipynb #15ee6e49
-@patch(as_prop=True)
-def in_stage(self:Profile) -> bool: return 'stage' in self.contexts
-
 @patch
 def start_stage(self:Profile, device='cpu', overhead=None) -> ProfileRecord:
     "A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started"
@@ -272,35 +291,51 @@ def log_batch(self:Profile, step:int):
 
 @patch
 def end_stage(self:Profile, bs:int=0):
-    "The fastai fit ended (`after_fit`): close it in the record, and note the facts of the run while its callbacks are there"
-    if self.record is None: return
-    self.record.end_stage(bs)
-    # a fit's own callbacks (`fit(cbs=...)`, e.g. a prefetcher) are gone by the time the call ends
-    if self.facts is not None: self._facts = guarded('collecting the facts of the run', self.facts)
+    "The fastai fit ended (`after_fit`): close it in the record"
+    if self.record is not None: self.record.end_stage(bs)
 
 # %% ../nbs/06_core.ipynb #3f9c7755
 @patch
-def finish(self:Profile, interrupted:BaseException|None=None) -> ProfileResult|None:
-    "Close → gather → results → (diagnose → render, when needed) → save / log / show → publish; None if nothing was profiled"
-    rec = self.record
-    if rec is None: return None
+def conclude(self:Profile, interrupted:BaseException|None=None, facts:Facts|None=None) -> tuple:
+    "Close → gather → result: `(ProfileResult, is_main)`, or `(None, True)` if nothing was profiled; the profile is then ready for another call"
+    rec,self.held = self.record,None
+    if rec is None: return None,True
     t0 = self.clock()
-    self.record,self.contexts = None,[]  # ready for another call (callbacks added by hand profile every fit)
-    guarded('closing the record', rec.close, interrupted=interrupted is not None)
+    self.record = None
+    self._hold('closing the record', rec.close, interrupted=interrupted is not None)
     main = True
     if self.gather is not None:
-        got = guarded('gathering the ranks', self.gather, rec, interrupted is not None)
+        got = self._hold('gathering the ranks', self.gather, rec, interrupted is not None)
         if got is not None: rec,main = got
-    facts = self._facts
-    if facts is None and self.facts is not None: facts = guarded('collecting the facts of the run', self.facts)
     why = None if interrupted is None else (type(interrupted).__name__ + (f": {interrupted}" if str(interrupted) else ''))
     res = ProfileResult(rec, facts, self.sections, why, self.own_cost + self.clock() - t0)
-    if main and interrupted is None:
-        o = self.options
-        if o.save_csv and self.csv_path is not None:
-            guarded(f'saving {self.csv_path}', atomic_write_csv, res.results, self.csv_path, expected=(OSError,))
-        for s in self.sinks: guarded(f'logging to {s.name!r}', s.log_fit, res, expected=(Exception,))
-        if o.show_report: guarded('showing the report', res.report.show, plain=o.plain, markdown=o.markdown)
-    if self.publish is not None: self.publish(res)
-    self.own_cost,self._facts = 0.,None
+    self.own_cost = 0.
+    return res,main
+
+@patch
+def _hold(self:Profile, what, f, *args, **kwargs):
+    "A step of `conclude`: `guarded`, and an interrupt (Ctrl-C) in it held as `held`, so that the result is still made"
+    try: return guarded(what, f, *args, **kwargs)
+    except BaseException as e:
+        if self.held is None: self.held = e
+        return None
+
+@patch
+def output(self:Profile, res:ProfileResult, main:bool=True):
+    "Save the CSV, log to each sink, show the report: on the main process (rank 0), after a call that was not interrupted"
+    if not main or res.interrupted: return
+    o = self.options
+    if o.save_csv and self.csv_path is not None:
+        guarded(f'saving {self.csv_path}', atomic_write_csv, res.results, self.csv_path, expected=(OSError,))
+    for s in self.sinks: guarded(f'logging to {s.name!r}', s.log_fit, res, expected=(Exception,))
+    if o.show_report: guarded('showing the report', res.report.show, plain=o.plain, markdown=o.markdown)
+
+@patch
+def finish(self:Profile, interrupted:BaseException|None=None, facts:Facts|None=None) -> ProfileResult|None:
+    "The fit-end pipeline of a `Profile` used on its own: conclude → publish → output; None if nothing was profiled"
+    res,main = self.conclude(interrupted, facts)
+    if res is None: return None
+    if self.publish is not None: self.publish(res)  # the result is kept before any output step: an interrupt there keeps it
+    if self.held is not None: raise self.held  # an interrupt while closing: kept, and raised once the result is out
+    self.output(res, main)
     return res

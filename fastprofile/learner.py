@@ -10,18 +10,22 @@ import os
 from pathlib import Path
 from fastai.basics import *
 from .checks import check_bool, check_number, check_path, check_choice
-from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink
+from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe
 from .gpu_timing import resolve_timing
-from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback, train_device
-from .breakdown import BreakdownCallback, CostSampler
+from .session import Session, train_device
+from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
+from .costs import CostSampler
+from .loads import LoadTimer
+from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
-from .efficiency import EfficiencyCallback, efficiency_section, efficiency_summary, diagnosis_with_efficiency
+from .efficiency_probe import EfficiencyCallback
+from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
 from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
 
 # %% auto #0
-__all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'training_methods', 'ProfileSession', 'NoProfileError']
+__all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'LearnerFacts', 'session_for', 'NoProfileError']
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
@@ -63,17 +67,25 @@ def _model_facts(model) -> dict:
     return dict(conv2d=bool(convs), compiled=hasattr(model, '_orig_mod'),
                 channels_last=bool(convs) and convs[0].weight.is_contiguous(memory_format=torch.channels_last))
 
-def learner_facts(learn, staging0:dict|None=None, breakdown=None, sampler:CostSampler|None=None) -> Facts:
-    "The `Facts` of the call on `learn` that is ending: `staging0` is the prefetch staging when it started"
+def learner_facts(learn, staging0:dict|None=None) -> Facts:
+    "The `Facts` of `learn` itself now (device, loader workers, CPUs, threads, batch size, the model, prefetch): `staging0` is the prefetch staging when the call started"
     pf = _prefetch(learn)
     s0 = staging0 or {}
     staging = {p:Staging(s.seconds - s0.get(p, Staging(0., 0)).seconds, s.batches - s0.get(p, Staging(0., 0)).batches)
                for p,s in _staging(learn).items()}
     return Facts(device=str(train_device(learn)), num_workers=_num_workers(learn), cpus=_cpus(),
                  threads=torch.get_num_threads(), batch_size=getattr(learn.dls.train, 'bs', None), staging=staging,
-                 prefetch=pf is not None and pf.active, breakdown=breakdown, model=_model_facts(learn.model),
-                 callback_costs=sampler.costs if sampler is not None and sampler.callbacks else None,
-                 loading={} if sampler is None else sampler.loading())
+                 prefetch=pf is not None and pf.active, model=_model_facts(learn.model))
+
+class LearnerFacts(Probe):
+    "A probe: the learner's `learner_facts`, read at the end of each fit while its own callbacks (`fit(cbs=...)`: a prefetcher) are still there"
+    _FIELDS = ('device','num_workers','cpus','threads','batch_size','staging','prefetch','model')
+    def __init__(self, learn): self.learn,self._staging0,self._read = learn,{},None
+    def start(self, s): self._staging0,self._read = _staging(self.learn),None
+    def end_stage(self, s): self._read = learner_facts(self.learn, self._staging0)
+    def contribute(self, facts:Facts):
+        got = self._read if self._read is not None else learner_facts(self.learn, self._staging0)
+        for k in self._FIELDS: setattr(facts, k, getattr(got, k))
 
 # %% ../nbs/17_learner.ipynb #96a7b8c9
 def _n_train_batches(learn) -> int|None:
@@ -81,82 +93,57 @@ def _n_train_batches(learn) -> int|None:
     try: return len(learn.dls.train)
     except Exception: return None
 
-def training_methods(learn) -> list:
-    "Names of `learn`'s training entry points: `fit`, `fine_tune` and every `fit*` method"
-    cls = type(learn)
-    return [n for n in dir(cls) if (n == 'fine_tune' or n.startswith('fit')) and callable(getattr(cls, n, None))]
 
-# %% ../nbs/17_learner.ipynb #51b2a038
-class _ProfiledMethod:
-    "`learn.<name>` while `Learner.profile` has armed the learner: the call goes through the session"
-    def __init__(self, session, name): self.session,self.name = session,name
-    def __call__(self, *args, **kwargs): return self.session.call(self.name, *args, **kwargs)
-    def __reduce__(self): return (getattr, (self.session.learn, self.name))  # pickled (`learn.export()`): the plain method
-    def __repr__(self): return f"<{type(self.session.learn).__name__}.{self.name}, profiled by fastprofile>"
-
-class ProfileSession:
-    "`Learner.profile`'s hold on one learner: the pair and its `Profile` for the next training call, taken off however it ends"
-    def __init__(self, learn, profile:Profile, cbs, breakdown:BreakdownCallback|None=None, efficiency:EfficiencyCallback|None=None,
-                 sampler:CostSampler|None=None):
-        self.learn,self.profile,self.cbs,self.breakdown,self.efficiency,self.depth,self.staging0 = learn,profile,list(cbs),breakdown,efficiency,0,{}
-        self.sampler = sampler  # `profile.on_batch`: callback costs on sampled batches, loaders timed where they build
-        profile.facts,profile.publish = self.facts,self.publish
-
-    @staticmethod
-    def of(learn) -> ProfileSession|None:
-        "The session arming `learn`, if any"
-        return next((v.session for v in learn.__dict__.values() if isinstance(v, _ProfiledMethod)), None)
-
-    def arm(self):
-        "Add the callbacks and route the learner's training methods through `call`"
-        for n in training_methods(self.learn): self.learn.__dict__[n] = _ProfiledMethod(self, n)
-        self.learn.add_cbs(self.cbs)
-        if self.sampler is not None: self.sampler.arm()
-
-    def disarm(self):
-        "Take off everything `arm` added"
-        d = self.learn.__dict__
-        for n in [n for n,v in d.items() if isinstance(v, _ProfiledMethod) and v.session is self]: del d[n]
-        self.learn.remove_cbs([cb for cb in self.cbs if cb in self.learn.cbs])
-        if self.breakdown is not None: self.breakdown.restore()  # a fit ended by an exception never reached its `after_fit`
-        if self.efficiency is not None: self.efficiency.restore()
-        if self.sampler is not None: self.sampler.restore()
-
-    def call(self, name, /, *args, **kwargs):
-        "Run the learner's own `name`; the outermost call is the profiled call"
-        if self.depth == 0:
-            self.staging0 = _staging(self.learn)
-            if self.sampler is not None: self.sampler.reset()
-        self.depth += 1; self.profile.in_call += 1
-        exc = None
-        try: return getattr(type(self.learn), name)(self.learn, *args, **kwargs)
-        except BaseException as e: exc = e; raise
-        finally:
-            self.depth -= 1; self.profile.in_call -= 1
-            if self.depth == 0: self.end(exc)
 
 # %% ../nbs/17_learner.ipynb #4d2cc3f0
-@patch
-def end(self:ProfileSession, exc:BaseException|None):
-    "The call is over: finish the profile (if anything was profiled, or it failed) and disarm"
-    if self.profile.record is None and exc is None: return  # nothing profiled (`lr_find`): armed for the next call
-    try: self.profile.finish(interrupted=exc)
-    finally: self.disarm()
-
-@patch
-def facts(self:ProfileSession) -> Facts:
-    "The `Facts` of the call (the profile's `facts` step)"
-    f = learner_facts(self.learn, self.staging0, None if self.breakdown is None else self.breakdown.result, self.sampler)
-    return f if self.efficiency is None else self.efficiency.add_facts(f)
-
-@patch
-def publish(self:ProfileSession, result:ProfileResult):
-    "Put the result on the learner, as `learn.simple_profile` (the profile's `publish` step)"
-    self.learn.__dict__['simple_profile'] = result
-
-# %% ../nbs/17_learner.ipynb #a7b8c9da
 _OPTION_NAMES = [f.name for f in ProfileOptions.__dataclass_fields__.values()]
 
+def _running(learn):
+    "Refuse to start a profile while a profiled call (or a `profiling()` block) is running on `learn`"
+    s = Session.of(learn)
+    if s is not None and s.depth: raise ValueError("a profiled call is running on this learner (`learn.profile()` or a "
+                                                   "`with learn.profiling():` block): profile the next call once it has ended")
+    return s
+
+def session_for(learn,
+    logger_callback=_Default('wandb'), csv_name=_Default('simple_profile.csv'), breakdown:bool=False, rank_csv:bool=False,
+    gather_timeout:float=GATHER_TIMEOUT, efficiency:bool|str='auto', peak_flops:float|None=None,
+    **kwargs # `ProfileOptions`
+) -> Session:
+    "A `Session` for the next profiled call on `learn`, every option checked (`Learner.profile` documents them); not armed yet"
+    bad = [k for k in kwargs if k not in _OPTION_NAMES]
+    if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
+                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops'] + _OPTION_NAMES)}")
+    opts = ProfileOptions(**kwargs)
+    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv)
+    check_choice('efficiency', efficiency, ('auto', True, False))
+    if peak_flops is not None: check_number('peak_flops', peak_flops, 0, lo_open=True)
+    if opts.save_csv or rank_csv: csv_path = check_path('csv_name', csv_name, base=learn.path)
+    elif not isinstance(csv_name, _Default):
+        raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP)")
+    else: csv_path = None
+    gather_timeout = check_number('gather_timeout', gather_timeout, 0, lo_open=True)
+    n = _n_train_batches(learn)
+    if 'warmup' in kwargs and n is not None and opts.warmup and opts.warmup >= n:
+        raise ValueError(f"`warmup={opts.warmup}` leaves no batch to measure: the training loader has {n} batch(es) per epoch; "
+                         f"use a warm-up below {n} (0 keeps every batch)")
+    resolve_timing(opts.timing, train_device(learn))  # 'events'/'sync' on a CPU learner: refused now, not at fit start
+    sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
+    return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops)
+
+def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops) -> Session:
+    "The session and its probes, in the order they start: the pair's first callback, the loaders, the callbacks (or the breakdown), efficiency, facts, sinks, the pair's last"
+    bd = BreakdownCallback() if breakdown else None
+    sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
+    prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
+                   gather_timeout), csv_path=csv_path, on_batch=sampler)
+    if efficiency == 'auto': efficiency = peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
+    eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
+    pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
+    probes = [pre, LoadTimer(learn), *[p for p in (sampler, bd, eff) if p is not None], LearnerFacts(learn), *prof.sinks, post]
+    return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff) if c])
+
+# %% ../nbs/17_learner.ipynb #a7b8c9da
 @patch
 def profile(self:Learner,
     logger_callback=_Default('wandb'), # 'wandb', 'tensorboard' (a name in `LOGGERS`), a `Sink`, or None for no logging
@@ -165,38 +152,34 @@ def profile(self:Learner,
     rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
     gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
     efficiency:bool|str='auto', # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
-    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.efficiency.PEAK_FLOPS`, GPUs only)
+    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.flops.PEAK_FLOPS`, GPUs only)
     **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
-    bad = [k for k in kwargs if k not in _OPTION_NAMES]
-    if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
-                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops'] + _OPTION_NAMES)}")
-    opts = ProfileOptions(**kwargs)
-    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv)
-    check_choice('efficiency', efficiency, ('auto', True, False))
-    if peak_flops is not None: check_number('peak_flops', peak_flops, 0, lo_open=True)
-    if opts.save_csv or rank_csv: csv_path = check_path('csv_name', csv_name, base=self.path)
-    elif not isinstance(csv_name, _Default):
-        raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP)")
-    else: csv_path = None
-    gather_timeout = check_number('gather_timeout', gather_timeout, 0, lo_open=True)
-    n = _n_train_batches(self)
-    if 'warmup' in kwargs and n is not None and opts.warmup and opts.warmup >= n:
-        raise ValueError(f"`warmup={opts.warmup}` leaves no batch to measure: the training loader has {n} batch(es) per epoch; "
-                         f"use a warm-up below {n} (0 keeps every batch)")
-    resolve_timing(opts.timing, train_device(self))  # 'events'/'sync' on a CPU learner: refused now, not at fit start
-    sink = logger_sink(self, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
-    old = ProfileSession.of(self)
+    old = _running(self)
+    s = session_for(self, logger_callback, csv_name, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, **kwargs)
     if old is not None: old.disarm()
-    bd = BreakdownCallback() if breakdown else None
-    sampler = CostSampler(self, warmup=opts.warmup, callbacks=not breakdown)  # the breakdown times every callback itself
-    prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
-                   gather_timeout), csv_path=csv_path, on_batch=None if breakdown else sampler)
-    if efficiency == 'auto': efficiency = peak_flops is not None or train_device(self).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
-    eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
-    ProfileSession(self, prof, [SimpleProfilerCallback(prof), SimpleProfilerPostCallback(prof)] + [c for c in (bd, eff) if c], bd, eff, sampler).arm()
+    s.arm()
     return self
+
+class _Profiling:
+    "`with learn.profiling(**options):`: the block is one profiled call; every fit in it is a stage"
+    def __init__(self, learn, kwargs): self.learn,self.session = learn,session_for(learn, **kwargs)
+    def __enter__(self):
+        old = _running(self.learn)
+        if old is not None: old.disarm()
+        self.session.arm(); self.session.enter()
+        return self.learn
+    def __exit__(self, typ, exc, tb):
+        try: self.session.leave(exc)
+        finally:
+            if self.session.armed: self.session.disarm()  # no fit ran in the block: nothing stays armed
+
+@patch
+@delegates(Learner.profile)
+def profiling(self:Learner, **kwargs):
+    "A context manager: `with learn.profiling(**options): learn.fit(...)` profiles the block as one call (`profile`'s options, checked here)"
+    return _Profiling(self, kwargs)
 
 # %% ../nbs/17_learner.ipynb #c9daebfc
 class NoProfileError(ValueError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys, warnings
 from fastai.basics import *
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
-from .efficiency import efficiency_scalars, efficiency_fit_scalars
+from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
 
 # %% auto #0
 __all__ = ['TensorBoardSink']
@@ -26,7 +26,11 @@ class TensorBoardSink(Sink):
     def __init__(self,
         learn, # The learner being profiled
     ):
-        self._learn,self.step = learn,0  # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
+        self._learn,self.step,self._facts = learn,0,None  # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
+
+    def start(self, s):
+        "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts)"
+        self._facts = s.facts
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> TensorBoardSink|None:
@@ -48,7 +52,7 @@ class TensorBoardSink(Sink):
         self.step = step
         rates = train_samples_per_second(record, window)
         for a,v in rates.items(): w.add_scalar(f'samples_per_second/train_{a}', v, step)
-        for k,v in efficiency_scalars(self._learn, rates).items(): w.add_scalar(k, v, step)
+        for k,v in efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates).items(): w.add_scalar(k, v, step)
 
     def log_fit(self, result:ProfileResult):
         "Write the call's samples/second and the report (markdown) as text"

@@ -11,7 +11,7 @@ import pandas as pd
 from fastai.basics import *
 from .record import result_rows
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
-from .efficiency import efficiency_scalars, efficiency_fit_scalars
+from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
 
 # %% auto #0
 __all__ = ['wandb_summary', 'WandbSink', 'fastai_wandb_4173_present', 'fix_fastai_wandb_4173']
@@ -42,7 +42,11 @@ class WandbSink(Sink):
     ):
         # Kept under names that are not `__init__` parameters: fastai's `Learner.gather_args()` (`WandbCallback`'s run
         # config) walks the parameters an object keeps (`init_args`), and would log the learner again and a module
-        self._learn,self._wandb,self.base,self.last = learn,wandb,None,None
+        self._learn,self._wandb,self.base,self.last,self._facts = learn,wandb,None,None,None
+
+    def start(self, s):
+        "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts)"
+        self._facts = s.facts
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> WandbSink|None:
@@ -64,7 +68,7 @@ class WandbSink(Sink):
         if self._wandb.run is None: return
         rates = train_samples_per_second(record, window)
         d = {f'samples_per_second/train_{a}':v for a,v in rates.items()}
-        d.update(efficiency_scalars(self._learn, rates))
+        d.update(efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates))
         if d: self._log(d, self._step(step))
 
     def log_fit(self, result:ProfileResult):

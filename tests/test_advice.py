@@ -10,6 +10,7 @@ from fastprofile.learner import *
 from fastprofile.breakdown import TimedPipeline, _SWITCHED
 from fastprofile.advice import check_advice, preserved
 from fastprofile.record import Row
+from fastprofile.session import Session
 
 class Items(torch.utils.data.Dataset):
     "Regression items with a little noise drawn when each is loaded (in a worker with `num_workers>0`)"
@@ -85,7 +86,7 @@ def assert_as_before(learn, s):
     assert list(learn.metrics) == s['metrics'] and not any('accumulate' in m.__dict__ for m in learn.metrics)
     assert (random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state().tolist()) == s['glob']
     assert fastai.data.load.to_device is fastai.torch_core.to_device
-    assert ProfileSession.of(learn) is None or any(type(cb).__name__ == 'SimpleProfilerCallback' for cb in s['cbs'])
+    assert Session.of(learn) is None or any(type(cb).__name__ == 'SimpleProfilerCallback' for cb in s['cbs'])
 
 # ---- after a profiled fit ----
 def test_check_advice_after_a_profiled_fit():
@@ -165,14 +166,14 @@ def test_check_advice_leaves_dl_rng_as_it_was():
 def test_the_users_armed_profile_still_profiles_the_next_fit():
     learn = make_learner()
     learn.profile(show_report=False, logger_callback=None)
-    session = ProfileSession.of(learn)
+    session = Session.of(learn)
     check_advice(learn, n_batches=3, resource='callbacks')
-    assert ProfileSession.of(learn) is session
+    assert Session.of(learn) is session
     with pytest.raises(NoProfileError): learn.simple_profile  # the windows' profiles are gone
     learn.fit(1)
     rec = learn.simple_profile_record
     assert len(rec.stages) == 1 and rec.stats[Row('train','batch')].n == 12 - 1  # the user's fit, warm-up batch aside
-    assert ProfileSession.of(learn) is None and not any(type(cb).__name__.startswith('SimpleProfiler') for cb in learn.cbs)
+    assert Session.of(learn) is None and not any(type(cb).__name__.startswith('SimpleProfiler') for cb in learn.cbs)
 
 def test_saving_callbacks_sit_the_windows_out(tmp_path):
     "Callbacks (the user's profiler pair included), Recorder history and RNG are restored; saving callbacks sit the windows out"

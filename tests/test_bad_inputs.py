@@ -13,7 +13,10 @@ from fastai.basics import *
 from fastai.test_utils import synth_learner
 import fastprofile
 from fastprofile.all import *
-from fastprofile.learner import NoProfileError, ProfileSession
+from fastprofile.learner import NoProfileError
+from fastprofile.session import Session
+from fastprofile.distributed import RankProfile, find_stragglers, interval_means, merge_records, merged_trace, rank_csv_path, rank_gather, rank_spread
+from fastprofile.trace import chrome_trace, merge_traces, trace_events
 
 PKG = Path(fastprofile.__file__).parent
 FASTPROFILE = Path(sys.executable).parent/'fastprofile'  # the console script `pip install` made
@@ -243,7 +246,7 @@ def _same(a, b):
 def _plain_fit_works(learn):
     "A plain `fit` runs (every batch, unprofiled) and leaves the last profile alone"
     last = learn.__dict__.get('simple_profile')
-    assert ProfileSession.of(learn) is None, "the learner is still armed for profiling"
+    assert Session.of(learn) is None, "the learner is still armed for profiling"
     learn.fit(1)
     assert learn.train_iter == len(learn.dls.train)
     assert learn.__dict__.get('simple_profile') is last, "the plain fit was profiled"

@@ -8,7 +8,8 @@ from fastai.basics import *
 from fastai.callback.all import *
 from fastai.test_utils import synth_learner, synth_dbunch, RegModel
 from fastprofile.all import *
-from fastprofile.learner import ProfileSession, _ProfiledMethod
+from fastprofile.session import Session, _ProfiledMethod
+from fastprofile.prefetch import LoggingOps
 from fastprofile.testing import FakeClock, drive_record
 import fastprofile.callback as fcb
 
@@ -32,7 +33,7 @@ def check_sums(res, tol=1e-6):
 def check_untouched(learn, cbs0):
     "Nothing `profile()` added is left on the learner"
     assert list(learn.cbs) == cbs0
-    assert ProfileSession.of(learn) is None
+    assert Session.of(learn) is None
     assert not [k for k,v in learn.__dict__.items() if isinstance(v, _ProfiledMethod)]
     assert not any(isinstance(cb, (SimpleProfilerCallback, SimpleProfilerPostCallback, BreakdownCallback)) for cb in learn.cbs)
     assert not hasattr(learn, 'simple_profiler') and not hasattr(learn, 'simple_profiler_post')
@@ -220,7 +221,7 @@ def test_lr_find_get_preds_validate_are_not_calls():
     assert len(preds) == 32
     learn.validate()
     with learn: pass  # fires before_fit/before_epoch/after_epoch/after_fit, as `Learner.tta` does
-    assert 'simple_profile' not in learn.__dict__ and ProfileSession.of(learn) is not None
+    assert 'simple_profile' not in learn.__dict__ and Session.of(learn) is not None
     learn.fit(1)
     assert _rows(learn).loc[('train','draw',''),'Number of Calls'] == 8-1
     check_untouched(learn, [cb for cb in learn.cbs])

@@ -10,8 +10,10 @@ from fastprofile.core import Facts, LoadTime
 from fastprofile.record import Row
 from fastprofile.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN
 from fastprofile.advice import check_advice
-from fastprofile.efficiency import diagnosis_with_efficiency
-from fastprofile.breakdown import CostSampler, BreakdownCallback, _LOAD_KEY
+from fastprofile.efficiency_report import diagnosis_with_efficiency
+from fastprofile.breakdown import BreakdownCallback
+from fastprofile.costs import CostSampler
+from fastprofile.loads import _LOAD_KEY
 
 class SleepyDS(torch.utils.data.Dataset):
     "A regression dataset whose items take `item_sleep` seconds each to load"

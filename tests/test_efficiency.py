@@ -10,7 +10,10 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.nn.modules import module as _module
 from fastprofile.all import *
 from fastprofile.efficiency import *
-from fastprofile.efficiency import _compute_share
+from fastprofile.efficiency_probe import *
+from fastprofile.efficiency_report import *
+from fastprofile.efficiency_report import _compute_share
+from fastprofile.core import row_flops_per_second, train_samples_per_second
 from fastprofile.testing import FakeClock, drive_record
 
 N_IN,H1,H2 = 16,64,32

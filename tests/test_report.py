@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np, pytest
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
+from fastprofile.report import col_label
 
 CHROMIUM = next((c for c in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(c)), None)
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason='needs chromium (apt-get install chromium)')
@@ -123,7 +124,7 @@ def real_report():
     assert rep.section('Diagnosis') is not None and rep.section('Efficiency') is not None
     res = rep.results.copy()
     res['GPU Mean Duration'] = res['Mean Duration']*.7; res['GPU Total Time'] = res['Total Time']*.7
-    res['FLOP/s'] = np.where(res.Step.isin(['forward','backward']), 3.21e12, np.nan)  # as `fastprofile.efficiency` adds it
+    res['FLOP/s'] = np.where(res.Step.isin(['forward','backward']), 3.21e12, np.nan)  # as `fastprofile.efficiency_probe` counts it
     return rep, ProfileReport(res, rep.notes, rep.sections)
 
 @pytest.fixture(scope='module')
