@@ -30,8 +30,9 @@ def add_profiler(learn, variant:str):
     if variant.startswith('fastprofile') and variant != 'fastprofile-off': learn.profile(show_report=False, logger_callback=None)
     if variant == 'fastprofile-nosampler':  # the defaults, less the `CostSampler` (callback costs, loader timing): its share
         from fastprofile.session import Session
+        from fastprofile.costs import CostSampler
         s = Session.of(learn)
-        s.sampler.restore(); s.sampler,s.profile.on_batch = None,None
+        s.probes = [p for p in s.probes if not isinstance(p, CostSampler)]; s.profile.on_batch = None
     elif variant == 'fastxtend': learn.profile(mode='simple', show_report=False)
 
 def time_phases(learn):

@@ -154,9 +154,9 @@ class BreakdownCallback(ProbeCallback):
             self._wrapped = [s.patches.set(t.obj, t.attr, t) for obj,attr,name in event_methods(self.learn, _events)
                              if (t := stand_in(obj, attr, name, self._cost, self._stack)) is not None]
     def phase(self, s):
-        "A phase starts: the pipelines that split its draws"
+        "A phase starts: the pipelines that split its draws come at its first draw"
         self._phase = s.phase
-        if self.draw: self._phases.append(self._pipelines())
+        if self.draw: self._phases.append(None)  # made at the phase's first draw, once the other callbacks set `learn.dl` up (a prefetcher wraps it)
     def end_phase(self, s): self._end_phase()
     def pause(self, s): self.active = False  # a `validate()` from a callback: not part of the fit's numbers
     def resume(self, s): self.active = True
@@ -189,7 +189,7 @@ def _pipelines(self:BreakdownCallback) -> list:
 def _end_phase(self:BreakdownCallback):
     "Put the loaders of the phase back"
     if not self._phases: return
-    for tp in self._phases.pop(): tp.off()
+    for tp in self._phases.pop() or []: tp.off()
     self._phase = None
 
 # %% ../nbs/08_breakdown.ipynb #e2ee73da
@@ -198,6 +198,7 @@ def before_draw(self:BreakdownCallback):
     "Put this phase's pipelines on their loaders and start timing the draw"
     if not (self.active and self.draw): return
     if self._phases:
+        if self._phases[-1] is None: self._phases[-1] = self._pipelines()
         for tp in self._phases[-1]: tp.on()
     self._draw_start,self._parts,self._first = time.perf_counter(),{},None
 
@@ -213,7 +214,7 @@ def before_batch(self:BreakdownCallback):
     "Count the batch and add its draw (the wait before the first part, then the parts) to the result"
     if not self.active: return
     if self._phases:  # a pipeline that did not run (the loader's `after_batch` was not called) comes off here
-        for tp in self._phases[-1]: tp.off()
+        for tp in self._phases[-1] or []: tp.off()
     phase = self._phase or ('train' if self.training else 'valid')
     self.result._count_batch(phase)
     if not self.draw or self._draw_start is None: return

@@ -25,7 +25,8 @@ from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
 
 # %% auto #0
-__all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'LearnerFacts', 'session_for', 'NoProfileError']
+__all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'LearnerFacts', 'PrefetchStaging', 'session_for',
+           'NoProfileError']
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
@@ -67,25 +68,31 @@ def _model_facts(model) -> dict:
     return dict(conv2d=bool(convs), compiled=hasattr(model, '_orig_mod'),
                 channels_last=bool(convs) and convs[0].weight.is_contiguous(memory_format=torch.channels_last))
 
-def learner_facts(learn, staging0:dict|None=None) -> Facts:
-    "The `Facts` of `learn` itself now (device, loader workers, CPUs, threads, batch size, the model, prefetch): `staging0` is the prefetch staging when the call started"
-    pf = _prefetch(learn)
-    s0 = staging0 or {}
-    staging = {p:Staging(s.seconds - s0.get(p, Staging(0., 0)).seconds, s.batches - s0.get(p, Staging(0., 0)).batches)
-               for p,s in _staging(learn).items()}
+def learner_facts(learn) -> Facts:
+    "The `Facts` of `learn` itself now: device, loader workers, CPUs, threads, batch size, the model"
     return Facts(device=str(train_device(learn)), num_workers=_num_workers(learn), cpus=_cpus(),
-                 threads=torch.get_num_threads(), batch_size=getattr(learn.dls.train, 'bs', None), staging=staging,
-                 prefetch=pf is not None and pf.active, model=_model_facts(learn.model))
+                 threads=torch.get_num_threads(), batch_size=getattr(learn.dls.train, 'bs', None), model=_model_facts(learn.model))
 
 class LearnerFacts(Probe):
-    "A probe: the learner's `learner_facts`, read at the end of each fit while its own callbacks (`fit(cbs=...)`: a prefetcher) are still there"
-    _FIELDS = ('device','num_workers','cpus','threads','batch_size','staging','prefetch','model')
-    def __init__(self, learn): self.learn,self._staging0,self._read = learn,{},None
-    def start(self, s): self._staging0,self._read = _staging(self.learn),None
-    def end_stage(self, s): self._read = learner_facts(self.learn, self._staging0)
+    "A probe: the learner's `learner_facts`, read at the end of each fit"
+    _FIELDS = ('device','num_workers','cpus','threads','batch_size','model')
+    def __init__(self, learn): self.learn,self._read = learn,None
+    def start(self, s): self._read = None
+    def end_stage(self, s): self._read = learner_facts(self.learn)
     def contribute(self, facts:Facts):
-        got = self._read if self._read is not None else learner_facts(self.learn, self._staging0)
+        got = self._read if self._read is not None else learner_facts(self.learn)
         for k in self._FIELDS: setattr(facts, k, getattr(got, k))
+
+class PrefetchStaging(Probe):
+    "A probe: what `CudaPrefetchCallback` staged during the call, read at the end of each fit while the fit's own callbacks (`fit(cbs=...)`) are there"
+    def __init__(self, learn): self.learn,self._at_start,self._staging,self._active = learn,{},{},False
+    def start(self, s): self._at_start,self._staging,self._active = _staging(self.learn),{},False
+    def end_stage(self, s):
+        s0,pf = self._at_start,_prefetch(self.learn)
+        self._staging = {p:Staging(v.seconds - s0.get(p, Staging(0., 0)).seconds, v.batches - s0.get(p, Staging(0., 0)).batches)
+                         for p,v in _staging(self.learn).items()}
+        self._active = self._active or (pf is not None and pf.active)
+    def contribute(self, facts:Facts): facts.staging,facts.prefetch = self._staging,self._active
 
 # %% ../nbs/17_learner.ipynb #96a7b8c9
 def _n_train_batches(learn) -> int|None:
@@ -132,7 +139,7 @@ def session_for(learn,
     return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops)
 
 def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops) -> Session:
-    "The session and its probes, in the order they start: the pair's first callback, the loaders, the callbacks (or the breakdown), efficiency, facts, sinks, the pair's last"
+    "The session and its probes, in the order they start: the pair's first callback, the loaders, the callbacks (or the breakdown), efficiency, the learner's facts, prefetch staging, sinks, the pair's last"
     bd = BreakdownCallback() if breakdown else None
     sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
@@ -140,7 +147,8 @@ def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, e
     if efficiency == 'auto': efficiency = peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
     eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
-    probes = [pre, LoadTimer(learn), *[p for p in (sampler, bd, eff) if p is not None], LearnerFacts(learn), *prof.sinks, post]
+    probes = [pre, LoadTimer(learn), *[p for p in (sampler, bd, eff) if p is not None], LearnerFacts(learn), PrefetchStaging(learn),
+              *prof.sinks, post]
     return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff) if c])
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da

@@ -200,7 +200,7 @@ def test_breakdown_survives_nested_validate():
     assert learn.simple_profile_breakdown.batches['train'] == 3*5
 
 def test_breakdown_survives_validate_inside_a_batch():
-    "A `validate()` inside a training batch is a valid phase inside the train phase: the train draws after it still split"
+    "A `validate()` inside a training batch is not part of the fit's numbers: the train draws after it still split"
     class ValInBatch(Callback):
         def after_batch(self):
             if self.training and self.iter == 1: self.learn.validate()
@@ -210,9 +210,9 @@ def test_breakdown_survives_validate_inside_a_batch():
     learn.profile(breakdown=True, show_report=False, logger_callback=None)
     learn.fit(2)
     bd = learn.simple_profile_breakdown
-    # every draw split, those of the train loader after the inner validation included (fastai leaves `training`
-    # False after a `validate()`, so the rest of that epoch's batches count as `valid`)
-    assert sum(bd.batches.values()) == 2*5 + 2*2 + 2*2
+    # every draw of the fit split, the train loader's after the inner validation included; the inner validation is not
+    # part of the fit's numbers (the session pauses its probes), as in the report's table
+    assert dict(bd.batches) == {'train': 2*5, 'valid': 2*2}
     assert all(bd.draw[p]['copy'].n == bd.batches[p] for p in ('train','valid')), (dict(bd.batches), bd.draw_parts())
     assert_nothing_left(learn, switched0)
 

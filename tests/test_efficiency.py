@@ -104,7 +104,7 @@ def test_training_bit_identical(make):
 def test_conv_families_and_advice_inputs():
     learn = conv_learner()
     profiled(learn).fit(1)
-    eff = learn.simple_profile.facts.extra['efficiency']
+    eff = learn.simple_profile.facts.efficiency
     fam = eff.family_flops()
     assert fam['conv'] > 0 and fam['matmul'] > 0 and eff.channels_last is False
     # conv forward by hand: 2 * C_in*k*k * C_out * H*W per sample, and the head
@@ -133,7 +133,7 @@ def test_fine_tune_counts_each_fit():
     "The frozen fit's backward has no gradient for the body: each fit is counted, the rows use the batch-weighted mean"
     learn = frozen_learner()
     profiled(learn).fine_tune(2, freeze_epochs=1)
-    eff = learn.simple_profile.facts.extra['efficiency']
+    eff = learn.simple_profile.facts.efficiency
     s1,s2 = eff.stages
     assert s1.forward == s2.forward == FWD
     assert s1.backward == BWD - 2*N_IN*H1  # frozen: no weight gradient for the first layer (BatchNorm stays trainable)
@@ -184,7 +184,7 @@ def test_per_batch_table_empty_after_warmup(on_gpu):
     assert seen == {(True,0): True, (True,1): on_gpu, (True,2): False, (True,3): False, (True,4): False,
                     (False,0): True, (False,1): False}
     assert learn.simple_profile_efficiency['predict_flops_per_sample'] == FWD
-    if on_gpu: assert learn.simple_profile.facts.extra['efficiency'].sampled == 2
+    if on_gpu: assert learn.simple_profile.facts.efficiency.sampled == 2
 
 # ---- failures: one line in the report, nothing else breaks ----
 
@@ -320,7 +320,7 @@ def test_hand_added_and_pickled():
     learn = learner()
     profiled(learn).fit(1)
     back = pickle.loads(pickle.dumps(learn.simple_profile))
-    assert back.facts.extra['efficiency'].flops_per_sample() == learn.simple_profile.facts.extra['efficiency'].flops_per_sample()
+    assert back.facts.efficiency.flops_per_sample() == learn.simple_profile.facts.efficiency.flops_per_sample()
 
 def test_bad_input():
     with pytest.raises(ValueError, match='`peak_flops` must be a number > 0'): learner().profile(peak_flops=-1)
@@ -380,7 +380,7 @@ def test_cuda_memory_peaks_on_a_stand_in():
     learn.add_cb(cb)
     learn.fit(3)
     r,base = cb.result,10**9
-    facts = cb.add_facts(Facts())
+    facts = Facts(); cb.contribute(facts)  # what the call's end gives its facts (the callback drove itself: added by hand)
     assert r.device_name == 'NVIDIA H100 80GB HBM3' and r.sampled == 3  # the warm-up batch of each epoch
     assert r.memory == {'forward': base + 32*ACT, 'backward': base + 32*(ACT+TMP), 'opt_step': base + STEP}
     assert r.memory_base == base
@@ -442,7 +442,7 @@ def _gpu_result(dtype_flops, families, growth_usable=40*2**30, channels_last=Fal
                      memory={'forward': 3*2**30, 'backward': 4*2**30, 'opt_step': 3*2**30}, memory_base=2*2**30,
                      sampled=2, device_total=80*2**30, device_usable=growth_usable)
     eff.stages.append(StageFlops(forward=1e9, backward=2e9, batch_size=64, dtypes=dtype_flops, families=families, train_batches=12))
-    return ProfileResult(rec, Facts(device='cuda:0', batch_size=64, flops=eff.row_flops(), extra={'efficiency': eff}))
+    return ProfileResult(rec, Facts(device='cuda:0', batch_size=64, flops=eff.row_flops(), efficiency=eff))
 
 def test_advice_low_mfu_compute_bound():
     res = _gpu_result({'fp32': 3e9*64}, {'conv': 2.5e9*64, 'matmul': .5e9*64})
@@ -475,12 +475,12 @@ def test_scalars_for_sinks():
     logged = []
     class Capture(Sink):
         name = 'capture'
-        def __init__(self, learn): self.learn = learn
+        def start(self, s): self.facts = s.facts  # the call's facts as they fill: FLOPs per sample once counted
         def log_batch(self, record, step, window):
             rates = train_samples_per_second(record, window)
-            logged.append((rates, efficiency_scalars(self.learn, rates)))
+            logged.append((rates, efficiency_scalars(self.facts.efficiency, rates)))
     learn = learner(n=256)
-    profiled(learn, logger_callback=Capture(learn), log_every=2, peak_flops=1e12).fit(1)
+    profiled(learn, logger_callback=Capture(), log_every=2, peak_flops=1e12).fit(1)
     rates,sc = logged[-1]
     assert math.isclose(sc['flops_per_second/train_forward'], FWD*rates['forward'])
     assert math.isclose(sc['flops_per_second/train_batch'], (FWD+BWD)*rates['batch'])
@@ -488,7 +488,7 @@ def test_scalars_for_sinks():
     fit = efficiency_fit_scalars(learn.simple_profile)
     assert fit['flops_per_sample/forward'] == FWD and 0 < fit['mfu/fit'] < 1
     assert fit['flops_per_second/fit'] == learn.simple_profile_efficiency['train_flops_per_second']
-    assert efficiency_scalars(learner(), {'forward': 1.}) == {}  # no callback: nothing
+    assert efficiency_scalars(None, {'forward': 1.}) == {}  # efficiency off: nothing
 
 def test_the_diagnosis_uses_the_measurements():
     "A compute-bound GPU run far below its peak: the report's Diagnosis names the measured fixes, the Efficiency section does not repeat them"
