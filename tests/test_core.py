@@ -11,6 +11,7 @@ from fastprofile.all import *
 from fastprofile.session import Session, _ProfiledMethod
 from fastprofile.prefetch import LoggingOps
 from fastprofile.testing import FakeClock, drive_record
+from fastprofile.record import Row
 import fastprofile.callback as fcb
 
 def _noreport(learn, **kw):

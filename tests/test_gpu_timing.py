@@ -8,6 +8,7 @@ from fastai.test_utils import synth_learner
 from fastprofile.all import *
 from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
 from fastprofile.gpu_timing import GpuProfileRecord, resolve_timing
+from fastprofile.record import Row
 from fastprofile.callback import train_device
 
 def _report(rec, sections=()) -> str:
