@@ -12,7 +12,7 @@ from .loop import *
 from .record import Slot
 from .core import Profile, ProfileOptions, Probe
 from .gpu_timing import make_record
-from .session import Session, train_device, starts_a_fit  # (`starts_a_fit`: imported from here by breakdown and efficiency until they are probes)
+from .session import Session, train_device
 
 # %% auto #0
 __all__ = ['TIMED_EVENTS', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'session_of', 'pair_overhead']
@@ -28,7 +28,7 @@ TIMED_EVENTS = ('before_draw','before_batch','after_pred','after_loss','before_b
 # %% ../nbs/07_callback.ipynb #4904ffe2
 class _TableDispatch(Callback, Probe):
     "A `Callback` whose events go through two tables: `_slots` (mark a time) and `_handlers` (run a method); a `Probe` of its session"
-    _slots,_handlers,_untimed = {},{},True  # `_untimed`: fastprofile's own, never timed as one of the user's callbacks
+    _slots,_handlers,_untimed = {},{},True  # `_untimed`: left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __call__(self, event_name):
         "Mark the slot of `event_name`, or run its handler; one dict lookup for the events not used"
         slot = self._slots.get(event_name)
@@ -57,7 +57,6 @@ class _TableDispatch(Callback, Probe):
 class SimpleProfilerCallback(_TableDispatch):
     "First at every event: marks where fastai's phases end, and tells the session when a fit and a phase start"
     order,remove_on_fetch = -1000,True  # before TrainEvalCallback (-10), ModelToHalf (-50)
-    _untimed = True  # left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
     def _idle(self): self._slots,self._handlers = {},dict(before_fit=self._before_fit)
 
@@ -84,7 +83,6 @@ class SimpleProfilerCallback(_TableDispatch):
 class SimpleProfilerPostCallback(_TableDispatch):
     "Last at every event: marks where fastai's phases start, ends batches and epochs, and tells the session when a phase and a fit end"
     order,remove_on_fetch = 1000,True  # after Recorder (50), ProgressCallback (60), trackers
-    _untimed = True  # left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
     def _idle(self):
         self._slots,self._handlers = {},dict(after_fit=self._after_fit)

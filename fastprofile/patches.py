@@ -70,18 +70,6 @@ def _put_back(p:Patch):
     else: d[p.attr] = p.prev
 
 @patch
-def mark(self:Patches) -> int:
-    "Where the stack is now: `rewind(mark)` puts back what was changed after it"
-    return len(self._stack)
-
-@patch
-def rewind(self:Patches, mark:int):
-    "Put back the changes made after `mark`, last first; the ones before it stay"
-    rest,self._stack = self._stack[:mark],self._stack[mark:]
-    try: self.restore()
-    finally: self._stack = rest + self._stack
-
-@patch
 def restore(self:Patches):
     "Put everything back, last change first; an undo that fails does not stop the others (it warns; in strict mode it raises after)"
     errors = []

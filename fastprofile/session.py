@@ -66,7 +66,7 @@ class Session:
         self.active = False  # the call has begun (its first fit started) and not ended
         self.armed = False
         self.phase,self.stage,self.exc,self.facts,self.result = None,-1,None,None,None
-        self._arm_mark,self._interrupt = 0,None
+        self._interrupt = None
         profile.session = self
 
     def __reduce__(self): return (_no_session, ())  # pickled (`learn.export()` while armed): a live call has no copy
@@ -107,7 +107,7 @@ def arm(self:Session):
     for n in training_methods(learn): self.patches.set(learn, n, _ProfiledMethod(self, n))
     learn.add_cbs(self.cbs)
     self.patches.call(lambda: learn.remove_cbs([cb for cb in self.cbs if cb in learn.cbs]))
-    self.armed,self._arm_mark = True,self.patches.mark()
+    self.armed = True
 
 @patch
 def disarm(self:Session):
@@ -150,8 +150,9 @@ def _tell_back(self:Session, event:str): self._tell(event, self.probes[::-1])
 def fit_starts(self:Session) -> bool:
     "`before_fit` (from the pair's first callback): a fit of the call starts (True), or something nested in one (False)"
     learn = self.learn
-    if self.contexts and not self.depth and _fits_running(learn) <= 1 and starts_a_fit(learn):
-        self._end(_Unseen())  # the pair added by hand: a fit that ended by an exception left its context open
+    if self.contexts and _fits_running(learn) <= 1 and starts_a_fit(learn):  # a fit that ended by an exception left its context open
+        if self.depth: self._close_open(_Unseen())  # inside a call that goes on (a `profiling()` block caught the exception)
+        else: self._end(_Unseen())  # the pair added by hand: each fit is a call
     if self.contexts or not starts_a_fit(learn):
         if self.measuring: self._tell('pause')
         self.contexts.append('other')
@@ -221,6 +222,18 @@ def _keep(self:Session, res):
     publish = self._publish or self.profile.publish  # the pair added by hand to a `Profile(publish=...)`: there
     if publish is not None: publish(res)
     else: self.learn.__dict__['simple_profile'] = res
+
+@patch
+def _close_open(self:Session, exc:BaseException):
+    "End what a fit that raised left open (its phase, its stage) and close the record there; the call goes on"
+    self.exc = exc
+    try:
+        if self.phase is not None: self.phase_ends()
+        while self.contexts:
+            if self.contexts[-1] == 'stage': self._tell_back('end_stage')
+            self.contexts.pop()
+        if self.record is not None: self.record.close(interrupted=True)  # at the last batch seen; the next stage opens it again
+    finally: self.exc = None
 
 @patch
 def _end(self:Session, exc:BaseException|None):
