@@ -13,6 +13,7 @@ from typing import NamedTuple
 from fastcore.basics import patch
 from .core import Probe, Facts, ProfileResult, strict_mode
 from .report import Section, fmt_time, fmt_pct
+from .record import Row
 
 # %% auto #0
 __all__ = ['RECOMPILE_KINDS', 'recompile_kind', 'main_reason', 'clean_reason', 'Compile', 'Baseline', 'CompileStats',
@@ -127,7 +128,7 @@ def earlier_baseline(learn) -> Baseline|None:
     f = getattr(r, 'facts', None)
     if f is None or f.model.get('compiled') or (f.compile is not None and f.compile.compiles): return None
     st = r.record.stats
-    d,b = st[('train','draw')],st[('train','batch')]
+    d,b = st[Row('train','draw')],st[Row('train','batch')]
     return Baseline(d.mean + b.mean, f.batch_size, f.device, b.n) if b.n else None
 
 def _unregister(callbacks:list, f):

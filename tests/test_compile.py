@@ -7,6 +7,7 @@ from fastai.data.core import TfmdDL
 from fastai.callback.progress import ProgressCallback
 from fastprofile.learner import *
 from fastprofile.diagnosis import diagnose, CATEGORIES
+from fastprofile.record import Row
 
 BS = 8
 
@@ -61,11 +62,11 @@ def test_compile_time_kept_out_of_the_steady_state(compiled):
     rec,c = res.record,res.facts.compile
     # the partial batch that recompiled (epoch 0, batch 20) went to `warmup` with each phase's first batch
     assert rec.n_apart == {'train': 1}
-    assert rec.stats[('train','batch')].n == 2*21 - 2 - 1 and rec.stats[('train','warmup')].n == 3
-    assert rec.stats[('valid','batch')].n == 2*5 - 2
+    assert rec.stats[Row('train','batch')].n == 2*21 - 2 - 1 and rec.stats[Row('train','warmup')].n == 3
+    assert rec.stats[Row('valid','batch')].n == 2*5 - 2
     recompile = next(x for x in c.compiles if x.kind == 'shape')
-    assert recompile.set_apart and rec.stats[('train','forward')].total < recompile.seconds  # no compile in the per-batch rows
-    assert rec.stats[('train','warmup')].total + rec.stats[('valid','warmup')].total >= c.seconds
+    assert recompile.set_apart and rec.stats[Row('train','batch','forward')].total < recompile.seconds  # no compile in the per-batch rows
+    assert rec.stats[Row('train','warmup')].total + rec.stats[Row('valid','warmup')].total >= c.seconds
     note = ' '.join(res.report.notes)
     assert '1 later batch that compiled (torch.compile)' in note, note
 
@@ -74,14 +75,14 @@ def test_verdict_names_compilation(compiled):
     d = diagnose(learn)
     assert d.verdict == 'compile' and d.lines()[0].startswith(f"Bound by: {CATEGORIES['compile']}"), d.lines()
     assert d.shares['compile'] > 50  # out of `warmup`, where the compiles ran
-    warm = sum(res.record.stats[(p,'warmup')].total for p in ('train','valid'))
+    warm = sum(res.record.stats[Row(p,'warmup')].total for p in ('train','valid'))
     assert d.shares['warmup'] == pytest.approx(100*(warm - res.facts.compile.seconds)/res.record.fit_total)
     assert '`drop_last=True`' in d.knob and 'dynamic=True' in d.knob  # the partial batch's recompile
     assert 'Validation recompiled for eval mode and no_grad' in d.knob and 'expected, once per run' in d.knob
     # the earlier, uncompiled profile of the same learner is the baseline: when compiling pays back
     b = res.facts.compile.baseline
     st = plain.record.stats
-    assert b is not None and b.seconds == pytest.approx(st[('train','draw')].mean + st[('train','batch')].mean)
+    assert b is not None and b.seconds == pytest.approx(st[Row('train','draw')].mean + st[Row('train','batch')].mean)
     assert 'pays back after about' in d.knob or 'never pays back' in d.knob, d.knob
     sec = res.report.sections
     comp = next(s for s in sec if s.title == 'Compilation')
