@@ -176,15 +176,17 @@ class CompileProbe(Probe):
 @patch
 def _failures(self:CompileProbe) -> dict:
     "Guard failures dynamo noted so far, per code object: how many"
-    from torch._dynamo.utils import guard_failures
-    return {k:len(v) for k,v in list(guard_failures.items())}
+    return {k:len(v) for k,v in list(_guard_failures().items())}
+
+def _guard_failures() -> dict:
+    "dynamo's guard failures, per code object (`torch._dynamo.utils.guard_failures`; empty where this torch keeps none)"
+    return getattr(sys.modules.get('torch._dynamo.utils'), 'guard_failures', {})
 
 @patch
 def _new_failures(self:CompileProbe) -> list:
     "The guard failures dynamo noted since the last compile: those of this recompile (one per graph it already had)"
-    from torch._dynamo.utils import guard_failures
     seen,out = self._seen,[]
-    for k,v in list(guard_failures.items()): out += v[seen.get(k, 0):]
+    for k,v in list(_guard_failures().items()): out += v[seen.get(k, 0):]
     self._seen = self._failures()
     return out
 

@@ -478,7 +478,9 @@ def _basis(ev:Evidence, W, known:bool) -> str:
     elif W and known: out += " (the workers could not be timed: their pace is inferred from the main process's waits)"
     c = ev.costs
     if ev.facts.breakdown is not None: out += "; the breakdown split `draw` into loader wait, copy and transforms, and timed every callback."
-    elif c is not None: out += f"; callbacks and metrics timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled batches."
+    elif c is not None:
+        what = 'callbacks, metrics and batch transforms' if any(getattr(c, 'drawn', {}).values()) else 'callbacks and metrics'
+        out += f"; {what} timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled batches."
     else: out += "; callbacks and metrics not timed."
     return out
 
