@@ -413,7 +413,8 @@ def atomic_write(path, write, binary:bool=False) -> Path:
     "Call `write(f)` on a temporary file beside `path`, then rename it over `path`; create the folder"
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd,tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    # the temporary name starts like the file's, short enough for a file name that is at the file system's limit
+    fd,tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name[:32]}.', suffix='.tmp')
     try:
         with os.fdopen(fd, 'wb' if binary else 'w', **({} if binary else dict(newline='', encoding='utf-8'))) as f: write(f)
         os.chmod(tmp, _default_mode())  # mkstemp makes files private (0600); give the usual permissions
