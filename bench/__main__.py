@@ -23,6 +23,7 @@ def main(argv=None):
     ap.add_argument('--out', type=Path, default=None, help="also write the markdown to this file")
     ap.add_argument('--json', type=Path, default=None, help="also write the raw measurements (JSON) to this file")
     ap.add_argument('--baseline', type=Path, default=None, help="fitcost: a folder holding another fastprofile package, timed beside this tree's")
+    ap.add_argument('--calibration', type=int, default=0, help="fitcost: also time the pair's calibration settings in this many fresh processes each")
     a = ap.parse_args(argv)
     bad = [s for s in a.sections if s not in SECTIONS]
     if bad: ap.error(f"unknown section(s) {', '.join(map(repr, bad))}: valid values are {', '.join(SECTIONS)}")
@@ -40,7 +41,7 @@ def main(argv=None):
         t = time.perf_counter()
         if s == 'overhead': parts.append(overhead.main(trials=a.trials, log=log, raw=raw))
         elif s == 'memory': parts.append(memory.main(log=log, raw=raw))
-        elif s == 'fitcost': parts.append(fitcost.main(trials=a.trials, log=log, raw=raw, baseline=a.baseline))
+        elif s == 'fitcost': parts.append(fitcost.main(trials=a.trials, log=log, raw=raw, baseline=a.baseline, calibration=a.calibration))
         else: parts.append(accuracy.main(log=log, raw=raw))
         log(f"[bench] {s} took {time.perf_counter()-t:.0f} s")
     parts.append(f"Total run time: {time.perf_counter()-t0:.0f} s.")

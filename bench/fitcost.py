@@ -13,12 +13,14 @@ fit, so that fixed costs show; its report has the demo's table (22 rows under th
 - (d) the parts of showing, on fresh copies of the last fit's `ProfileResult` (nothing cached): `results`, the notes,
   each report section (the diagnosis...), the report assembled, and rendering it (`show()` into a terminal and a pipe,
   `plain()`, `markdown()`, the Jupyter HTML), interleaved repetitions.
+- (e), with `--calibration N`: the pair's calibration (`callback._calibrate`) at each setting of `CALIBRATIONS`, once, cold,
+  in N fresh processes each: what it reads and what it costs a first fit.
 
 Wall time (`perf_counter`) unless said; medians and minima over all pairs or repetitions. `--baseline DIR` runs a second
 copy of fastprofile (a folder holding a `fastprofile` package: `git archive <commit> fastprofile | tar -x -C DIR`) in the
 same run, its processes interleaved with this tree's, for before/after figures from one machine state.
 
-    python -m bench fitcost [--trials 5] [--baseline DIR]      # or: python -m bench.fitcost [...]"""
+    python -m bench fitcost [--trials 5] [--baseline DIR] [--calibration N]      # or: python -m bench.fitcost [...]"""
 from __future__ import annotations
 import argparse, contextlib, functools, io, os, sys, time
 from pathlib import Path
@@ -139,8 +141,13 @@ def parts(res, repeats:int) -> dict:
     return out
 
 def work(task:dict) -> dict:
-    "A trial in this process: `fresh` (the first fit of one variant) or `same` (rounds of every variant, then the parts)"
+    "A trial in this process: `fresh` (the first fit of one variant), `same` (rounds of every variant, then the parts) or `calibrate`"
     once = {}
+    if task['mode'] == 'calibrate':  # the pair's calibration as a first fit runs it: once, cold, in a fresh process
+        _setup('quiet', task['expect'])
+        from fastprofile.callback import _calibrate
+        t = time.perf_counter(); v = _calibrate('wall', 'cpu', task['n'], task['k'])
+        return {'mode': 'calibrate', 'n': task['n'], 'k': task['k'], 'value': v, 'seconds': time.perf_counter() - t}
     if task['mode'] == 'fresh':
         v = task['variant']
         learn = _setup(v, task['expect'])
@@ -185,6 +192,29 @@ def collect(trials:int=TRIALS, rounds:int=ROUNDS, repeats:int=REPEATS, baseline:
         log(f"[bench] fitcost trial {t+1}/{trials} (ms over plain fastai): " + '; '.join(msg) + f"  ({time.perf_counter()-t0:.0f} s)")
     return {'trials': trials, 'rounds': rounds, 'repeats': repeats, 'workload': WORKLOAD,
             'codes': {c: str(d) if d else str(ROOT) for c,d in codes.items()}, 'fresh': fresh, 'same': same}
+
+CALIBRATIONS = ((64, 4), (16, 4), (8, 4))  # (batches per run, runs each way): 64 x 4 before 2026-11-25, 16 x 4 since
+
+def collect_calibration(procs:int, log=print) -> dict:
+    "`procs` fresh processes per calibration setting (`CALIBRATIONS`), interleaved: each one's first, cold calibration"
+    out = {f"{n}x{k}": [] for n,k in CALIBRATIONS}
+    for i in range(procs):
+        for n,k in CALIBRATIONS: out[f"{n}x{k}"].append(run_worker({'kind':'fitcost', 'mode':'calibrate', 'n':n, 'k':k, 'expect':str(ROOT)}))
+        log(f"[bench] calibration round {i+1}/{procs}: " + ', '.join(f"{c} {1e6*r[-1]['value']:.1f} us in {1e3*r[-1]['seconds']:.1f} ms" for c,r in out.items()))
+    return out
+
+def table_calibration(data:dict) -> str:
+    "Markdown: what each calibration setting reads and costs on a process's first fit"
+    rows = []
+    for c,rs in data.items():
+        v,t = [1e6*r['value'] for r in rs],[1e3*r['seconds'] for r in rs]
+        n,k = rs[0]['n'],rs[0]['k']
+        rows.append([f"{n} × {k}", 2*n*k, f"{median(t):.1f}", f"{median(v):.1f}", f"{min(v):.1f} – {max(v):.1f}", f"{iqr(v):.1f}", len(rs)])
+    return '\n'.join([f"### (e) the pair's calibration (`callback._calibrate`), once in each of {len(rs)} fresh processes per setting, interleaved", '',
+                      "What `pair_overhead` reports as the pair's cost per training batch (the report's cost note), measured as on a first fit: "
+                      "`k` alternating runs of `n` batches with and without the pair, the fastest of each.", '',
+                      md_table(['batches per run × runs each way', 'batches dispatched', 'took, median ms', 'reads, median µs/batch',
+                                'min – max µs', 'IQR µs', 'processes'], rows), ''])
 
 def _rounds(fits:list) -> list:
     "`fits` grouped by round: one dict variant -> fit per round"
@@ -271,18 +301,25 @@ def tables(data:dict, summary:dict) -> str:
               md_table(hdr, rows), '']
     return '\n'.join(lines)
 
-def main(trials:int|None=None, log=print, raw:dict|None=None, baseline:Path|None=None, rounds:int|None=None, repeats:int|None=None) -> str:
-    "The per-fit cost tables (markdown)"
+def main(trials:int|None=None, log=print, raw:dict|None=None, baseline:Path|None=None, rounds:int|None=None, repeats:int|None=None,
+         calibration:int=0) -> str:
+    "The per-fit cost tables (markdown); with `calibration`, that many fresh processes per calibration setting too"
     data = collect(trials or TRIALS, rounds or ROUNDS, repeats or REPEATS, baseline, log)
     if raw is not None: raw['fitcost'] = data
-    return tables(data, summarize(data))
+    out = tables(data, summarize(data))
+    if calibration:
+        cal = collect_calibration(calibration, log)
+        if raw is not None: raw['fitcost_calibration'] = cal
+        out += '\n' + table_calibration(cal)
+    return out
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(prog='python -m bench.fitcost', description=__doc__.splitlines()[0])
     ap.add_argument('--trials', type=int, default=TRIALS); ap.add_argument('--rounds', type=int, default=ROUNDS)
     ap.add_argument('--repeats', type=int, default=REPEATS)
     ap.add_argument('--baseline', type=Path, default=None, help="a folder holding another fastprofile package, timed beside this tree's")
+    ap.add_argument('--calibration', type=int, default=0, help="also time the pair's calibration settings in this many fresh processes each")
     a = ap.parse_args()
     log = lambda s: print(s, file=sys.stderr, flush=True)
     print(machine_md(machine_info()) + '\n')
-    print(main(a.trials, log, None, a.baseline, a.rounds, a.repeats))
+    print(main(a.trials, log, None, a.baseline, a.rounds, a.repeats, a.calibration))
