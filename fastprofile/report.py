@@ -192,6 +192,8 @@ class _Table:
             t.add_row(*cells, style=style)
         return t
 
+    def __rich_measure__(self, console, options): return self.table().__rich_measure__(console, options)  # in a container
+
     def __rich_console__(self, console, options):
         w = self.widths
         if not self.fast or self.width > options.max_width or options.ascii_only or options.legacy_windows:
