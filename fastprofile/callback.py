@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/callback.html.md"""
 
 # %% ../nbs/07_callback.ipynb #dbb3569a
 from __future__ import annotations
-import sys, time, types
+import functools, sys, time, types
 from fastai.basics import *
 from .loop import *
 from .record import Slot
@@ -74,7 +74,9 @@ class SimpleProfilerCallback(_TableDispatch):
     def stage(self, s):
         "A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains on)"
         dev = train_device(self.learn)
-        self._bind(s.profile.start_stage(dev, overhead=lambda: pair_overhead(s.record.timing, dev)))
+        rec = s.profile.start_stage(dev)
+        rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)  # calibrated once per process, when first asked for
+        self._bind(rec)
 
     def phase(self, s): s.record.start_phase(s.phase)
     def end_stage(self, s): self._idle()
