@@ -15,7 +15,7 @@ import numpy as np
 from fastai.basics import *
 from fastai.callback.tracker import TrackerCallback
 from fasttransform import Pipeline
-from .breakdown import transform_names
+from .pipeline import transform_names
 from .checks import check_int, check_number, check_choice, check_type
 from .record import Row, PHASES
 from .report import fmt_time, fmt_pct

@@ -15,6 +15,7 @@ from fasttransform import Pipeline
 from .checks import check_bool, check_int
 from .core import Probe, Facts
 from .report import fmt_time
+from .pipeline import TimedPipeline, draw_clock, _loaders
 
 # %% auto #0
 __all__ = ['BATCH_EVENTS', 'EPOCH_EVENTS', 'stand_in', 'metric_name', 'event_methods', 'SampledCosts', 'CostSampler']
@@ -215,7 +216,6 @@ def _end(self:CostSampler, i:int):
 @patch
 def _draw_pipes(self:CostSampler) -> list:
     "A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each `after_batch` transform, timed at the next draw"
-    from fastprofile.breakdown import TimedPipeline, draw_clock, _loaders  # the breakdown builds on this module's stand-ins
     out = []
     for i,dl in enumerate(_loaders(getattr(self._learn, 'dl', None))):
         ab,dev = dl.after_batch,(dl.device if i == 0 else None)
