@@ -80,6 +80,8 @@ class Facts:
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
     flops:dict=field(default_factory=dict) # (Phase, Action, Step) row -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
     efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.efficiency.Efficiency`), if it was on
+    layers:object=None # Each module's forward and backward self time on sampled batches (`fastprofile.layers.LayerTimes`), if timed
+    tokens:dict=field(default_factory=dict) # phase -> `fastprofile.tokens.TokenPhase`: the tokens and padding of token-id batches, if any
     extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
 
     @property

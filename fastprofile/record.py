@@ -96,12 +96,13 @@ class ProfileRecord:
         self.keep_batches,self.warmup,self.fold_every,self.clock = keep_batches,warmup,fold_every,clock
         self.stats = {k:StreamingStats() for k in ROW_KEYS}
         self.samples = {k:0 for k in ROW_KEYS}
+        self.tokens = {k:0 for k in ROW_KEYS}  # token ids in the rows' batches, where batches are token ids (`add_tokens`)
         self.ring = np.full((keep_batches, N_COLS), np.nan)
         self.n_batches = 0  # batches folded into the ring so far (all phases)
         self.epochs,self.stages = deque(maxlen=keep_epochs),[]
         self.gpu_stats = self.gpu_ring = None  # GPU time per row and per recent batch, when CUDA events were on
         self.marks = list(_NAN_MARKS)
-        self._queue,self._queue_bs = [],[]
+        self._queue,self._queue_bs,self._queue_tokens = [],[],{}
         self.phase,self.stage,self.epoch = None,-1,-1
         self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
         self._epoch_totals = None
@@ -110,7 +111,7 @@ class ProfileRecord:
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
 
     # ---- the one serializer: pickling (`learn.export`), the DDP gather ----
-    STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','ring','n_batches','epochs','stages','gpu_stats',
+    STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','tokens','ring','n_batches','epochs','stages','gpu_stats',
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
                   'overhead_per_batch','last_seen','timing','_phase_batches','_phase_span','_epoch_totals',
                   '_stage_phases','_stage_epochs','_stage_train_batches')
@@ -135,6 +136,11 @@ class ProfileRecord:
 def mark(self:ProfileRecord, slot:int):
     "Record the time of boundary `slot` of the batch in flight"
     self.marks[slot] = self.clock()
+
+@patch
+def add_tokens(self:ProfileRecord, n:int):
+    "The batch in flight holds `n` token ids (call before its `end_batch`): the rows it lands in get a Tokens/Second"
+    self._queue_tokens[len(self._queue)] = n
 
 @patch
 def end_batch(self:ProfileRecord, bs:int):
@@ -239,6 +245,12 @@ def fold(self:ProfileRecord):
     bs = np.array(self._queue_bs, dtype=np.float64)
     self._queue,self._queue_bs = [],[]
     n = len(m)
+    tok = None
+    if self._queue_tokens:  # token counts of the batches that have them, by position in the queue
+        tok = np.zeros(n)
+        for i,k in self._queue_tokens.items():
+            if i < n: tok[i] = k
+        self._queue_tokens = {}
     idx = self._phase_batches + np.arange(n)
     warm = idx < self.warmup
     self._phase_batches += n
@@ -248,6 +260,7 @@ def fold(self:ProfileRecord):
     if warm.any():
         self.stats[(p,'warmup')].update(span[warm])
         self.samples[(p,'warmup')] += int(bs[warm].sum())
+        if tok is not None: self.tokens[(p,'warmup')] += int(tok[warm].sum())
         parts['warmup'] = parts.get('warmup', 0.) + float(np.nansum(span[warm]))
     keep = ~warm
     if keep.any():
@@ -257,8 +270,10 @@ def fold(self:ProfileRecord):
             k = (p, 'batch_other' if a=='other' else a)
             self.stats[k].update(v)
             self.samples[k] += int(bs[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else nsamp
+            if tok is not None: self.tokens[k] += int(tok[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else int(tok[keep].sum())
             parts[k[1]] = parts.get(k[1], 0.) + float(np.nansum(v))
     self.samples[('fit',p)] += int(bs.sum())
+    if tok is not None: self.tokens[('fit',p)] += int(tok.sum())
     rows = np.empty((n, N_COLS))
     rows[:,:N_MARKS] = m
     rows[:,Col.BS],rows[:,Col.PHASE],rows[:,Col.STAGE] = bs,PHASES.index(p),self.stage
@@ -342,16 +357,18 @@ def results(self:ProfileRecord) -> pd.DataFrame:
     "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
     self.fold()
     fit_total,rows = self.fit_total,[]
+    tokens = self.tokens if any(self.tokens.values()) else None  # a Tokens/Second column only where batches were token ids
+    def per_second(counts, p, a, s):
+        n = (counts[('fit','train')] + counts[('fit','valid')]) if (p,a) in (('fit','fit'),('fit','epoch')) else counts[(p,a)]
+        return n/s.total if (n and s.total > 0 and a not in ('other','batch_other')) else math.nan
     for (p,a),s in self.stats.items():
         if s.n == 0 and (p,a) != ('fit','fit'): continue
         action,step = ('batch','other') if a=='batch_other' else (a,'')
         if p != 'fit' and a in [x.name for x in STEPS[p]]: action,step = 'batch',a
-        samples = (self.samples[('fit','train')] + self.samples[('fit','valid')]) if (p,a) in (('fit','fit'),('fit','epoch')) \
-                  else self.samples[(p,a)]
-        rate = samples/s.total if (samples and s.total > 0 and a not in ('other','batch_other')) else math.nan
-        rows.append({'Phase':p, 'Action':action, 'Step':step, 'Mean Duration':s.mean if s.n else math.nan,
-                     'Duration Std Dev':s.std, 'Number of Calls':s.n, 'Samples/Second':rate,
-                     'Total Time':s.total, 'Percent of Total':100*s.total/fit_total if fit_total > 0 else math.nan,
+        row = {'Phase':p, 'Action':action, 'Step':step, 'Mean Duration':s.mean if s.n else math.nan,
+               'Duration Std Dev':s.std, 'Number of Calls':s.n, 'Samples/Second':per_second(self.samples, p, a, s)}
+        if tokens is not None: row['Tokens/Second'] = per_second(tokens, p, a, s)
+        rows.append({**row, 'Total Time':s.total, 'Percent of Total':100*s.total/fit_total if fit_total > 0 else math.nan,
                      'P50':s.quantile(.5), 'P90':s.quantile(.9), 'P99':s.quantile(.99),
                      'Min':s.min if s.n else math.nan, 'Max':s.max if s.n else math.nan})
     res = pd.DataFrame(rows)
