@@ -278,7 +278,7 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
 def layers_lead(facts:Facts|None, n:int=2) -> str|None:
     "The model's costliest layers in words, from `facts.layers` (`fastprofile.layers.LayerTimes`): what the compute fix names first; None if not timed"
     lay = getattr(facts, 'layers', None)
-    if lay is None or not lay.layers or not lay.total > 0: return None
+    if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None  # a model with no submodules: nothing to name
     top = [l for l in lay.top(n) if lay.share(l.name) >= 10] or lay.top(1)
     names = ', '.join(f"{lay.label(l)} {fmt_pct(lay.share(l.name))}" for l in top)
     return (f"{names} of forward+backward (self time, {lay.batches} sampled batch{'es' if lay.batches != 1 else ''}): "
@@ -468,7 +468,7 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
 def _details(rec, facts:Facts, numbers:dict) -> list:
     "The diagnosis' lines on the model's layers and on tokens (their numbers into `numbers`)"
     out,lay = [],facts.layers
-    if lay is not None and (lay.layers or lay.failure):
+    if lay is not None and (len(lay.layers) > 1 or lay.failure):  # a model with no submodules is its only layer: nothing to add
         out += lay.lines(3)
         if lay.layers: numbers['layers'] = lay.table().head(10).to_dict('records')
     tl = tokens_line(rec, facts.tokens)
