@@ -146,7 +146,7 @@ class LayerTimer(Probe):
     def __init__(self,
         learn, # The `Learner` whose model is timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up)
-        first:int=2, # Batches sampled right after the warm-up of the call's first training phase
+        first:int=3, # Batches sampled right after the warm-up of the call's first training phase
         every:int=256, # Then one more at the start of a training phase, once this many training batches have passed since the last
     ):
         check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1)
