@@ -272,10 +272,9 @@ def _pre(self:LayerTimer, i, m, args):
     "Module `i`'s forward starts: the time from here is its own"
     marks = self._marks
     if marks is None: return
-    t = self._clock()
+    if not self._cuda: marks.append((self._clock(), None, _FWD))  # on the CPU the hook's own time is no module's
     self._stack.append(i)
     self._calls[i] += 1
-    if not self._cuda: marks.append((t, None, _FWD))  # the hook's own time is no module's
     marks.append((self._clock(), i, _FWD))
 
 @patch
@@ -284,9 +283,9 @@ def _post(self:LayerTimer, i, m, args, out):
     marks = self._marks
     if marks is None: return
     try:
-        t,st = self._clock(),self._stack
+        if not self._cuda: marks.append((self._clock(), None, _FWD))
+        st = self._stack
         while st and st.pop() != i: pass  # a submodule whose forward raised (and was caught) left its entry
-        if not self._cuda: marks.append((t, None, _FWD))
         f = layer_flops(m, args, out)
         if f: self._flops[i] += f*(1 + _grads(m, args))
         for x in _tensors(out):
@@ -305,11 +304,10 @@ def _bwd(self:LayerTimer, i, grad):
     marks = self._marks
     if marks is None: return
     try:
-        t = self._clock()
+        if not self._cuda: marks.append((self._clock(), None, _BWD))
         if not self._queued:
             self._queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
-        if not self._cuda: marks.append((t, None, _BWD))
         marks.append((self._clock(), i, _BWD))
     except Exception as e: self._fail(e)
 

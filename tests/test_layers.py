@@ -2,7 +2,7 @@
 checked against `torch.profiler` on the same batches; hooks on the model only for the sampled batches; token-id batches
 counted (Tokens/s = Samples/s × seq_len for a language model) and their padding share against a count of the same batches"""
 from collections import OrderedDict
-import math, pytest, torch
+import math, time, pytest, torch
 from torch import nn
 from torch.profiler import profile as torch_profile, ProfilerActivity, record_function
 from fastai.basics import *
@@ -235,6 +235,25 @@ def test_no_tokens_column_for_other_batches():
     res = fit(synth_learner(n_trn=3, n_val=1))
     assert 'Tokens/Second' not in res.results and 'Tokens/s' not in res.report.plain()
     test_eq(res.facts.tokens, {})
+
+def test_events_path_with_stand_in_events():
+    "The GPU path (a CUDA event per mark, read at the phase's end) on the CPU, with `fastprofile.testing`'s stand-in events on the wall clock"
+    from fastprofile.testing import FakeStream, FakeEvent
+    fs = FakeStream(time.perf_counter)
+    def mark():
+        e = FakeEvent(fs); e.record(); return e
+    learn = cnn_learner()
+    with learn.no_bar(), learn.no_logging():
+        learn.profile(**QUIET)
+        timer = next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer))
+        def stage(s, _stage=timer.stage):
+            _stage(s); timer._cuda,timer._clock,timer.result.timing = True,mark,'events'
+        timer.stage = stage
+        learn.fit(1)
+    lay = learn.simple_profile.facts.layers
+    test_eq((lay.timing, lay.batches), ('events', 3))
+    test_eq(lay.top(1)[0].name, BIG)
+    assert lay.forward > 0 and lay.backward > 0 and lay.lines()[0].startswith('Layers (') and 'CUDA events' in lay.lines()[0]
 
 @pytest.mark.cuda
 def test_layers_on_gpu():
