@@ -76,8 +76,9 @@ def overhead(task:dict) -> dict:
             fits.append(time.perf_counter() - t)
             on.append(profiled)
             if profiling and profiled:
+                from fastprofile.record import Row
                 rec = learn.simple_profile_record
-                if rec.stats[('train','batch')].n != n_train - rec.warmup: raise RuntimeError("fastprofile did not time every batch")
+                if rec.stats[Row('train','batch')].n != n_train - rec.warmup: raise RuntimeError("fastprofile did not time every batch")
                 self_oh.append(rec.overhead_per_batch)
                 costs = learn.simple_profile.facts.callback_costs  # the default profile samples callback costs: check it did
                 if (variant == 'fastprofile') != (costs is not None and costs.batches.get('train', 0) > 0):

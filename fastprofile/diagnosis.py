@@ -10,7 +10,7 @@ import math, os, sys
 from dataclasses import dataclass, field, asdict
 from typing import Callable
 from .checks import check_int, check_type, check_items
-from .record import ProfileRecord, STEPS, PHASES
+from .record import ProfileRecord, Row, STEPS, PHASES
 from .report import Section, fmt_time, fmt_pct
 from .core import Facts, ProfileResult
 from .tokens import tokens_line
@@ -71,15 +71,16 @@ class PhaseModel:
 def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|None:
     "The `PhaseModel` of phase `p` from the record, the facts (breakdown, loader timing) and `W` workers; None without batches"
     st = rec.stats
-    n = st[(p,'batch')].n
+    n = st[Row(p,'batch')].n
     if n == 0: return None
-    mean = lambda a: st[(p,a)].mean if st[(p,a)].n else 0.
+    row = lambda a: Row.part(p, a)  # 'draw', 'batch', a step, or 'other' (the rest of the batch)
+    mean = lambda a: st[row(a)].mean if st[row(a)].n else 0.
     gs = getattr(rec, 'gpu_stats', None) or {}
-    gpu = lambda a: gs[(p,a)].mean if (p,a) in gs and gs[(p,a)].n else 0.
+    gpu = lambda a: gs[row(a)].mean if row(a) in gs and gs[row(a)].n else 0.
     # on a GPU a step costs what is longer: its host work or its GPU span (CUDA events); the host waits for the GPU
     # where it syncs (the Recorder's loss `.cpu()`, in the batch's `other`), which is not a callback's cost
     cost = lambda a: max(mean(a), gpu(a))
-    steps = [s for s,_,_ in STEPS[p]]
+    steps = [s.name for s in STEPS[p]]
     on_gpu = bool(gs) and any(gpu(s) > 0 for s in steps)
     copy,tfms = 0.,{}
     if facts.breakdown is not None:
@@ -90,7 +91,7 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
     inp = max(draw - X, 0.) + staged  # with CudaPrefetchCallback the next batch is drawn inside this one: input
     compute = sum(cost(s) for s in steps if s not in ('opt_step','zero_grad'))
     optimizer = sum(cost(s) for s in steps if s in ('opt_step','zero_grad'))
-    other = mean('batch') - compute - optimizer if on_gpu else mean('batch_other')
+    other = mean('batch') - compute - optimizer if on_gpu else mean('other')
     lt = facts.loading.get(p)
     if lt is not None and lt.workers != W: lt = None  # timed with another number of workers than the one asked about
     send = take = 0.
@@ -106,7 +107,7 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
         loader_bound = (pace - main >= .5*inp and inp > 0) if pace is not None else inp > .05*step
         timed = lt is not None or loader_bound
         # a draw that found its batch waiting (the queue fills at the start of a phase) costs only the taking
-        fastest = max(min(st[(p,'draw')].min - X, inp), 0.)
+        fastest = max(min(st[Row(p,'draw')].min - X, inp), 0.)
         if fastest > .5*inp: fastest = 0.  # no draw found its batch ready: all of it was waiting
         if lt is not None and not math.isnan(lt.receive): fastest = min(max(fastest, lt.receive), inp)
         if loader_bound: load,receive = W*step,fastest  # the workers set the pace
@@ -445,16 +446,16 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     if not ph or not fit > 0: raise ValueError("The profile holds no finished batch past the warm-up: nothing to diagnose")
     res = ('input','copy','batch_tfms','compute','optimizer','callbacks')
     tot = {k:sum(d.n*getattr(d, k) for d in ph.values()) for k in res}
-    tot['outside'] = sum(st[(p,'other')].total for p in PHASES) + st[('fit','other')].total
-    warm = sum(st[(p,'warmup')].total for p in PHASES)
+    tot['outside'] = sum(st[Row(p,'other')].total for p in PHASES) + st[Row('fit','other')].total
+    warm = sum(st[Row(p,'warmup')].total for p in PHASES)
     shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*warm/fit}
     ev = Evidence(ph, shares, fit, tot['outside'], facts, facts.cpus or os.cpu_count() or 1,
                   facts.breakdown if facts.breakdown is not None else facts.callback_costs)
     found = [f for rule in (RULES if rules is None else rules) for f in rule(ev)]
     found.sort(key=lambda f: -f.saved)
     best = found[0]
-    tds = st[('train','draw')]
-    trs = tds.total + st[('train','batch')].total
+    tds = st[Row('train','draw')]
+    trs = tds.total + st[Row('train','batch')].total
     waits = tds.total + staged.get('train', 0.)*tds.n  # with prefetch, part of the wait is inside the batch
     draw_share = 100*waits/trs if trs > 0 else math.nan
     ib = 'highly' if draw_share >= HIGHLY_INPUT_BOUND else 'moderately' if draw_share >= MODERATELY_INPUT_BOUND else 'not'
@@ -475,14 +476,14 @@ def _details(rec, facts:Facts, numbers:dict) -> list:
     if tl is not None:
         out.append(tl)
         tok = getattr(rec, 'tokens', {})
-        numbers['tokens_per_second'] = {p:tok[(p,'batch')]/rec.stats[(p,'batch')].total for p in PHASES
-                                        if tok.get((p,'batch')) and rec.stats[(p,'batch')].total > 0}
+        numbers['tokens_per_second'] = {p:tok[Row(p,'batch')]/rec.stats[Row(p,'batch')].total for p in PHASES
+                                        if tok.get(Row(p,'batch')) and rec.stats[Row(p,'batch')].total > 0}
         numbers['pad_share'] = {p:t.pad_share for p,t in facts.tokens.items()}
     return out
 
 # %% ../nbs/09_diagnosis.ipynb #f624622a
 def diagnosis_section(result:ProfileResult) -> Section|None:
     "The report's *Diagnosis* section, or None when no training batch was profiled past the warm-up"
-    if not result.record.stats[('train','batch')].n: return None
+    if not result.record.stats[Row('train','batch')].n: return None
     d = diagnose(result)
     return Section('Diagnosis', d.lines(), d)

@@ -18,11 +18,12 @@ from rich.table import Table
 from rich.text import Text
 from fastcore.basics import patch
 from .checks import check_int
+from .record import KEY_COLUMNS, RESULT_COLUMNS
 
 # %% auto #0
-__all__ = ['KEY_COLUMNS', 'TIME_COLS', 'COLUMNS', 'OPTIONAL_COLUMNS', 'LABELS', 'FORMATS', 'HOT_SHARE', 'fmt_time', 'fmt_si',
-           'fmt_rate', 'fmt_pct', 'fmt_count', 'fmt_num', 'col_label', 'col_format', 'Section', 'ProfileReport',
-           'atomic_write', 'atomic_write_text', 'atomic_write_csv']
+__all__ = ['TIME_COLS', 'COLUMNS', 'OPTIONAL_COLUMNS', 'LABELS', 'FORMATS', 'HOT_SHARE', 'fmt_time', 'fmt_si', 'fmt_rate',
+           'fmt_pct', 'fmt_count', 'fmt_num', 'col_label', 'col_format', 'Section', 'ProfileReport', 'atomic_write',
+           'atomic_write_text', 'atomic_write_csv']
 
 # %% ../nbs/05_report.ipynb #dc8e54cc
 def _missing(x) -> bool: return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
@@ -71,10 +72,9 @@ def fmt_num(x:float) -> str:
     return fmt_si(x) or (f'{x:,.0f}' if abs(x) >= 100 or float(x).is_integer() else f'{x:.3g}')
 
 # %% ../nbs/05_report.ipynb #0a731c1a
-KEY_COLUMNS = ['Phase','Action','Step']
 TIME_COLS = ['Mean Duration','Duration Std Dev','Total Time','P50','P90','P99','Min','Max','GPU Mean Duration','GPU Total Time']
-COLUMNS = KEY_COLUMNS + ['Mean Duration','Duration Std Dev','Number of Calls','Samples/Second','Tokens/Second','Total Time','Percent of Total',
-                  'P50','P90','P99','Min','Max']
+COLUMNS = KEY_COLUMNS + list(RESULT_COLUMNS.values())  # the columns of every results table (`fastprofile.record`), in order
+COLUMNS.insert(COLUMNS.index('Samples/Second') + 1, 'Tokens/Second')  # where batches are token ids: beside Samples/s
 OPTIONAL_COLUMNS = ['Min','Max','P99','P90','P50'] # Left out in this order where the width is short; the other standard columns never are
 _SPREAD = ['Duration Std Dev','P50','P90','P99','Min','Max'] # Shown as '-' for single-call rows
 LABELS = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s', 'Tokens/Second':'Tokens/s',

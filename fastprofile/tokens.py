@@ -10,6 +10,7 @@ import functools, math
 from dataclasses import dataclass
 import torch
 from torch import nn
+from .record import Row
 from .report import fmt_rate, fmt_pct, fmt_num
 
 # %% auto #0
@@ -102,7 +103,8 @@ def tokens_line(record, tokens:dict) -> str|None:
     tok = getattr(record, 'tokens', None) or {}
     rates = []
     for p,name in (('train','training'),('valid','validation')):
-        st,n,k = record.stats[(p,'batch')],tok.get((p,'batch'), 0),record.samples[(p,'batch')]
+        r = Row(p,'batch')
+        st,n,k = record.stats[r],tok.get(r, 0),record.samples[r]
         if n and st.total > 0: rates.append(f"{fmt_rate(n/st.total)} tokens/s in {name}" + (f" ({fmt_num(n/k)} a sample)" if k else ''))
     if not rates: return None
     out = f"Tokens: {', '.join(rates)}"
