@@ -14,6 +14,7 @@ from fastprofile.session import Session
 from fastprofile.layers import LayerTimer, LayerTimes
 from fastprofile.tokens import PAD_EVERY
 from fastprofile.report import fmt_pct
+from fastprofile.record import Row
 
 QUIET = dict(show_report=False, logger_callback=None)
 
@@ -199,8 +200,8 @@ def test_tokens_per_second_language_model():
     rec = res.record
     for k in [('train','batch',''), ('train','batch','forward'), ('valid','batch',''), ('fit','train',''), ('fit','fit','')]:
         test_close(r.loc[k, 'Tokens/Second'], r.loc[k, 'Samples/Second']*SL, eps=1e-9*r.loc[k, 'Tokens/Second'])
-    test_eq(rec.tokens[('train','batch')], 5*BS*SL)  # the 5 batches after the warm-up
-    test_close(r.loc[('train','batch',''), 'Tokens/Second'], rec.tokens[('train','batch')]/r.loc[('train','batch',''), 'Total Time'])
+    test_eq(rec.tokens[Row('train','batch')], 5*BS*SL)  # the 5 batches after the warm-up
+    test_close(r.loc[('train','batch',''), 'Tokens/Second'], rec.tokens[Row('train','batch')]/r.loc[('train','batch',''), 'Total Time'])
     assert math.isnan(r.loc[('train','batch','other'), 'Tokens/Second'])
     assert 'Tokens/s' in res.report.plain(width=160).splitlines()[1]
     t = res.facts.tokens['train']
@@ -228,7 +229,7 @@ def test_padding_share_sorted_dl():
     line = next(l for l in res.section('Diagnosis').details if l.startswith('Tokens:'))
     assert f"padding: {fmt_pct(t.pad_share)} of the tokens in {len(got)} sampled batches (token 1, from `Pad_Chunk`" in line, line
     # every batch's tokens counted, padding included: Tokens/s from the numel of each batch
-    test_eq(res.record.tokens[('fit','train')], sum(x.numel() for x,_ in learn.dls.train))
+    test_eq(res.record.tokens[Row('fit','train')], sum(x.numel() for x,_ in learn.dls.train))
 
 def test_no_tokens_column_for_other_batches():
     "Batches that are not token ids (floats; two inputs as in a tabular model) give no Tokens/s"
