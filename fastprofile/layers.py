@@ -6,12 +6,11 @@ Docs: https://fastprofile.github.io/fastprofile/layers.html.md"""
 
 # %% ../nbs/16c_layers.ipynb #322e7b50
 from __future__ import annotations
-import math, time, warnings
+import math, time, warnings, weakref
 from dataclasses import dataclass, field
 from functools import partial
 import pandas as pd, torch
 from torch import nn
-from torch.utils.weak import WeakIdKeyDictionary
 from fastcore.basics import patch
 from .checks import check_int
 from .core import Probe, Facts, strict_mode
@@ -162,7 +161,7 @@ class LayerTimer(Probe):
         self._marks,self._stack,self._hooked,self._queued,self._iter = None,[],None,False,it
         if it is None: return
         n = len(self._names)
-        self._marks,self._hooked,self._calls,self._flops = [],WeakIdKeyDictionary(),[0]*n,[0]*n
+        self._marks,self._hooked,self._calls,self._flops = [],{},[0]*n,[0]*n  # `_hooked`: id -> (weak ref, grad_fn) of each output hooked
 
 # %% ../nbs/16c_layers.ipynb #093a5aaf
 @patch
@@ -231,6 +230,7 @@ def _install(self:LayerTimer, model):
     "Hooks on every module: a forward pre-hook and a forward hook (the model's own pre-hook is the trigger)"
     mods = list(model.named_modules())
     self._names,self._kinds = [n for n,_ in mods],[describe_module(m) for _,m in mods]
+    self._dense = [isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) for _,m in mods]  # the layers whose FLOPs are estimated
     hs = self._handles
     hs.append(model.register_forward_hook(partial(self._post, 0)))
     for i,(_,m) in enumerate(mods[1:], 1):
@@ -286,13 +286,12 @@ def _post(self:LayerTimer, i, m, args, out):
         if not self._cuda: marks.append((self._clock(), None, _FWD))
         st = self._stack
         while st and st.pop() != i: pass  # a submodule whose forward raised (and was caught) left its entry
-        f = layer_flops(m, args, out)
-        if f: self._flops[i] += f*(1 + _grads(m, args))
+        if self._dense[i]: self._flops[i] += layer_flops(m, args, out)*(1 + _grads(m, args))
         for x in _tensors(out):
             if not x.requires_grad: continue
-            seen = self._hooked.get(x)
-            if seen is None or seen is not x.grad_fn:  # new here, or changed in place since a submodule returned it
-                self._hooked[x] = x.grad_fn
+            seen = self._hooked.get(id(x))
+            if seen is None or seen[0]() is not x or seen[1] is not x.grad_fn:  # new here, or changed in place since a submodule returned it
+                self._hooked[id(x)] = (weakref.ref(x), x.grad_fn)
                 x.register_hook(partial(self._bwd, i))
         marks.append((self._clock(), st[-1] if st else None, _FWD))
     except Exception as e: self._fail(e)
