@@ -261,7 +261,11 @@ def fixed(task:dict) -> dict:
             fits.append(dict(timed_fit(learn, v, times), round=r))
     return {'mode': 'same', 'fits': fits, 'n_train': len(learn.dls.train), 'n_valid': len(learn.dls.valid)}
 
-TASKS = {'overhead': overhead, 'memory': memory, 'accuracy': accuracy, 'fixed': fixed}
+def fitcost(task:dict) -> dict:
+    from .fitcost import work
+    return work(task)
+
+TASKS = {'overhead': overhead, 'memory': memory, 'accuracy': accuracy, 'fixed': fixed, 'fitcost': fitcost}
 
 if __name__ == '__main__':
     task = json.loads(sys.argv[1])

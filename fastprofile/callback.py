@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/callback.html.md"""
 
 # %% ../nbs/07_callback.ipynb #dbb3569a
 from __future__ import annotations
-import sys, time, types
+import functools, sys, time, types
 from fastai.basics import *
 from .loop import *
 from .record import Slot
@@ -75,7 +75,9 @@ class SimpleProfilerCallback(_TableDispatch):
     def stage(self, s):
         "A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains on)"
         dev = train_device(self.learn)
-        self._bind(s.profile.start_stage(dev, overhead=lambda: pair_overhead(s.record.timing, dev)))
+        rec = s.profile.start_stage(dev)
+        rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)  # calibrated once per process, when first asked for
+        self._bind(rec)
 
     def phase(self, s): s.record.start_phase(s.phase)
     def end_stage(self, s): self._idle()
@@ -166,7 +168,10 @@ def session_of(pre:SimpleProfilerCallback) -> Session:
 # %% ../nbs/07_callback.ipynb #6e2b9c31
 _OVERHEAD = {}  # (timing, device type) -> seconds per training batch
 
-def pair_overhead(timing:str, device, n:int=64, k:int=4) -> float:
+def pair_overhead(timing:str, device,
+    n:int=16, # Batches per run (short runs are rarely preempted: steadier than 64, a quarter of the cost)
+    k:int=4, # Runs each way; the fastest of each counts
+) -> float:
     "Seconds the pair adds to one training batch, measured once per process for `(timing, device type)`"
     key = (timing, torch.device(device).type)
     if key not in _OVERHEAD: _OVERHEAD[key] = _calibrate(timing, device, n, k)

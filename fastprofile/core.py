@@ -272,12 +272,12 @@ def _options(o): return ProfileOptions() if o is None else check_type('options',
 # %% ../nbs/06_core.ipynb #15ee6e49
 @patch
 def start_stage(self:Profile, device='cpu', overhead=None) -> ProfileRecord:
-    "A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started"
+    "A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started; `overhead`: the pair's cost per batch, or a function measuring it"
     t0 = self.clock()
     if self.record is None:
         o = self.options
         self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches, warmup=o.warmup)
-    if overhead is not None: self.record.overhead_per_batch = overhead() if callable(overhead) else overhead
+    if overhead is not None: self.record.overhead_per_batch = overhead  # a function: measured when first asked for
     self.own_cost += self.clock() - t0
     self.record.start_stage()
     return self.record

@@ -8,7 +8,8 @@ Docs: https://fastprofile.github.io/fastprofile/diagnosis.html.md"""
 from __future__ import annotations
 import math, os, sys
 from dataclasses import dataclass, field, asdict
-from typing import Callable
+from functools import cached_property
+from typing import Callable, NamedTuple
 from .checks import check_int, check_type, check_items
 from .record import ProfileRecord, Row, STEPS, PHASES
 from .report import Section, fmt_time, fmt_pct
@@ -151,6 +152,10 @@ class Evidence:
     cpus:int  # CPUs the process may use
     costs:object=None  # a `Breakdown` or `SampledCosts` (callback and metric costs), if any
 
+    @cached_property
+    def cost_rows(self) -> list:
+        "The rows of `costs.callback_costs()` as named tuples (phase, name, event, total, calls, per_batch), in its order: made once, read by the rules"
+        return [] if self.costs is None else _cost_table(self.costs)
     @property
     def batches(self) -> int: return sum(ph.n for ph in self.phases.values())
     @property
@@ -300,20 +305,31 @@ def compute_rule(ev:Evidence) -> list:
     return [f]
 
 # %% ../nbs/09_diagnosis.ipynb #5f1c2a12
-def callback_costs(costs, phases) -> dict:
-    "name -> {phase: seconds per batch, summed over its events in the batch} from a `Breakdown` or `SampledCosts`"
+class _CostRow(NamedTuple):
+    "A row of `callback_costs()` (`Breakdown`, `SampledCosts`): a callback's or metric's event in a phase"
+    phase:str; name:str; event:str; total:float; calls:int; per_batch:float
+
+def _cost_table(costs) -> list:
+    "`costs.callback_costs()` as `_CostRow`s, in its order"
     df = costs.callback_costs()
-    # `before_draw` runs before the draw is marked (between batches), or inside the draw (order > 1000)
-    df = df[df.phase.isin(list(phases)) & (df.event != 'before_draw')]
+    return [_CostRow(*r) for r in zip(*(df[c].tolist() for c in _CostRow._fields))]
+
+def _per_batch(rows:list, phases) -> dict:
     out = {}
-    for r in df.itertuples():
-        if r.per_batch > 0: out.setdefault(r.name, {}).setdefault(r.phase, 0.); out[r.name][r.phase] += r.per_batch
+    for r in rows:  # `before_draw` runs before the draw is marked (between batches), or inside the draw (order > 1000)
+        if r.phase in phases and r.event != 'before_draw' and r.per_batch > 0:
+            out.setdefault(r.name, {}).setdefault(r.phase, 0.); out[r.name][r.phase] += r.per_batch
     return out
 
-def _top_event(costs, name) -> str:
-    df = costs.callback_costs()
-    df = df[(df.name == name) & (df.phase != 'fit') & (df.event != 'before_draw')]
-    return df.sort_values('per_batch', ascending=False).event.iloc[0] if len(df) else ''
+def callback_costs(costs, phases) -> dict:
+    "name -> {phase: seconds per batch, summed over its events in the batch} from a `Breakdown` or `SampledCosts`"
+    return _per_batch(_cost_table(costs), phases)
+
+def _top_event(rows:list, name) -> str:
+    "The event of callback `name` costing most per batch (the first of equals)"
+    rows = [r for r in rows if r.name == name and r.phase != 'fit' and r.event != 'before_draw']
+    timed = [r for r in rows if not math.isnan(r.per_batch)]
+    return max(timed, key=lambda r: r.per_batch).event if timed else rows[0].event if rows else ''
 
 def callbacks_rule(ev:Evidence) -> list:
     "Each timed callback or metric in the batch that costs enough to matter, by name; then fastai's own per-batch work"
@@ -321,12 +337,12 @@ def callbacks_rule(ev:Evidence) -> list:
         return [ev.finding('callbacks', "a callback or metric inside the batch: profile with `learn.profile()` (it samples their "
                            "costs) or `learn.profile(breakdown=True)` to name it.", lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
     out,named = [],{p:0. for p in ev.phases}
-    for name,per in callback_costs(ev.costs, ev.phases).items():
+    for name,per in _per_batch(ev.cost_rows, ev.phases).items():
         if name in CORE_CBS + OWN_CBS: continue
         c = {p:min(per.get(p, 0.), ph.callbacks) for p,ph in ev.phases.items()}
         for p in c: named[p] += c[p]
         metric = name.startswith('metric ')
-        who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.costs, name)
+        who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.cost_rows, name)
         parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch ({fmt_pct(100*c[p]/ev.phases[p].step)} of the step)"
                  for p in ev.phases if per.get(p, 0.) > 0]
         detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
@@ -345,12 +361,10 @@ def callbacks_rule(ev:Evidence) -> list:
     return out
 
 # %% ../nbs/09_diagnosis.ipynb #5f1c2a14
-def _epoch_costs(costs):
-    "(name, event, seconds in all) of events between batches, costliest first, fastai's own left out"
-    if costs is None: return []
-    df = costs.callback_costs()
-    df = df[((df.phase == 'fit') | (df.event == 'before_draw')) & ~df.name.isin(list(CORE_CBS + OWN_CBS))].sort_values('total', ascending=False)
-    return [(r.name, r.event, r.total) for r in df.itertuples()]
+def _epoch_costs(rows:list) -> list:
+    "(name, event, seconds in all) of events between batches, costliest first (equals in `rows`' order), fastai's own left out"
+    rows = [r for r in rows if (r.phase == 'fit' or r.event == 'before_draw') and r.name not in CORE_CBS + OWN_CBS]
+    return [(r.name, r.event, r.total) for r in sorted(rows, key=lambda r: -r.total)]
 
 def outside_rule(ev:Evidence) -> list:
     "Time between batches: epoch-level callbacks, validation set-up, worker start-up"
@@ -358,7 +372,7 @@ def outside_rule(ev:Evidence) -> list:
     W = max(ph.workers for ph in ev.phases.values())
     knob = ("epoch-level callbacks (`SaveModelCallback`, logging), validation set-up" +
             (", and the workers' start-up each epoch (`persistent_workers=True` in your DataLoaders)" if W > 0 else ''))
-    top = _epoch_costs(ev.costs)
+    top = _epoch_costs(ev.cost_rows)
     if top and top[0][2] > .2*ev.outside: knob = f"`{top[0][0]}.{top[0][1]}` takes {fmt_time(top[0][2])} in all; " + knob
     share = 100*ev.outside/ev.fit
     s = ev.fit/(ev.fit - ev.outside) if ev.fit > ev.outside else math.inf

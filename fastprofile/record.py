@@ -131,17 +131,18 @@ class ProfileRecord:
         self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
         self._epoch_totals = None
         self.closed = False
-        self.overhead_per_batch = math.nan  # the profiler's own cost per training batch, if measured
+        self._overhead,self._overhead_fn = math.nan,None  # the profiler's own cost per training batch (`overhead_per_batch`)
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
 
     # ---- the one serializer: pickling (`learn.export`), the DDP gather ----
     STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','tokens','ring','n_batches','epochs','stages','gpu_stats',
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
-                  'overhead_per_batch','last_seen','timing','_phase_batches','_phase_span','_epoch_totals',
+                  '_overhead','last_seen','timing','_phase_batches','_phase_span','_epoch_totals',
                   '_stage_phases','_stage_epochs','_stage_train_batches')
     def state(self) -> dict:
         "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
         self.fold()
+        self.overhead_per_batch  # measured now if it was left to when first asked for
         d = {k:self.__dict__[k] for k in self.STATE_KEYS if k in self.__dict__}
         d['timing'] = self.timing  # a class attribute of `GpuProfileRecord` ('events'), not in `__dict__`
         return d
@@ -154,6 +155,18 @@ class ProfileRecord:
         return rec
 
     def __reduce__(self): return (ProfileRecord.from_state, (self.state(),))
+
+    @property
+    def overhead_per_batch(self) -> float:
+        "The profiler's own cost per training batch, in seconds (NaN if not measured); a measurement set as a function runs when first asked for"
+        f = self.__dict__.get('_overhead_fn')
+        if f is not None: self._overhead_fn,self._overhead = None,float(f())
+        return self.__dict__.get('_overhead', math.nan)
+    @overhead_per_batch.setter
+    def overhead_per_batch(self, v):
+        "A number, or a function that measures it (run when the value is first read: the report's cost note, a pickle)"
+        if callable(v): self._overhead_fn = v
+        else: self._overhead_fn,self._overhead = None,float(v)
 
 # %% ../nbs/03_record.ipynb #319ed3e9
 @patch
