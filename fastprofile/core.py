@@ -81,6 +81,8 @@ class Facts:
     flops:dict=field(default_factory=dict) # `Row` -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
     efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.efficiency.Efficiency`), if it was on
     compile:object=None # What torch.compile cost in the call (`fastprofile.compiles.CompileStats`): None when nothing was compiled
+    layers:object=None # Each module's forward and backward self time on sampled batches (`fastprofile.layers.LayerTimes`), if timed
+    tokens:dict=field(default_factory=dict) # phase -> `fastprofile.tokens.TokenPhase`: the tokens and padding of token-id batches, if any
     extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
 
     @property

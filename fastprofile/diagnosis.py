@@ -14,11 +14,12 @@ from .checks import check_int, check_type, check_items
 from .record import ProfileRecord, Row, STEPS, PHASES
 from .report import Section, fmt_time, fmt_pct
 from .core import Facts, ProfileResult
+from .tokens import tokens_line
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'RULES', 'PhaseModel',
-           'Finding', 'Evidence', 'input_rule', 'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'compute_rule',
-           'callback_costs', 'callbacks_rule', 'outside_rule', 'compile_rule', 'Diagnosis', 'diagnose',
+           'Finding', 'Evidence', 'input_rule', 'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'layers_lead',
+           'compute_rule', 'callback_costs', 'callbacks_rule', 'outside_rule', 'compile_rule', 'Diagnosis', 'diagnose',
            'diagnosis_section']
 
 # %% ../nbs/09_diagnosis.ipynb #a5158f73
@@ -302,14 +303,26 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
     opts.append("or train on a GPU (`learn.dls.to('cuda'); learn.model.cuda()`), then `learn.to_fp16()`")
     return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit))
 
+def layers_lead(facts:Facts|None, n:int=2) -> str|None:
+    "The model's costliest layers in words, from `facts.layers` (`fastprofile.layers.LayerTimes`): what the compute fix names first; None if not timed"
+    lay = getattr(facts, 'layers', None)
+    if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None  # a model with no submodules: nothing to name
+    top = [l for l in lay.top(n) if lay.share(l.name) >= 10] or lay.top(1)
+    names = ', '.join(f"{lay.label(l)} {fmt_pct(lay.share(l.name))}" for l in top)
+    return (f"{names} of forward+backward (self time, {lay.batches} sampled batch{'es' if lay.batches != 1 else ''}): "
+            f"the layer{'s' if len(top) > 1 else ''} to make cheaper or replace first")
+
 def compute_rule(ev:Evidence) -> list:
-    "The model's forward, loss and backward"
+    "The model's forward, loss and backward: the costliest layers (where timed) first, then what speeds the model up as a whole"
     after = lambda ph: ph.step_with(main=ph.main - ph.compute)
+    lead = layers_lead(ev.facts)
+    lead = '' if lead is None else lead + '. For the whole model: '
     if ev.facts.on_gpu:
-        return [ev.finding('compute', "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller model.",
+        return [ev.finding('compute', lead + "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller model.",
                            after, kind='bound')]
     f = ev.finding('compute', None, after, kind='bound')
     f.fix,s = _compute_on_cpu(ev, f.speedup)
+    f.fix = lead + f.fix
     if s < f.speedup: f.speedup,f.predicted_step,f.if_free = s,f.step/s,False
     return [f]
 
@@ -446,6 +459,7 @@ class Diagnosis:
     "The verdict of a profile: the ranked findings, the first one's fix and predicted speedup, and the numbers used"
     verdict:str; knob:str; predicted_speedup:float; speedup_kind:str; shares:dict; numbers:dict; basis:str
     input_bound:str; findings:list; change:dict|None=None
+    details:list=field(default_factory=list)  # Further lines: the costliest layers, tokens/s and padding
 
     @property
     def label(self) -> str: return CATEGORIES.get(self.verdict, self.verdict)
@@ -467,6 +481,7 @@ class Diagnosis:
             out.append(f"Next ({i+2}): {g.label}, {fmt_pct(g.share)} of the fit: {g.fix} {g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
         sh = {k:v for k,v in self.shares.items() if v > 0}
         out.append("Main-process time: " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
+        out += self.details
         out.append(f"Rests on: {self.basis}")
         return out
 
@@ -537,8 +552,24 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     numbers = dict(fit=fit, step=best.step, predicted_step=best.predicted_step, train_draw_share=draw_share, num_workers=W,
                    cpus=ev.cpus, warmup=warm, totals=tot, phases={p:{**asdict(d), 'step':d.step, 'main':d.main} for p,d in ph.items()})
     ok = best.fix is not None and best.speedup >= MIN_GAIN
+    details = _details(rec, facts, numbers)
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares, numbers,
-                     _basis(ev, W, known), ib, found, best.change if ok else None)
+                     _basis(ev, W, known), ib, found, best.change if ok else None, details)
+
+def _details(rec, facts:Facts, numbers:dict) -> list:
+    "The diagnosis' lines on the model's layers and on tokens (their numbers into `numbers`)"
+    out,lay = [],facts.layers
+    if lay is not None and (len(lay.layers) > 1 or lay.failure):  # a model with no submodules is its only layer: nothing to add
+        out += lay.lines(3)
+        if lay.layers: numbers['layers'] = lay.table().head(10).to_dict('records')
+    tl = tokens_line(rec, facts.tokens)
+    if tl is not None:
+        out.append(tl)
+        tok = getattr(rec, 'tokens', {})
+        numbers['tokens_per_second'] = {p:tok[Row(p,'batch')]/rec.stats[Row(p,'batch')].total for p in PHASES
+                                        if tok.get(Row(p,'batch')) and rec.stats[Row(p,'batch')].total > 0}
+        numbers['pad_share'] = {p:t.pad_share for p,t in facts.tokens.items()}
+    return out
 
 # %% ../nbs/09_diagnosis.ipynb #f624622a
 def diagnosis_section(result:ProfileResult) -> Section|None:

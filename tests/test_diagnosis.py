@@ -83,7 +83,8 @@ def check_consistent(d:Diagnosis):
     if d.knob: assert d.predicted_speedup >= MIN_GAIN and d.knob in '\n'.join(lines)
     nxt = [l for l in lines if l.startswith('Next')]
     assert [int(l[6]) for l in nxt] == list(range(2, 2+len(nxt))), lines  # ranked
-    assert lines[-1].startswith('Rests on:') and lines[-2].startswith('Main-process time:')
+    k = len(d.details)  # the costliest layers, tokens/s: between the shares and the basis
+    assert lines[-1].startswith('Rests on:') and lines[-2-k].startswith('Main-process time:') and lines[-1-k:-1] == d.details
 
 # ---- known bottlenecks, with no workers and with two ----
 SCENARIOS = {
