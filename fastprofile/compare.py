@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np, pandas as pd
 from .checks import check_items, check_choice
 from .report import ProfileReport, Section, KEY_COLUMNS, col_label, fmt_time, fmt_rate, fmt_pct
+from .record import Row
 from .core import ProfileResult
 from .saving import load_profile
 
@@ -46,10 +47,10 @@ class Steady(NamedTuple):
 def steady_train(result:ProfileResult) -> Steady|None:
     "The steady-state training step of `result`, or None when no training batch was recorded past the warm-up"
     st,n = result.record.stats,result.record.samples
-    d,b = st[('train','draw')],st[('train','batch')]
+    d,b = st[Row('train','draw')],st[Row('train','batch')]
     if not b.n: return None
     t = d.total + b.total
-    return Steady(d.mean + b.mean, n[('train','batch')]/t if t > 0 else math.nan, b.n)
+    return Steady(d.mean + b.mean, n[Row('train','batch')]/t if t > 0 else math.nan, b.n)
 
 # %% ../nbs/17b_compare.ipynb #7675cac7
 def as_profile(x, name:str='a') -> ProfileResult:
@@ -113,7 +114,7 @@ def _describe(result:ProfileResult) -> str:
     if a.get('created'): where.append(f"saved {a['created']}")
     dev = (a.get('device') or {}).get('type') or getattr(result.facts, 'device', None)
     if dev: where.append(f"on {dev}")
-    n = rec.stats[('train','batch')].n + rec.stats[('train','warmup')].n
+    n = rec.stats[Row('train','batch')].n + rec.stats[Row('train','warmup')].n
     return ', '.join(where + [f"{len(rec.stages)} fit{'s' if len(rec.stages) != 1 else ''}, {n} training batches, {fmt_time(rec.fit_total)}"])
 
 class Comparison:

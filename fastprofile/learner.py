@@ -16,9 +16,11 @@ from .session import Session, train_device
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
 from .costs import CostSampler
 from .loads import LoadTimer
+from .compiles import CompileProbe, compile_section
 from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
 from .efficiency_probe import EfficiencyCallback
+from .layers import LayerTimer
 from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
 from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
 from .wandb import WandbSink
@@ -30,7 +32,7 @@ __all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'LearnerFacts'
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
-SECTIONS = [diagnosis_with_efficiency, efficiency_section, distributed_section]
+SECTIONS = [diagnosis_with_efficiency, compile_section, efficiency_section, distributed_section]
 
 class _Default(str):
     "A default argument value, told apart from the same value passed explicitly"
@@ -114,15 +116,15 @@ def _running(learn):
 
 def session_for(learn,
     logger_callback=_Default('wandb'), csv_name=_Default('simple_profile.csv'), breakdown:bool=False, rank_csv:bool=False,
-    gather_timeout:float=GATHER_TIMEOUT, efficiency:bool|str='auto', peak_flops:float|None=None,
+    gather_timeout:float=GATHER_TIMEOUT, efficiency:bool|str='auto', peak_flops:float|None=None, layers:bool=True,
     **kwargs # `ProfileOptions`
 ) -> Session:
     "A `Session` for the next profiled call on `learn`, every option checked (`Learner.profile` documents them); not armed yet"
     bad = [k for k in kwargs if k not in _OPTION_NAMES]
     if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
-                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops'] + _OPTION_NAMES)}")
+                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops','layers'] + _OPTION_NAMES)}")
     opts = ProfileOptions(**kwargs)
-    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv)
+    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv); check_bool('layers', layers)
     check_choice('efficiency', efficiency, ('auto', True, False))
     if peak_flops is not None: check_number('peak_flops', peak_flops, 0, lo_open=True)
     if opts.save_csv or rank_csv: csv_path = check_path('csv_name', csv_name, base=learn.path)
@@ -136,10 +138,10 @@ def session_for(learn,
                          f"use a warm-up below {n} (0 keeps every batch)")
     resolve_timing(opts.timing, train_device(learn))  # 'events'/'sync' on a CPU learner: refused now, not at fit start
     sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
-    return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops)
+    return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers)
 
-def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops) -> Session:
-    "The session and its probes, in the order they start: the pair's first callback, the loaders, the callbacks (or the breakdown), efficiency, the learner's facts, prefetch staging, sinks, the pair's last"
+def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers=True) -> Session:
+    "The session and its probes, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, the learner's facts, prefetch staging, sinks, the pair's last"
     bd = BreakdownCallback() if breakdown else None
     sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
@@ -147,7 +149,8 @@ def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, e
     if efficiency == 'auto': efficiency = peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
     eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
-    probes = [pre, LoadTimer(learn), *[p for p in (sampler, bd, eff) if p is not None], LearnerFacts(learn), PrefetchStaging(learn),
+    lay = LayerTimer(learn, warmup=opts.warmup) if layers else None  # hooks on the model only for a few sampled batches
+    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay) if p is not None], LearnerFacts(learn), PrefetchStaging(learn),
               *prof.sinks, post]
     return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff) if c])
 
@@ -161,11 +164,12 @@ def profile(self:Learner,
     gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
     efficiency:bool|str='auto', # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
     peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.flops.PEAK_FLOPS`, GPUs only)
+    layers:bool=True, # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
     **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)
-    s = session_for(self, logger_callback, csv_name, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, **kwargs)
+    s = session_for(self, logger_callback, csv_name, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, **kwargs)
     if old is not None: old.disarm()
     s.arm()
     return self

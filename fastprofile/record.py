@@ -17,9 +17,10 @@ from .checks import check_int, check_callable
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'N_COLS', 'ROW_KEYS', 'MAX_KEEP_BATCHES',
-           'GPU_COLS', 'Slot', 'Step', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals',
-           'ProfileRecord']
+__all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'FIT_ACTIONS', 'PHASE_ACTIONS', 'ROW_KEYS',
+           'N_COLS', 'MAX_KEEP_BATCHES', 'GPU_COLS', 'KEY_COLUMNS', 'RESULT_COLUMNS', 'EXTRA_COLUMNS', 'Slot', 'Step',
+           'Row', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals', 'ProfileRecord', 'ResultRow',
+           'result_rows', 'result_row', 'results_frame']
 
 # %% ../nbs/03_record.ipynb #42b22d2c
 class Slot(IntEnum):
@@ -43,6 +44,31 @@ STEPS = {'train':TRAIN_STEPS, 'valid':VALID_STEPS}  # validation calls its forwa
 PHASES = ('train','valid')
 _NAN_MARKS = [math.nan]*N_MARKS
 
+# %% ../nbs/03_record.ipynb #5c0ced59
+class Row(NamedTuple):
+    "The key of one row of the results: `Row('train','batch','forward')`, `Row('fit','fit')`"
+    phase:str # 'fit' (the whole call) or a phase of `PHASES`
+    action:str # Under 'fit' one of `FIT_ACTIONS`, under a phase one of `PHASE_ACTIONS`
+    step:str='' # Under a phase's 'batch': a name of `STEPS[phase]`, or 'other' (the rest of the batch); else ''
+    def __str__(self) -> str: return ' '.join(x for x in self if x)
+
+    @classmethod
+    def of(cls, r) -> Row:
+        "The key of results row `r`: anything with `Phase`, `Action`, `Step` (a DataFrame row, an `itertuples()` row, a dict)"
+        p,a,s = (r.Phase,r.Action,r.Step) if hasattr(r, 'Phase') else (r['Phase'],r['Action'],r['Step'])
+        return cls(p, a, s if isinstance(s, str) else '')  # a CSV read back has NaN for ''
+
+    @classmethod
+    def part(cls, phase:str, name:str) -> Row:
+        "The row of part `name` of a batch of `phase` (a key of `batch_durations`: 'draw', 'batch', a step, or 'other')"
+        return cls(phase, name) if name in ('draw','batch') else cls(phase, 'batch', name)
+
+FIT_ACTIONS = ('fit','epoch','train','valid','other')  # rows of the whole call: its fits, epochs, phases, and time between phases
+PHASE_ACTIONS = ('draw','batch','warmup','other')  # rows of a phase: waiting for batches, batches, warm-up batches, time between batches
+ROW_KEYS = (*[Row('fit',a) for a in FIT_ACTIONS],  # every row of the results, in their order
+            *[r for p in PHASES for r in (Row(p,'draw'), Row(p,'batch'), *[Row(p,'batch',s.name) for s in STEPS[p]],
+                                          Row(p,'batch','other'), Row(p,'warmup'), Row(p,'other'))])
+
 # %% ../nbs/03_record.ipynb #a1971c92
 def batch_durations(marks:np.ndarray, phase:str) -> dict:
     "Per-batch durations (seconds) of `draw`, `batch`, its steps and `other` from an `(n, N_MARKS)` array"
@@ -60,8 +86,6 @@ class Col(IntEnum):
     BS=N_MARKS; PHASE=N_MARKS+1; STAGE=N_MARKS+2; EPOCH=N_MARKS+3; ITER=N_MARKS+4; WARMUP=N_MARKS+5
 
 N_COLS = N_MARKS + len(Col)
-ROW_KEYS = (('fit','fit'),('fit','epoch'),('fit','train'),('fit','valid'),('fit','other'),
-            *[(p,a) for p in PHASES for a in ('draw','batch',*[s.name for s in STEPS[p]],'batch_other','warmup','other')])
 
 class RecentMarks(NamedTuple):
     "Marks of recent batches with their batch sizes and warm-up flags"
@@ -69,8 +93,8 @@ class RecentMarks(NamedTuple):
 
 @dataclass
 class EpochTotals:
-    "Seconds per part of each phase of one epoch: `phases['train']['draw']`; parts as in `fold` plus `total`, `other`"
-    stage:int; epoch:int; phases:dict=field(default_factory=dict)
+    "Seconds of each row in one epoch: `seconds[Row('train','batch','backward')]`; a phase's total is `Row('fit', phase)`"
+    stage:int; epoch:int; seconds:dict=field(default_factory=dict)
 
 @dataclass
 class StageTotals:
@@ -96,27 +120,31 @@ class ProfileRecord:
         self.keep_batches,self.warmup,self.fold_every,self.clock = keep_batches,warmup,fold_every,clock
         self.stats = {k:StreamingStats() for k in ROW_KEYS}
         self.samples = {k:0 for k in ROW_KEYS}
+        self.tokens = {k:0 for k in ROW_KEYS}  # token ids in the rows' batches, where batches are token ids (`add_tokens`)
         self.ring = np.full((keep_batches, N_COLS), np.nan)
         self.n_batches = 0  # batches folded into the ring so far (all phases)
         self.epochs,self.stages = deque(maxlen=keep_epochs),[]
         self.gpu_stats = self.gpu_ring = None  # GPU time per row and per recent batch, when CUDA events were on
         self.marks = list(_NAN_MARKS)
-        self._queue,self._queue_bs = [],[]
+        self._queue,self._queue_bs,self._queue_tokens = [],[],{}
         self.phase,self.stage,self.epoch = None,-1,-1
         self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
         self._epoch_totals = None
         self.closed = False
-        self.overhead_per_batch = math.nan  # the profiler's own cost per training batch, if measured
+        self._overhead,self._overhead_fn = math.nan,None  # the profiler's own cost per training batch (`overhead_per_batch`)
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
+        self._apart = []  # the marks of batches `set_apart` (in flight or queued): folded with the warm-up
+        self.n_apart = {}  # phase -> batches past the warm-up set apart from the statistics (they compiled)
 
     # ---- the one serializer: pickling (`learn.export`), the DDP gather ----
-    STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','ring','n_batches','epochs','stages','gpu_stats',
+    STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','tokens','ring','n_batches','epochs','stages','gpu_stats',
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
-                  'overhead_per_batch','last_seen','timing','_phase_batches','_phase_span','_epoch_totals',
+                  '_overhead','last_seen','n_apart','timing','_phase_batches','_phase_span','_epoch_totals',
                   '_stage_phases','_stage_epochs','_stage_train_batches')
     def state(self) -> dict:
         "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
         self.fold()
+        self.overhead_per_batch  # measured now if it was left to when first asked for
         d = {k:self.__dict__[k] for k in self.STATE_KEYS if k in self.__dict__}
         d['timing'] = self.timing  # a class attribute of `GpuProfileRecord` ('events'), not in `__dict__`
         return d
@@ -130,11 +158,28 @@ class ProfileRecord:
 
     def __reduce__(self): return (ProfileRecord.from_state, (self.state(),))
 
+    @property
+    def overhead_per_batch(self) -> float:
+        "The profiler's own cost per training batch, in seconds (NaN if not measured); a measurement set as a function runs when first asked for"
+        f = self.__dict__.get('_overhead_fn')
+        if f is not None: self._overhead_fn,self._overhead = None,float(f())
+        return self.__dict__.get('_overhead', math.nan)
+    @overhead_per_batch.setter
+    def overhead_per_batch(self, v):
+        "A number, or a function that measures it (run when the value is first read: the report's cost note, a pickle)"
+        if callable(v): self._overhead_fn = v
+        else: self._overhead_fn,self._overhead = None,float(v)
+
 # %% ../nbs/03_record.ipynb #319ed3e9
 @patch
 def mark(self:ProfileRecord, slot:int):
     "Record the time of boundary `slot` of the batch in flight"
     self.marks[slot] = self.clock()
+
+@patch
+def add_tokens(self:ProfileRecord, n:int):
+    "The batch in flight holds `n` token ids (call before its `end_batch`): the rows it lands in get a Tokens/Second"
+    self._queue_tokens[len(self._queue)] = n
 
 @patch
 def end_batch(self:ProfileRecord, bs:int):
@@ -145,6 +190,14 @@ def end_batch(self:ProfileRecord, bs:int):
     self.last_seen = m[Slot.BATCH_END]
     self.marks = list(_NAN_MARKS)
     if len(self._queue) >= self.fold_every: self.fold()
+
+@patch
+def set_apart(self:ProfileRecord) -> bool:
+    "The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics; False if no batch is in flight"
+    m = self.marks
+    if self.phase is None or math.isnan(m[Slot.DRAW_START]): return False
+    if not any(a is m for a in self._apart): self._apart.append(m)
+    return True
 
 # %% ../nbs/03_record.ipynb #46c75679
 @patch
@@ -179,14 +232,14 @@ def end_phase(self:ProfileRecord, bs:int=0, at:float|None=None):
     self.fold()
     p,now = self.phase,(self.clock() if at is None else at)
     total = max(now - self.phase_start, self._phase_span)
-    self.stats[('fit',p)].update(total)
-    self.stats[(p,'other')].update(total - self._phase_span)
+    self.stats[Row('fit',p)].update(total)
+    self.stats[Row(p,'other')].update(total - self._phase_span)
     if self._epoch_totals is not None:
-        parts = self._epoch_totals.phases.setdefault(p, {})
-        parts['total'],parts['other'] = total,total - self._phase_span
+        sec = self._epoch_totals.seconds
+        sec[Row('fit',p)],sec[Row(p,'other')] = total,total - self._phase_span
     self._stage_phases += total
     if p == 'train': self._stage_train_batches += self._phase_batches
-    self.phase,self.marks = None,list(_NAN_MARKS)
+    self.phase,self.marks,self._apart = None,list(_NAN_MARKS),[]
 
 # %% ../nbs/03_record.ipynb #28e4d82b
 @patch
@@ -194,7 +247,7 @@ def end_epoch(self:ProfileRecord, bs:int=0, at:float|None=None):
     "End the open epoch (and its open phase)"
     self.end_phase(bs, at)
     if self._epoch_totals is None: return
-    self.stats[('fit','epoch')].update((self.clock() if at is None else at) - self.epoch_start)
+    self.stats[Row('fit','epoch')].update((self.clock() if at is None else at) - self.epoch_start)
     self.epochs.append(self._epoch_totals)
     self._stage_epochs += 1
     self._epoch_totals = None
@@ -205,8 +258,8 @@ def end_stage(self:ProfileRecord, bs:int=0, at:float|None=None):
     self.end_epoch(bs, at)
     if self.stage_start is None: return
     total = max((self.clock() if at is None else at) - self.stage_start, self._stage_phases)
-    self.stats[('fit','fit')].update(total)
-    self.stats[('fit','other')].update(total - self._stage_phases)
+    self.stats[Row('fit','fit')].update(total)
+    self.stats[Row('fit','other')].update(total - self._stage_phases)
     self.stages.append(StageTotals(self.stage, self._stage_epochs, total, self._stage_train_batches))
     self.stage_start = None
 
@@ -227,38 +280,53 @@ def close(self:ProfileRecord, interrupted:bool=False):
 @patch(as_prop=True)
 def fit_total(self:ProfileRecord) -> float:
     "Seconds of the stages that ended"
-    return self.stats[('fit','fit')].total
+    return self.stats[Row('fit','fit')].total
 
 # %% ../nbs/03_record.ipynb #082f47c4
 @patch
 def fold(self:ProfileRecord):
     "Fold queued batches into the statistics and the ring of recent batches"
     if not self._queue: return
-    p = self.phase
-    m = np.array(self._queue, dtype=np.float64)
+    p,queue = self.phase,self._queue
+    m = np.array(queue, dtype=np.float64)
     bs = np.array(self._queue_bs, dtype=np.float64)
     self._queue,self._queue_bs = [],[]
     n = len(m)
+    tok = None
+    if self._queue_tokens:  # token counts of the batches that have them, by position in the queue
+        tok = np.zeros(n)
+        for i,c in self._queue_tokens.items():
+            if i < n: tok[i] = c
+        self._queue_tokens = {}
     idx = self._phase_batches + np.arange(n)
     warm = idx < self.warmup
+    if self._apart:  # batches set apart (they compiled): with the warm-up
+        apart = np.array([any(a is q for a in self._apart) for q in queue])
+        if (apart & ~warm).any(): self.n_apart[p] = self.n_apart.get(p, 0) + int((apart & ~warm).sum())
+        warm = warm | apart
+        self._apart = [a for a in self._apart if not any(a is q for q in queue)]
     self._phase_batches += n
     span = m[:,Slot.BATCH_END] - m[:,Slot.DRAW_START]
     self._phase_span += float(np.nansum(span))
-    parts = self._epoch_totals.phases.setdefault(p, {}) if self._epoch_totals is not None else {}
+    sec = self._epoch_totals.seconds if self._epoch_totals is not None else {}
     if warm.any():
-        self.stats[(p,'warmup')].update(span[warm])
-        self.samples[(p,'warmup')] += int(bs[warm].sum())
-        parts['warmup'] = parts.get('warmup', 0.) + float(np.nansum(span[warm]))
+        k = Row(p,'warmup')
+        self.stats[k].update(span[warm])
+        self.samples[k] += int(bs[warm].sum())
+        if tok is not None: self.tokens[k] += int(tok[warm].sum())
+        sec[k] = sec.get(k, 0.) + float(np.nansum(span[warm]))
     keep = ~warm
     if keep.any():
         d = batch_durations(m[keep], p)
         nsamp = int(bs[keep].sum())
         for a,v in d.items():
-            k = (p, 'batch_other' if a=='other' else a)
+            k = Row.part(p, a)
             self.stats[k].update(v)
             self.samples[k] += int(bs[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else nsamp
-            parts[k[1]] = parts.get(k[1], 0.) + float(np.nansum(v))
-    self.samples[('fit',p)] += int(bs.sum())
+            if tok is not None: self.tokens[k] += int(tok[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else int(tok[keep].sum())
+            sec[k] = sec.get(k, 0.) + float(np.nansum(v))
+    self.samples[Row('fit',p)] += int(bs.sum())
+    if tok is not None: self.tokens[Row('fit',p)] += int(tok.sum())
     rows = np.empty((n, N_COLS))
     rows[:,:N_MARKS] = m
     rows[:,Col.BS],rows[:,Col.PHASE],rows[:,Col.STAGE] = bs,PHASES.index(p),self.stage
@@ -291,6 +359,7 @@ def last(self:ProfileRecord, n:int) -> RecentMarks:
     nq = len(q)
     qbs = np.array(self._queue_bs[-n:], dtype=np.float64) if nq else np.zeros(0)
     qwarm = (self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase else np.zeros(nq, bool)
+    if self._apart and nq: qwarm = qwarm | np.array([any(a is r for a in self._apart) for r in self._queue[-nq:]])
     need = n - nq
     if need > 0 and self.n_batches and self.phase:
         k = self.keep_batches
@@ -336,28 +405,56 @@ def recent(self:ProfileRecord) -> pd.DataFrame:
     if not out: return pd.DataFrame()
     return pd.concat(out).sort_values('draw_start', kind='stable').reset_index(drop=True)
 
+# %% ../nbs/03_record.ipynb #1068ff01
+KEY_COLUMNS = ['Phase','Action','Step']  # the columns of a results row's `Row`
+# `ResultRow` field -> column: those of every results table, in order; then those some have (CUDA events; FLOPs known)
+RESULT_COLUMNS = {'mean':'Mean Duration', 'std':'Duration Std Dev', 'calls':'Number of Calls', 'samples_per_s':'Samples/Second',
+                  'total':'Total Time', 'percent':'Percent of Total', 'p50':'P50', 'p90':'P90', 'p99':'P99', 'min':'Min', 'max':'Max'}
+EXTRA_COLUMNS = {'gpu_mean':'GPU Mean Duration', 'gpu_total':'GPU Total Time', 'flops_per_s':'FLOP/s', 'tokens_per_s':'Tokens/Second'}
+
+class ResultRow(NamedTuple):
+    "One row of the results, its columns by name (seconds; NaN where the results have no value)"
+    row:Row; mean:float; std:float; calls:int; samples_per_s:float; total:float; percent:float
+    p50:float; p90:float; p99:float; min:float; max:float
+    gpu_mean:float=math.nan; gpu_total:float=math.nan # GPU time, with CUDA events (`timing='events'`)
+    flops_per_s:float=math.nan # Where FLOPs per sample are known (`fastprofile.efficiency`)
+    tokens_per_s:float=math.nan # Where batches are token ids (`fastprofile.tokens`)
+
+def _result_row(d:dict) -> ResultRow:
+    v = {f:float(d.get(c, math.nan)) for f,c in {**RESULT_COLUMNS, **EXTRA_COLUMNS}.items()}
+    if not math.isnan(v['calls']): v['calls'] = int(v['calls'])
+    return ResultRow(Row.of(d), **v)
+
+def result_rows(results:pd.DataFrame) -> list:
+    "Every row of `results` (`ProfileRecord.results()`, `learn.simple_profile_results`, its CSV read back) as a `ResultRow`"
+    return [_result_row(d) for d in results.to_dict('records')]
+
+def result_row(results:pd.DataFrame, row:Row) -> ResultRow|None:
+    "The row `row` of `results` with its columns by name, or None if `results` has no such row"
+    return next((r for r in result_rows(results) if r.row == row), None)
+
+def results_frame(rows:list, extra=()) -> pd.DataFrame:
+    "`ResultRow`s as a results DataFrame: the key columns, every `RESULT_COLUMNS` column, and the `extra` fields' columns"
+    d = {c:[r.row[i] for r in rows] for i,c in enumerate(KEY_COLUMNS)}
+    d.update({c:[getattr(r, f) for r in rows] for f,c in {**RESULT_COLUMNS, **{f:EXTRA_COLUMNS[f] for f in extra}}.items()})
+    return pd.DataFrame(d)
+
 # %% ../nbs/03_record.ipynb #e35ed3e9
 @patch
 def results(self:ProfileRecord) -> pd.DataFrame:
     "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
     self.fold()
-    fit_total,rows = self.fit_total,[]
-    for (p,a),s in self.stats.items():
-        if s.n == 0 and (p,a) != ('fit','fit'): continue
-        action,step = ('batch','other') if a=='batch_other' else (a,'')
-        if p != 'fit' and a in [x.name for x in STEPS[p]]: action,step = 'batch',a
-        samples = (self.samples[('fit','train')] + self.samples[('fit','valid')]) if (p,a) in (('fit','fit'),('fit','epoch')) \
-                  else self.samples[(p,a)]
-        rate = samples/s.total if (samples and s.total > 0 and a not in ('other','batch_other')) else math.nan
-        rows.append({'Phase':p, 'Action':action, 'Step':step, 'Mean Duration':s.mean if s.n else math.nan,
-                     'Duration Std Dev':s.std, 'Number of Calls':s.n, 'Samples/Second':rate,
-                     'Total Time':s.total, 'Percent of Total':100*s.total/fit_total if fit_total > 0 else math.nan,
-                     'P50':s.quantile(.5), 'P90':s.quantile(.9), 'P99':s.quantile(.99),
-                     'Min':s.min if s.n else math.nan, 'Max':s.max if s.n else math.nan})
-    res = pd.DataFrame(rows)
-    if self.gpu_stats:  # GPU time per row, when CUDA events were recorded
-        sts = [self.gpu_stats.get((p, 'batch_other' if (a,st)==('batch','other') else (st or a)))
-               for p,a,st in zip(res.Phase, res.Action, res.Step)]
-        res['GPU Mean Duration'] = [g.mean if g is not None and g.n else math.nan for g in sts]
-        res['GPU Total Time'] = [g.total if g is not None and g.n else math.nan for g in sts]
-    return res
+    fit_total,rows,gpu = self.fit_total,[],self.gpu_stats or {}
+    tokens = self.tokens if any(self.tokens.values()) else None  # a Tokens/Second column only where batches were token ids
+    nan = math.nan
+    def per_second(counts, row, s):
+        n = (counts[Row('fit','train')] + counts[Row('fit','valid')]) if row in (Row('fit','fit'),Row('fit','epoch')) else counts[row]
+        return n/s.total if (n and s.total > 0 and 'other' not in (row.action, row.step)) else nan
+    for row,s in self.stats.items():
+        if s.n == 0 and row != Row('fit','fit'): continue
+        g = gpu.get(row)  # GPU time per row, when CUDA events were recorded
+        rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, per_second(self.samples, row, s), s.total,
+                              100*s.total/fit_total if fit_total > 0 else nan, s.quantile(.5), s.quantile(.9), s.quantile(.99),
+                              s.min if s.n else nan, s.max if s.n else nan, *((g.mean, g.total) if g is not None and g.n else (nan, nan)),
+                              tokens_per_s=nan if tokens is None else per_second(tokens, row, s)))
+    return results_frame(rows, (('gpu_mean','gpu_total') if self.gpu_stats else ()) + (('tokens_per_s',) if tokens is not None else ()))

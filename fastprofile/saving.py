@@ -16,12 +16,15 @@ from fastcore.basics import patch
 from . import __version__
 from .checks import check_path
 from .stats import StreamingStats
-from .record import ProfileRecord, EpochTotals, StageTotals, N_COLS, GPU_COLS
+from .record import ProfileRecord, Row, EpochTotals, StageTotals, N_COLS, GPU_COLS
 from .report import atomic_write_text
 from .core import ProfileResult, Facts, Staging, LoadTime
 from .breakdown import Breakdown
 from .costs import SampledCosts
 from .efficiency import Efficiency, StageFlops
+from .compiles import CompileStats, Compile, Baseline
+from .layers import LayerTimes, LayerTime
+from .tokens import TokenPhase
 from .distributed import MergedRecord, RankProfile
 from .learner import SECTIONS
 
@@ -77,22 +80,24 @@ def stats_from(d:dict) -> StreamingStats:
 
 # %% ../nbs/17a_saving.ipynb #84641d4f
 _REC_VALUES = ('keep_batches','warmup','fold_every','n_batches','stage','epoch','closed','timing','phase')
-_REC_TIMES = ('fit_start','stage_start','epoch_start','phase_start','overhead_per_batch','last_seen')
+_REC_TIMES = ('fit_start','stage_start','epoch_start','phase_start','last_seen','overhead_per_batch')
 
 def _rows(a:np.ndarray) -> list:
     "A float array's rows as lists, NaN as None"
     return [[None if v != v else v for v in r] for r in a.tolist()]
 
+def _row(r) -> dict: return dict(phase=r.phase, action=r.action, step=r.step)
+
 def record_state(rec:ProfileRecord) -> dict:
     "A closed `ProfileRecord` as plain values: its statistics per row, recent batches, epochs and fits (and, merged from ranks, each rank's)"
     st = rec.state()
     n = min(st['n_batches'], st['keep_batches'])
-    gs,gr = st.get('gpu_stats'),st.get('gpu_ring')
-    out = {**{k:st.get(k) for k in _REC_VALUES}, **{k:_num(st.get(k)) for k in _REC_TIMES},
-           'stats': [dict(phase=p, action=a, samples=int(rec.samples.get((p,a), 0)), **stats_state(s)) for (p,a),s in st['stats'].items()],
-           'gpu_stats': None if not gs else [dict(phase=p, action=a, **stats_state(s)) for (p,a),s in gs.items()],
-           'ring': _rows(st['ring'][:n]), 'gpu_ring': None if gr is None else _rows(gr[:n]),
-           'epochs': [dict(stage=e.stage, epoch=e.epoch, phases=_plain(e.phases)) for e in st['epochs']],
+    gs,gr,tok = st.get('gpu_stats'),st.get('gpu_ring'),st.get('tokens') or {}
+    out = {**{k:st.get(k) for k in _REC_VALUES}, **{k:_num(getattr(rec, k)) for k in _REC_TIMES},
+           'stats': [dict(**_row(r), samples=int(rec.samples.get(r, 0)), tokens=int(tok.get(r, 0)), **stats_state(s)) for r,s in st['stats'].items()],
+           'gpu_stats': None if not gs else [dict(**_row(r), **stats_state(s)) for r,s in gs.items()],
+           'ring': _rows(st['ring'][:n]), 'gpu_ring': None if gr is None else _rows(gr[:n]), 'n_apart': dict(st.get('n_apart') or {}),
+           'epochs': [dict(stage=e.stage, epoch=e.epoch, seconds=[dict(**_row(r), seconds=_num(v)) for r,v in e.seconds.items()]) for e in st['epochs']],
            'stages': [dict(stage=s.stage, epochs=s.epochs, seconds=_num(s.seconds), train_batches=s.train_batches) for s in st['stages']]}
     if isinstance(rec, MergedRecord):
         out['merged'] = dict(world=rec.world, missing_ranks=list(rec.missing_ranks), missing_why={str(k):v for k,v in rec.missing_why.items()},
@@ -106,19 +111,23 @@ def _ring(rows, k:int, cols:int) -> np.ndarray:
     if rows: out[:len(rows)] = np.array(rows, dtype=np.float64)  # None is NaN
     return out
 
+def _key(d:dict) -> Row: return Row(d['phase'], d['action'], d['step'])
+
 def record_from(d:dict) -> ProfileRecord:
     "The closed record that `record_state` wrote: its results, recent batches and epochs; it records no more batches"
     m = d.get('merged')
     rec = (MergedRecord if m else ProfileRecord)(keep_batches=d['keep_batches'], warmup=d['warmup'], fold_every=d['fold_every'])
     for k in _REC_VALUES: setattr(rec, k, d[k])
     for k in _REC_TIMES: setattr(rec, k, _unnum(d[k]))
-    rec.stats = {(r['phase'],r['action']):stats_from(r) for r in d['stats']}
-    rec.samples = {(r['phase'],r['action']):int(r['samples']) for r in d['stats']}
-    rec.ring = _ring(d['ring'], rec.keep_batches, N_COLS)
+    rec.stats = {_key(r):stats_from(r) for r in d['stats']}
+    rec.samples = {_key(r):int(r['samples']) for r in d['stats']}
+    rec.tokens = {_key(r):int(r['tokens']) for r in d['stats']}
+    rec.ring,rec.n_apart = _ring(d['ring'], rec.keep_batches, N_COLS),dict(d['n_apart'])
     if d['gpu_stats'] is not None:
-        rec.gpu_stats = {(r['phase'],r['action']):stats_from(r) for r in d['gpu_stats']}
+        rec.gpu_stats = {_key(r):stats_from(r) for r in d['gpu_stats']}
         rec.gpu_ring = _ring(d['gpu_ring'], rec.keep_batches, len(GPU_COLS))
-    rec.epochs = deque((EpochTotals(e['stage'], e['epoch'], _unplain(e['phases'])) for e in d['epochs']), maxlen=max(len(d['epochs']), 1000))
+    rec.epochs = deque((EpochTotals(e['stage'], e['epoch'], {_key(r):_unnum(r['seconds']) for r in e['seconds']}) for e in d['epochs']),
+                       maxlen=max(len(d['epochs']), 1000))
     rec.stages = [StageTotals(s['stage'], s['epochs'], _unnum(s['seconds']), s['train_batches']) for s in d['stages']]
     if m:
         rec.world,rec.missing_ranks,rec.gather_seconds = m['world'],list(m['missing_ranks']),_unnum(m['gather_seconds'])
@@ -142,13 +151,22 @@ def _breakdown_from(d:dict) -> Breakdown:
     b.batches.update(d['batches'])
     return b
 
-def _sampled_state(c:SampledCosts) -> dict: return dict(costs=_costs(c.costs), batches=dict(c.batches), epoch=_costs(c.epoch))
+def _sampled_state(c:SampledCosts) -> dict:
+    return dict(costs=_costs(c.costs), batches=dict(c.batches), epoch=_costs(c.epoch), draw=_plain(c.draw), drawn=dict(c.drawn))
 
 def _sampled_from(d:dict) -> SampledCosts:
     c = SampledCosts()
-    c.costs,c.epoch = _uncosts(d['costs']),_uncosts(d['epoch'])
-    c.batches.update(d['batches'])
+    c.costs,c.epoch,c.draw = _uncosts(d['costs']),_uncosts(d['epoch']),_unplain(d['draw'])
+    c.batches.update(d['batches']); c.drawn.update(d['drawn'])
     return c
+
+def _compile_from(d:dict) -> CompileStats:
+    d = _unplain(d)
+    return CompileStats([Compile(**c) for c in d['compiles']], d['graph_breaks'], None if d['baseline'] is None else Baseline(**d['baseline']))
+
+def _layers_from(d:dict) -> LayerTimes:
+    d = _unplain(d)
+    return LayerTimes(**{**d, 'layers':{k:LayerTime(**v) for k,v in d['layers'].items()}})
 
 def _efficiency_from(d:dict) -> Efficiency:
     d = _unplain(d)
@@ -160,7 +178,11 @@ def facts_state(f:Facts) -> dict:
     return dict(device=f.device, num_workers=f.num_workers, cpus=f.cpus, threads=f.threads, batch_size=f.batch_size, prefetch=f.prefetch,
                 model=_plain(f.model), staging={p:dict(seconds=_num(s.seconds), batches=s.batches) for p,s in f.staging.items()},
                 loading={p:_plain(lt._asdict()) for p,lt in f.loading.items()},
-                flops=[dict(row=list(k), flops=_num(v)) for k,v in f.flops.items()],
+                flops=[dict(**_row(k), flops=_num(v)) for k,v in f.flops.items()],
+                compile=None if f.compile is None else _plain({'compiles':[c._asdict() for c in f.compile.compiles], 'graph_breaks':f.compile.graph_breaks,
+                                                               'baseline':None if f.compile.baseline is None else f.compile.baseline._asdict()}),
+                layers=None if f.layers is None else _plain(asdict(f.layers)),
+                tokens={p:_plain(asdict(t)) for p,t in f.tokens.items()},
                 breakdown=None if f.breakdown is None else _breakdown_state(f.breakdown),
                 callback_costs=None if f.callback_costs is None else _sampled_state(f.callback_costs),
                 efficiency=None if f.efficiency is None else _plain(asdict(f.efficiency)),
@@ -171,7 +193,10 @@ def facts_from(d:dict) -> Facts:
     return Facts(device=d['device'], num_workers=d['num_workers'], cpus=d['cpus'], threads=d['threads'], batch_size=d['batch_size'],
                  prefetch=d['prefetch'], model=d['model'], staging={p:Staging(_unnum(s['seconds']), s['batches']) for p,s in d['staging'].items()},
                  loading={p:LoadTime(**_unplain(lt)) for p,lt in d['loading'].items()},
-                 flops={tuple(r['row']):_unnum(r['flops']) for r in d['flops']},
+                 flops={_key(r):_unnum(r['flops']) for r in d['flops']},
+                 compile=None if d['compile'] is None else _compile_from(d['compile']),
+                 layers=None if d['layers'] is None else _layers_from(d['layers']),
+                 tokens={p:TokenPhase(**_unplain(t)) for p,t in d['tokens'].items()},
                  breakdown=None if d['breakdown'] is None else _breakdown_from(d['breakdown']),
                  callback_costs=None if d['callback_costs'] is None else _sampled_from(d['callback_costs']),
                  efficiency=None if d['efficiency'] is None else _efficiency_from(d['efficiency']), extra=_unplain(d['extra']))

@@ -17,14 +17,14 @@ from fastai.callback.tracker import TrackerCallback
 from fastprogress.fastprogress import progress_bar
 from rich.text import Text
 from .checks import check_number, check_int, check_bool, check_choice, check_items
-from .record import PHASES
+from .record import PHASES, Row
 from .report import ProfileReport, Section, fmt_time, fmt_rate, fmt_pct
 from .core import ProfileResult
 from .diagnosis import Diagnosis, PhaseModel, MIN_GAIN, diagnose
 from .learner import learner_facts
 from .efficiency_report import efficiency_summary
 from .prefetch import CudaPrefetchCallback  # `Learner.prefetch`
-from .advice import preserved, SIDE_EFFECT_CBS, _run_window, _loaders
+from .advice import preserved, SIDE_EFFECT_CBS, _run_window, _loaders, _apply
 from .compare import compare, Comparison, fmt_speedup, fmt_change_pct
 
 # %% auto #0
@@ -56,6 +56,8 @@ def _compile(learn, _, trial): learn.model = torch.compile(learn.model)
 def _prefetch(learn, _, trial): learn.prefetch()
 
 def _to_fp16(learn, _, trial): learn.to_fp16()
+
+def _move_tfm(learn, change, trial): _apply(learn, change)  # the diagnosis' change: a batch transform run in the loader's workers
 
 # %% ../nbs/18a_tune.ipynb #b7da5792
 class ValidateOnceCallback(Callback):
@@ -109,8 +111,9 @@ def _optimizer(learn, opt_func, trial):
         learn.opt.freeze_to(frozen)
 
 CHANGES = {'num_workers':_workers, 'batch_size':_batch_size, 'validate_once':_validate_once, 'remove_callback':_remove_callback,
-           'channels_last':_channels_last, 'optimizer':_optimizer, 'compile':_compile, 'prefetch':_prefetch, 'to_fp16':_to_fp16}
-SAFE_CHANGES = ('num_workers','validate_once','channels_last','optimizer','compile','prefetch')  # the same training, faster: what `apply=True` keeps
+           'move_tfm':_move_tfm, 'channels_last':_channels_last, 'optimizer':_optimizer, 'compile':_compile, 'prefetch':_prefetch,
+           'to_fp16':_to_fp16}
+SAFE_CHANGES = ('num_workers','validate_once','move_tfm','channels_last','optimizer','compile','prefetch')  # the same training, faster: what `apply=True` keeps
 
 def apply_change(learn:Learner, change:Change, trial:bool=False):
     "Make `change` on `learn` (`trial`: for a measuring window, inside `preserved`)"
@@ -152,6 +155,8 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
         if k == 'remove_metric' and g.speedup >= MIN_GAIN:
             out.append(Change('validate_once', g.change['name'], f'{g.change["name"]} once, after fit', g.speedup,
                               f"the metric is computed once after each fit (`ValidateOnceCallback`), not every epoch"))
+        elif k == 'move_tfm' and g.speedup >= MIN_GAIN:
+            out.append(Change('move_tfm', g.change, f"{g.change['name']} in {g.change['workers']} workers", g.speedup))
         elif k == 'remove_callback' and g.speedup >= MIN_GAIN:
             out.append(Change('remove_callback', g.change['name'], f'without {g.change["name"]}', g.speedup, 'what the callback does is lost'))
     if f.model.get('conv2d') and not f.model.get('channels_last'): out.append(Change('channels_last', True, 'channels_last'))
@@ -224,7 +229,7 @@ def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, dead
     tr = Trial(changes, cost=cost, profile=r, after=_rate(ps), samples=ps)
     if base is not None: tr.measured,tr.before = speedup(base, ps),_rate(base)
     short = deadline is not None and time.perf_counter() > deadline
-    if short and (math.isnan(tr.measured) or r.record.stats[('train','batch')].n < 3):
+    if short and (math.isnan(tr.measured) or r.record.stats[Row('train','batch')].n < 3):
         tr.status,tr.why,tr.measured = 'cut short','the budget ran out inside its window',math.nan
     elif short: tr.status,tr.why = 'cut short','the budget ran out inside its window: fewer batches measured'
     return tr

@@ -8,6 +8,7 @@ from fastai.callback.all import *
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
 from fastprofile.cli import main
+from fastprofile.record import Row
 from test_report import needs_chromium, measure
 
 QUIET = dict(show_report=False, logger_callback=None)
@@ -127,4 +128,4 @@ def test_demo_tune_runs_the_loop_end_to_end(tmp_path):
                        '--save', tmp_path/'demo.json')
     assert rc == 0, err
     assert 'Tune: changes measured' in out and 'Profile comparison: before -> tuned' in out
-    for f in ('demo.json', 'demo.tuned.json'): assert load_profile(tmp_path/f).record.stats[('train','batch')].n > 0
+    for f in ('demo.json', 'demo.tuned.json'): assert load_profile(tmp_path/f).record.stats[Row('train','batch')].n > 0
