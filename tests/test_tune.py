@@ -109,8 +109,9 @@ def test_the_budget_is_honoured():
     res = learn.tune(budget=budget, n_batches=30, progress=False)
     elapsed = time.perf_counter() - t0
     assert res.elapsed <= elapsed
-    # a window is cut at the batch after the deadline: a batch (32 ms), closing the window, putting the learner back
-    assert elapsed < budget + 1.5, (elapsed, res.table)
+    # a window is cut at the batch after the deadline: then a batch (32 ms), closing the window (its workers), putting the
+    # learner back; a generous bound, for a busy machine: without the budget, this tune takes 6-10 s
+    assert elapsed < budget + 2.5, (elapsed, res.table)
     assert any(t.status in ('skipped', 'cut short') for t in res.trials), res.table
     assert learn.dls.train.fake_l.num_workers == 0
     assert 'budget' in res.plain()
