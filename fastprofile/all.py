@@ -9,8 +9,8 @@ __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profi
            'ProbeCallback', 'Session', 'Patches', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback',
            'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS',
            'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose',
-           'Diagnosis', 'check_advice', 'preserved', 'efficiency_summary', 'plot_profile', 'save_plots',
-           'plot_phase_shares', 'plot_timeline', 'save_trace', 'save_merged_trace', 'fix_cpu_broadcast',
+           'Diagnosis', 'check_advice', 'preserved', 'efficiency_summary', 'telemetry_summary', 'plot_profile',
+           'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace', 'save_merged_trace', 'fix_cpu_broadcast',
            'make_demo_learner']
 
 # %% ../nbs/99_all.ipynb #07faa944
@@ -27,6 +27,7 @@ from .efficiency_probe import EfficiencyCallback
 from .trace import RecordFunctionCallback, save_trace
 from .distributed import save_merged_trace, fix_cpu_broadcast
 from .efficiency_report import efficiency_summary
+from .telemetry_report import telemetry_summary
 from .diagnosis import Diagnosis, diagnose
 from .learner import LOGGERS, SECTIONS, NoProfileError
 from .wandb import WandbSink, fix_fastai_wandb_4173
@@ -39,5 +40,5 @@ _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profile
          'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback',
          'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError',
          'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved',
-         'efficiency_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace',
+         'efficiency_summary', 'telemetry_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace',
          'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']

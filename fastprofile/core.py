@@ -80,6 +80,8 @@ class Facts:
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
     flops:dict=field(default_factory=dict) # (Phase, Action, Step) row -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
     efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.efficiency.Efficiency`), if it was on
+    telemetry:object=None # What `TelemetryProbe` measured (`fastprofile.telemetry.Telemetry`): GPU readings per row, energy, throttling, CPU utilization
+    memory_snapshot:str|None=None # Where `memory_snapshot=True` wrote CUDA's allocator snapshot when the call ran out of memory
     extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
 
     @property

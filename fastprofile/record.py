@@ -108,12 +108,13 @@ class ProfileRecord:
         self.closed = False
         self.overhead_per_batch = math.nan  # the profiler's own cost per training batch, if measured
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
+        self.telemetry = None  # what the call's `TelemetryProbe` measured in this process (`fastprofile.telemetry.Telemetry`): gathered with the record under DDP
 
     # ---- the one serializer: pickling (`learn.export`), the DDP gather ----
     STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','ring','n_batches','epochs','stages','gpu_stats',
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
                   'overhead_per_batch','last_seen','timing','_phase_batches','_phase_span','_epoch_totals',
-                  '_stage_phases','_stage_epochs','_stage_train_batches')
+                  '_stage_phases','_stage_epochs','_stage_train_batches','telemetry')
     def state(self) -> dict:
         "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
         self.fold()
