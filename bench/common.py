@@ -1,6 +1,6 @@
 "Shared helpers for the benchmarks: the machine, the predecessor's install, worker subprocesses, workloads and tables"
 from __future__ import annotations
-import json, os, platform, subprocess, sys, datetime, statistics
+import json, os, platform, subprocess, sys, datetime, statistics, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,15 +50,18 @@ def fastxtend_dir() -> Path:
 
 # ---------------------------------------------------------------- worker subprocesses
 
-def run_worker(task:dict, predecessor:Path|None=None, timeout:float=300) -> dict:
-    "Run `python -m bench.worker` on `task` in a fresh process (with fastxtend importable if `predecessor`); its JSON result"
+def run_worker(task:dict, predecessor:Path|None=None, timeout:float=300, fastprofile_from:Path|None=None) -> dict:
+    """Run `python -m bench.worker` on `task` in a fresh process (with fastxtend importable if `predecessor`); its JSON result.
+    `fastprofile_from`: a folder holding another `fastprofile` package, imported instead of this tree's (the bench stays this tree's)"""
     env = dict(os.environ)
-    paths = [str(ROOT)] + ([str(predecessor)] if predecessor else [])
+    paths = ([str(fastprofile_from)] if fastprofile_from else []) + [str(ROOT)] + ([str(predecessor)] if predecessor else [])
     env['PYTHONPATH'] = os.pathsep.join(paths + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
     env.setdefault('OMP_NUM_THREADS', '1'); env.setdefault('MKL_NUM_THREADS', '1')
     env['WANDB_MODE'] = 'disabled'
-    r = subprocess.run([sys.executable, '-m', 'bench.worker', json.dumps(task)], capture_output=True, text=True,
-                       cwd=ROOT, env=env, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix='fastprofile-bench-') as empty:
+        # `python -m` puts its working folder first on `sys.path`: an empty one, so that `fastprofile_from` comes first
+        r = subprocess.run([sys.executable, '-m', 'bench.worker', json.dumps(task)], capture_output=True, text=True,
+                           cwd=empty if fastprofile_from else ROOT, env=env, timeout=timeout)
     lines = [l for l in r.stdout.splitlines() if l.startswith(RESULT_TAG)]
     if r.returncode or not lines:
         raise RuntimeError(f"bench worker failed on {task} (exit {r.returncode}):\n{r.stderr[-3000:]}")

@@ -31,9 +31,10 @@ class Timed:
 def per_batch(learn, logger, log_every):
     "Fit one epoch with the profiler (logging to `logger`); the train phase's wall time per batch"
     learn.profile(show_report=False, logger_callback=logger, log_every=log_every).fit(1)
+    from fastprofile.record import Row
     st = learn.simple_profile_record.stats
-    n = st[('train','batch')].n + st[('train','warmup')].n
-    return st[('fit','train')].total/n
+    n = st[Row('train','batch')].n + st[Row('train','warmup')].n
+    return st[Row('fit','train')].total/n
 
 
 def main(argv=None):

@@ -76,8 +76,9 @@ def overhead(task:dict) -> dict:
             fits.append(time.perf_counter() - t)
             on.append(profiled)
             if profiling and profiled:
+                from fastprofile.record import Row
                 rec = learn.simple_profile_record
-                if rec.stats[('train','batch')].n != n_train - rec.warmup: raise RuntimeError("fastprofile did not time every batch")
+                if rec.stats[Row('train','batch')].n != n_train - rec.warmup: raise RuntimeError("fastprofile did not time every batch")
                 self_oh.append(rec.overhead_per_batch)
                 costs = learn.simple_profile.facts.callback_costs  # the default profile samples callback costs: check it did
                 if (variant == 'fastprofile') != (costs is not None and costs.batches.get('train', 0) > 0):
@@ -260,7 +261,11 @@ def fixed(task:dict) -> dict:
             fits.append(dict(timed_fit(learn, v, times), round=r))
     return {'mode': 'same', 'fits': fits, 'n_train': len(learn.dls.train), 'n_valid': len(learn.dls.valid)}
 
-TASKS = {'overhead': overhead, 'memory': memory, 'accuracy': accuracy, 'fixed': fixed}
+def fitcost(task:dict) -> dict:
+    from .fitcost import work
+    return work(task)
+
+TASKS = {'overhead': overhead, 'memory': memory, 'accuracy': accuracy, 'fixed': fixed, 'fitcost': fitcost}
 
 if __name__ == '__main__':
     task = json.loads(sys.argv[1])

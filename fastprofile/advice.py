@@ -15,7 +15,7 @@ import numpy as np
 from fastai.basics import *
 from fastai.callback.tracker import TrackerCallback
 from .checks import check_int, check_number, check_choice, check_type
-from .record import PHASES
+from .record import Row, PHASES
 from .report import fmt_time, fmt_pct
 from .diagnosis import diagnose, Diagnosis
 from .learner import *
@@ -148,9 +148,9 @@ def put_loaders(self:_LearnerState):
 @patch
 def put_rngs(self:_LearnerState):
     "The global RNGs: Python, numpy, torch, every CUDA device"
-    r = self.rngs
-    random.setstate(r[0]); np.random.set_state(r[1]); torch.set_rng_state(r[2])
-    if r[3] is not None: torch.cuda.set_rng_state_all(r[3])
+    py,host,cpu,cuda = self.rngs  # as `__init__` took them
+    random.setstate(py); np.random.set_state(host); torch.set_rng_state(cpu)
+    if cuda is not None: torch.cuda.set_rng_state_all(cuda)
 
 # %% ../nbs/18_advice.ipynb #2995a6f0
 @contextmanager
@@ -183,8 +183,8 @@ class _Window(Callback):
 
 def _steady(rec):
     "Per-phase steady-state seconds per batch (draw + batch) and batches"
-    return {p:(rec.stats[(p,'draw')].mean + rec.stats[(p,'batch')].mean, rec.stats[(p,'batch')].n)
-            for p in PHASES if rec.stats[(p,'batch')].n}
+    return {p:(rec.stats[Row(p,'draw')].mean + rec.stats[Row(p,'batch')].mean, rec.stats[Row(p,'batch')].n)
+            for p in PHASES if rec.stats[Row(p,'batch')].n}
 
 # %% ../nbs/18_advice.ipynb #60840ecf
 @dataclass

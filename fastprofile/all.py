@@ -6,19 +6,19 @@ Docs: https://fastprofile.github.io/fastprofile/all.html.md"""
 
 # %% auto #0
 __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'ProfileReport', 'Facts', 'Sink', 'Section', 'Probe',
-           'ProbeCallback', 'Session', 'Patches', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback',
-           'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS',
-           'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose',
-           'Diagnosis', 'check_advice', 'preserved', 'efficiency_summary', 'telemetry_summary', 'plot_profile',
-           'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace', 'save_merged_trace', 'fix_cpu_broadcast',
-           'make_demo_learner']
+           'ProbeCallback', 'Session', 'Patches', 'Row', 'result_row', 'SimpleProfilerCallback',
+           'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback',
+           'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink',
+           'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved', 'efficiency_summary',
+           'telemetry_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace',
+           'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']
 
 # %% ../nbs/99_all.ipynb #07faa944
 import fastprofile.loop, fastprofile.learner, fastprofile.trace, fastprofile.prefetch  # `Learner.profile`, `annotate`, `prefetch`, `before_draw`
 from .core import Profile, ProfileOptions, ProfileResult, Facts, Sink, Probe
 from .session import Session, ProbeCallback
 from .patches import Patches
-from .record import ProfileRecord
+from .record import ProfileRecord, Row, result_row
 from .report import ProfileReport, Section
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
 from .breakdown import BreakdownCallback
@@ -36,7 +36,7 @@ from .advice import check_advice, preserved
 from .plots import plot_profile, save_plots, plot_phase_shares, plot_timeline
 from .demo import make_demo_learner
 _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'ProfileReport', 'Facts', 'Sink', 'Section',
-         'Probe', 'ProbeCallback', 'Session', 'Patches',
+         'Probe', 'ProbeCallback', 'Session', 'Patches', 'Row', 'result_row',
          'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback',
          'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError',
          'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved',

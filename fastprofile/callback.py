@@ -135,7 +135,10 @@ def session_of(pre:SimpleProfilerCallback) -> Session:
 # %% ../nbs/07_callback.ipynb #6e2b9c31
 _OVERHEAD = {}  # (timing, device type) -> seconds per training batch
 
-def pair_overhead(timing:str, device, n:int=64, k:int=4) -> float:
+def pair_overhead(timing:str, device,
+    n:int=16, # Batches per run (short runs are rarely preempted: steadier than 64, a quarter of the cost)
+    k:int=4, # Runs each way; the fastest of each counts
+) -> float:
     "Seconds the pair adds to one training batch, measured once per process for `(timing, device type)`"
     key = (timing, torch.device(device).type)
     if key not in _OVERHEAD: _OVERHEAD[key] = _calibrate(timing, device, n, k)

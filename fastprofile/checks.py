@@ -78,11 +78,38 @@ def _writable(folder:Path) -> bool:
     os.close(fd); os.unlink(tmp)
     return True
 
+_NAME_MAX,_PATH_MAX = 255,4096  # where the file system does not say (`os.pathconf`)
+
+def _limits(p:Path) -> tuple:
+    "The longest file name and path, in bytes, that the file system holding `p` takes: asked of its nearest existing folder"
+    d = p.parent
+    while True:
+        try:
+            got = os.pathconf(d, 'PC_NAME_MAX'),os.pathconf(d, 'PC_PATH_MAX')
+            return tuple(g if g > 0 else dflt for g,dflt in zip(got, (_NAME_MAX, _PATH_MAX)))  # -1: no limit stated
+        except (OSError, ValueError, AttributeError): pass  # missing, itself too long, or no `pathconf` (Windows)
+        if d == d.parent: return _NAME_MAX,_PATH_MAX
+        d = d.parent
+
+def _short(s:str, n:int=40) -> str: return s if len(s) <= n else f"{s[:n//2]}...{s[-n//2:]}"
+
+def _check_length(name:str, full:Path, v):
+    "Refuse `full` if one of its names, or the whole path, is longer than its file system takes (before `stat` fails on it)"
+    name_max,path_max = _limits(full)
+    for part in full.parts[1 if full.anchor else 0:]:
+        n = len(os.fsencode(part))
+        if n > name_max: raise ValueError(f"`{name}` cannot be written: the name {_short(part)!r} is {n} bytes long, and the file "
+                                          f"system takes at most {name_max} (PC_NAME_MAX) (got {_short(str(v))!r})")
+    n = len(os.fsencode(os.path.abspath(full)))
+    if n >= path_max: raise ValueError(f"`{name}` cannot be written: its full path is {n} bytes long, and the file system takes "
+                                       f"at most {path_max - 1} (PC_PATH_MAX {path_max}, with the final NUL) (got {_short(str(v))!r})")
+
 def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=False) -> Path:
     "Return `v` as a `Path` of a file that can be written: a file name (not a folder), one of `suffixes`, in a writable folder"
     if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a file path (str or Path), {_got(v)}")
     p = Path(v).expanduser()
     full = p if base is None else Path(base)/p
+    _check_length(name, full, v)
     if str(v) in ('', '.', '..') or str(v).endswith(('/', os.sep)) or p.name in ('', '.', '..') or full.is_dir():
         raise ValueError(f"`{name}` must name a file, got {str(v)!r}" + (" (a folder)" if full.is_dir() else ''))
     if suffixes and full.suffix.lower() not in suffixes:
@@ -100,6 +127,7 @@ def check_folder(name:str, v) -> Path:
     "Return `v` as a `Path` of a folder that exists or can be made, and can be written to"
     if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a folder path (str or Path), {_got(v)}")
     p = folder = Path(v).expanduser()
+    _check_length(name, p/'x', v)
     while not folder.exists(): folder = folder.parent
     if not folder.is_dir(): raise ValueError(f"`{name}` must be a folder, but {str(folder)!r} is a file (got {str(v)!r})")
     if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")

@@ -13,7 +13,7 @@ from typing import NamedTuple, Callable
 import numpy as np, pandas as pd
 from fastcore.basics import patch
 from .checks import check_int, check_bool, check_type, check_items, check_callable, check_path
-from .record import ProfileRecord, batch_durations, MAX_KEEP_BATCHES
+from .record import ProfileRecord, Row, PHASES, batch_durations, result_row, MAX_KEEP_BATCHES
 from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
 from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
@@ -78,7 +78,7 @@ class Facts:
     callback_costs:object=None # Callback and metric costs from sampled batches (`fastprofile.costs.SampledCosts`), if any
     loading:dict=field(default_factory=dict) # phase -> `LoadTime`: batches timed where they were built (in the workers)
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
-    flops:dict=field(default_factory=dict) # (Phase, Action, Step) row -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
+    flops:dict=field(default_factory=dict) # `Row` -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
     efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.efficiency.Efficiency`), if it was on
     telemetry:object=None # What `TelemetryProbe` measured (`fastprofile.telemetry.Telemetry`): GPU readings per row, energy, throttling, CPU utilization
     memory_snapshot:str|None=None # Where `memory_snapshot=True` wrote CUDA's allocator snapshot when the call ran out of memory
@@ -138,26 +138,26 @@ def train_samples_per_second(record:ProfileRecord, n:int) -> dict:
 
 def fit_samples_per_second(results:pd.DataFrame) -> float|None:
     "The whole call's samples/second from `results`, or None if it has none"
-    fit = results[(results.Phase=='fit') & (results.Action=='fit')]['Samples/Second']
-    return float(fit.iloc[0]) if len(fit) and not math.isnan(fit.iloc[0]) else None
+    fit = result_row(results, Row('fit','fit'))
+    return None if fit is None or math.isnan(fit.samples_per_s) else fit.samples_per_s
 
 def row_flops_per_second(results:pd.DataFrame, flops:dict) -> list:
-    "FLOP/s of each row of `results`: FLOPs per sample (`flops[(Phase, Action, Step)]`) × the row's samples / its time; NaN for rows not in `flops`"
+    "FLOP/s of each row of `results`: FLOPs per sample (`flops[Row(...)]`) × the row's samples / its time; NaN for rows not in `flops`"
     t = results['Total Time']
     if 'GPU Total Time' in results: t = np.fmax(t, results['GPU Total Time'])  # CUDA events: never faster than the GPU did it
     n = results['Samples/Second'] * results['Total Time']  # the row's samples
-    return [flops.get((p,a,s), math.nan) * k / dt if dt > 0 else math.nan
-            for p,a,s,k,dt in zip(results.Phase, results.Action, results.Step, n, t)]
+    return [flops.get(Row.of(r), math.nan) * k / dt if dt > 0 else math.nan
+            for r,k,dt in zip(results.to_dict('records'), n, t)]
 
 # %% ../nbs/06_core.ipynb #f90a1b2e
 def _timing_note(rec) -> str:
     "How the table was timed, what `other` and `warmup` are, where percentiles come from: one line"
     how = {'wall': "wall clock", 'sync': "wall clock, torch.cuda.synchronize() at each phase boundary (exact, but it stalls the GPU)",
            'events': "wall clock and CUDA events (the GPU columns; no per-batch sync)"}[rec.timing]
-    nw = sum(rec.stats[(p,'warmup')].n for p in ('train','valid'))
+    nw = sum(rec.stats[Row(p,'warmup')].n for p in PHASES)
     warm = ''
     if rec.warmup and nw:
-        tw = sum(rec.stats[(p,'warmup')].total for p in ('train','valid'))
+        tw = sum(rec.stats[Row(p,'warmup')].total for p in PHASES)
         warm = (f" `warmup`: the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each phase "
                 f"({nw} in all, {fmt_time(tw)}), not in the per-batch rows.")
     return f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed phases (other callbacks, metrics, logging)."
@@ -165,7 +165,7 @@ def _timing_note(rec) -> str:
 def _cost_note(result) -> str|None:
     "What profiling cost: per training batch (timed in isolation) and outside the table, in one line"
     rec,parts = result.record,[]
-    st = rec.stats[('train','batch')]
+    st = rec.stats[Row('train','batch')]
     if not math.isnan(rec.overhead_per_batch):
         share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a batch)" if st.n else ''
         parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself, 2-5x that measured from outside (BENCHMARKS.md)")
@@ -183,9 +183,9 @@ def _prefetch_note(facts) -> str|None:
 def report_notes(result:ProfileResult) -> list:
     "The notes under the table, most important first: what is missing, how it was timed, what profiling cost"
     rec,notes = result.record,[]
-    if not (rec.stats[('train','batch')].n or rec.stats[('train','warmup')].n):
+    if not (rec.stats[Row('train','batch')].n or rec.stats[Row('train','warmup')].n):
         notes.append("No training batch was recorded: the training loader was empty, or every fit was cancelled before its first batch.")
-    elif not rec.stats[('train','batch')].n:
+    elif not rec.stats[Row('train','batch')].n:
         notes.append(f"Every training batch was warm-up (`warmup={rec.warmup}`): the per-batch rows are empty; profile more batches or lower `warmup`.")
     if result.interrupted: notes.append(f"Partial profile: the call ended early ({result.interrupted}); times run to the last batch seen.")
     if len(rec.stages) > 1:

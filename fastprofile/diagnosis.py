@@ -8,9 +8,10 @@ Docs: https://fastprofile.github.io/fastprofile/diagnosis.html.md"""
 from __future__ import annotations
 import math, os, sys
 from dataclasses import dataclass, field, asdict
-from typing import Callable
+from functools import cached_property
+from typing import Callable, NamedTuple
 from .checks import check_int, check_type, check_items
-from .record import ProfileRecord, STEPS, PHASES
+from .record import ProfileRecord, Row, STEPS, PHASES
 from .report import Section, fmt_time, fmt_pct
 from .core import Facts, ProfileResult
 
@@ -74,15 +75,16 @@ class PhaseModel:
 def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|None:
     "The `PhaseModel` of phase `p` from the record, the facts (breakdown, loader timing) and `W` workers; None without batches"
     st = rec.stats
-    n = st[(p,'batch')].n
+    n = st[Row(p,'batch')].n
     if n == 0: return None
-    mean = lambda a: st[(p,a)].mean if st[(p,a)].n else 0.
+    row = lambda a: Row.part(p, a)  # 'draw', 'batch', a step, or 'other' (the rest of the batch)
+    mean = lambda a: st[row(a)].mean if st[row(a)].n else 0.
     gs = getattr(rec, 'gpu_stats', None) or {}
-    gpu = lambda a: gs[(p,a)].mean if (p,a) in gs and gs[(p,a)].n else 0.
+    gpu = lambda a: gs[row(a)].mean if row(a) in gs and gs[row(a)].n else 0.
     # on a GPU a step costs what is longer: its host work or its GPU span (CUDA events); the host waits for the GPU
     # where it syncs (the Recorder's loss `.cpu()`, in the batch's `other`), which is not a callback's cost
     cost = lambda a: max(mean(a), gpu(a))
-    steps = [s for s,_,_ in STEPS[p]]
+    steps = [s.name for s in STEPS[p]]
     on_gpu = bool(gs) and any(gpu(s) > 0 for s in steps)
     copy,tfms = 0.,{}
     if facts.breakdown is not None:
@@ -93,7 +95,7 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
     inp = max(draw - X, 0.) + staged  # with CudaPrefetchCallback the next batch is drawn inside this one: input
     compute = sum(cost(s) for s in steps if s not in ('opt_step','zero_grad'))
     optimizer = sum(cost(s) for s in steps if s in ('opt_step','zero_grad'))
-    other = mean('batch') - compute - optimizer if on_gpu else mean('batch_other')
+    other = mean('batch') - compute - optimizer if on_gpu else mean('other')
     lt = facts.loading.get(p)
     if lt is not None and lt.workers != W: lt = None  # timed with another number of workers than the one asked about
     send = take = 0.
@@ -109,7 +111,7 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
         loader_bound = (pace - main >= .5*inp and inp > 0) if pace is not None else inp > .05*step
         timed = lt is not None or loader_bound
         # a draw that found its batch waiting (the queue fills at the start of a phase) costs only the taking
-        fastest = max(min(st[(p,'draw')].min - X, inp), 0.)
+        fastest = max(min(st[Row(p,'draw')].min - X, inp), 0.)
         if fastest > .5*inp: fastest = 0.  # no draw found its batch ready: all of it was waiting
         if lt is not None and not math.isnan(lt.receive): fastest = min(max(fastest, lt.receive), inp)
         if loader_bound: load,receive = W*step,fastest  # the workers set the pace
@@ -153,6 +155,10 @@ class Evidence:
     cpus:int  # CPUs the process may use
     costs:object=None  # a `Breakdown` or `SampledCosts` (callback and metric costs), if any
 
+    @cached_property
+    def cost_rows(self) -> list:
+        "The rows of `costs.callback_costs()` as named tuples (phase, name, event, total, calls, per_batch), in its order: made once, read by the rules"
+        return [] if self.costs is None else _cost_table(self.costs)
     @property
     def batches(self) -> int: return sum(ph.n for ph in self.phases.values())
     @property
@@ -290,20 +296,31 @@ def compute_rule(ev:Evidence) -> list:
     return [f]
 
 # %% ../nbs/09_diagnosis.ipynb #5f1c2a12
-def callback_costs(costs, phases) -> dict:
-    "name -> {phase: seconds per batch, summed over its events in the batch} from a `Breakdown` or `SampledCosts`"
+class _CostRow(NamedTuple):
+    "A row of `callback_costs()` (`Breakdown`, `SampledCosts`): a callback's or metric's event in a phase"
+    phase:str; name:str; event:str; total:float; calls:int; per_batch:float
+
+def _cost_table(costs) -> list:
+    "`costs.callback_costs()` as `_CostRow`s, in its order"
     df = costs.callback_costs()
-    # `before_draw` runs before the draw is marked (between batches), or inside the draw (order > 1000)
-    df = df[df.phase.isin(list(phases)) & (df.event != 'before_draw')]
+    return [_CostRow(*r) for r in zip(*(df[c].tolist() for c in _CostRow._fields))]
+
+def _per_batch(rows:list, phases) -> dict:
     out = {}
-    for r in df.itertuples():
-        if r.per_batch > 0: out.setdefault(r.name, {}).setdefault(r.phase, 0.); out[r.name][r.phase] += r.per_batch
+    for r in rows:  # `before_draw` runs before the draw is marked (between batches), or inside the draw (order > 1000)
+        if r.phase in phases and r.event != 'before_draw' and r.per_batch > 0:
+            out.setdefault(r.name, {}).setdefault(r.phase, 0.); out[r.name][r.phase] += r.per_batch
     return out
 
-def _top_event(costs, name) -> str:
-    df = costs.callback_costs()
-    df = df[(df.name == name) & (df.phase != 'fit') & (df.event != 'before_draw')]
-    return df.sort_values('per_batch', ascending=False).event.iloc[0] if len(df) else ''
+def callback_costs(costs, phases) -> dict:
+    "name -> {phase: seconds per batch, summed over its events in the batch} from a `Breakdown` or `SampledCosts`"
+    return _per_batch(_cost_table(costs), phases)
+
+def _top_event(rows:list, name) -> str:
+    "The event of callback `name` costing most per batch (the first of equals)"
+    rows = [r for r in rows if r.name == name and r.phase != 'fit' and r.event != 'before_draw']
+    timed = [r for r in rows if not math.isnan(r.per_batch)]
+    return max(timed, key=lambda r: r.per_batch).event if timed else rows[0].event if rows else ''
 
 def callbacks_rule(ev:Evidence) -> list:
     "Each timed callback or metric in the batch that costs enough to matter, by name; then fastai's own per-batch work"
@@ -311,12 +328,12 @@ def callbacks_rule(ev:Evidence) -> list:
         return [ev.finding('callbacks', "a callback or metric inside the batch: profile with `learn.profile()` (it samples their "
                            "costs) or `learn.profile(breakdown=True)` to name it.", lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
     out,named = [],{p:0. for p in ev.phases}
-    for name,per in callback_costs(ev.costs, ev.phases).items():
+    for name,per in _per_batch(ev.cost_rows, ev.phases).items():
         if name in CORE_CBS + OWN_CBS: continue
         c = {p:min(per.get(p, 0.), ph.callbacks) for p,ph in ev.phases.items()}
         for p in c: named[p] += c[p]
         metric = name.startswith('metric ')
-        who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.costs, name)
+        who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.cost_rows, name)
         parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch ({fmt_pct(100*c[p]/ev.phases[p].step)} of the step)"
                  for p in ev.phases if per.get(p, 0.) > 0]
         detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
@@ -335,12 +352,10 @@ def callbacks_rule(ev:Evidence) -> list:
     return out
 
 # %% ../nbs/09_diagnosis.ipynb #5f1c2a14
-def _epoch_costs(costs):
-    "(name, event, seconds in all) of events between batches, costliest first, fastai's own left out"
-    if costs is None: return []
-    df = costs.callback_costs()
-    df = df[((df.phase == 'fit') | (df.event == 'before_draw')) & ~df.name.isin(list(CORE_CBS + OWN_CBS))].sort_values('total', ascending=False)
-    return [(r.name, r.event, r.total) for r in df.itertuples()]
+def _epoch_costs(rows:list) -> list:
+    "(name, event, seconds in all) of events between batches, costliest first (equals in `rows`' order), fastai's own left out"
+    rows = [r for r in rows if (r.phase == 'fit' or r.event == 'before_draw') and r.name not in CORE_CBS + OWN_CBS]
+    return [(r.name, r.event, r.total) for r in sorted(rows, key=lambda r: -r.total)]
 
 def outside_rule(ev:Evidence) -> list:
     "Time between batches: epoch-level callbacks, validation set-up, worker start-up"
@@ -348,7 +363,7 @@ def outside_rule(ev:Evidence) -> list:
     W = max(ph.workers for ph in ev.phases.values())
     knob = ("epoch-level callbacks (`SaveModelCallback`, logging), validation set-up" +
             (", and the workers' start-up each epoch (`persistent_workers=True` in your DataLoaders)" if W > 0 else ''))
-    top = _epoch_costs(ev.costs)
+    top = _epoch_costs(ev.cost_rows)
     if top and top[0][2] > .2*ev.outside: knob = f"`{top[0][0]}.{top[0][1]}` takes {fmt_time(top[0][2])} in all; " + knob
     share = 100*ev.outside/ev.fit
     s = ev.fit/(ev.fit - ev.outside) if ev.fit > ev.outside else math.inf
@@ -463,16 +478,16 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     if not ph or not fit > 0: raise ValueError("The profile holds no finished batch past the warm-up: nothing to diagnose")
     res = ('input','copy','batch_tfms','compute','optimizer','callbacks')
     tot = {k:sum(d.n*getattr(d, k) for d in ph.values()) for k in res}
-    tot['outside'] = sum(st[(p,'other')].total for p in PHASES) + st[('fit','other')].total
-    warm = sum(st[(p,'warmup')].total for p in PHASES)
+    tot['outside'] = sum(st[Row(p,'other')].total for p in PHASES) + st[Row('fit','other')].total
+    warm = sum(st[Row(p,'warmup')].total for p in PHASES)
     shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*warm/fit}
     ev = Evidence(ph, shares, fit, tot['outside'], facts, facts.cpus or os.cpu_count() or 1,
                   facts.breakdown if facts.breakdown is not None else facts.callback_costs)
     found = [f for rule in (RULES if rules is None else rules) for f in rule(ev)]
     found.sort(key=lambda f: -f.saved)
     best = found[0]
-    tds = st[('train','draw')]
-    trs = tds.total + st[('train','batch')].total
+    tds = st[Row('train','draw')]
+    trs = tds.total + st[Row('train','batch')].total
     waits = tds.total + staged.get('train', 0.)*tds.n  # with prefetch, part of the wait is inside the batch
     draw_share = 100*waits/trs if trs > 0 else math.nan
     ib = 'highly' if draw_share >= HIGHLY_INPUT_BOUND else 'moderately' if draw_share >= MODERATELY_INPUT_BOUND else 'not'
@@ -485,6 +500,6 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
 # %% ../nbs/09_diagnosis.ipynb #f624622a
 def diagnosis_section(result:ProfileResult) -> Section|None:
     "The report's *Diagnosis* section, or None when no training batch was profiled past the warm-up"
-    if not result.record.stats[('train','batch')].n: return None
+    if not result.record.stats[Row('train','batch')].n: return None
     d = diagnose(result)
     return Section('Diagnosis', d.lines(), d)

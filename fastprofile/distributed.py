@@ -8,12 +8,13 @@ Docs: https://fastprofile.github.io/fastprofile/distributed.html.md"""
 from __future__ import annotations
 import copy, inspect, itertools, json, math, os, pickle, socket, time, warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 from datetime import timedelta
 from pathlib import Path
 import numpy as np, pandas as pd
 import torch, torch.distributed as dist
 from .checks import check_number, check_int, check_type, check_choice, check_items, check_path
-from .record import ProfileRecord, STEPS, PHASES, Slot
+from .record import ProfileRecord, Row, STEPS, PHASES, Slot, KEY_COLUMNS
 from .report import Section, fmt_time, fmt_pct, fmt_rate, atomic_write_csv, atomic_write_text
 from .core import ProfileResult
 from .trace import trace_events
@@ -22,7 +23,7 @@ from .telemetry_report import telemetry_rank_lines
 # %% auto #0
 __all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERVALS', 'GATHER_TIMEOUT', 'CLOCK_PINGS',
            'INTERRUPTED', 'distributed_world', 'MergedRecord', 'RankProfile', 'merge_records', 'rank_spread',
-           'interval_means', 'find_stragglers', 'straggler_lines', 'missing_lines', 'distributed_lines',
+           'Interval', 'interval_means', 'find_stragglers', 'straggler_lines', 'missing_lines', 'distributed_lines',
            'distributed_section', 'default_store', 'send_profile', 'clock_offset', 'Gathered', 'collect_profiles',
            'gather_profiles', 'merge_gathered', 'rank_csv_path', 'save_rank_csvs', 'rank_gather', 'merged_trace',
            'save_merged_trace', 'fix_cpu_broadcast']
@@ -79,13 +80,11 @@ def merge_records(profiles:list) -> ProfileRecord:
     return m
 
 # %% ../nbs/11_distributed.ipynb #c0674ef7
-_KEY = ['Phase','Action','Step']
-
 def rank_spread(profiles:list) -> pd.DataFrame:
     "Per report row: min, median and max across ranks of the mean duration (seconds), the slowest rank, each rank's mean"
     profiles = sorted(check_items('profiles', profiles, RankProfile, 'RankProfile', 1), key=lambda p: p.rank)
-    res = [p.record.results().set_index(_KEY)['Mean Duration'] for p in profiles]
-    idx = pd.MultiIndex.from_tuples(list(dict.fromkeys(i for r in res for i in r.index)), names=_KEY)
+    res = [p.record.results().set_index(KEY_COLUMNS)['Mean Duration'] for p in profiles]
+    idx = pd.MultiIndex.from_tuples(list(dict.fromkeys(i for r in res for i in r.index)), names=KEY_COLUMNS)
     means = pd.DataFrame({f'Rank {p.rank}': r.reindex(idx) for p,r in zip(profiles, res)})
     v = means.to_numpy(dtype=np.float64)
     ok = ~np.isnan(v).all(1)
@@ -99,12 +98,23 @@ def rank_spread(profiles:list) -> pd.DataFrame:
 
 # %% ../nbs/11_distributed.ipynb #cee1f2b0
 STRAGGLER_MARGIN = 0.10  # a rank is a straggler when it is slower by more than this share of the median step
-INTERVALS = {
-    'train': (('draw',0,1),('callbacks at before_batch',1,2),('forward',2,3),('callbacks at after_pred',3,4),
-              ('loss',4,5),('callbacks at after_loss',5,6),('backward',6,7),('callbacks at after_backward',7,8),
-              ('opt_step',8,9),('callbacks at after_step',9,10),('zero_grad',10,11),('callbacks at after_batch',11,12)),
-    'valid': (('draw',0,1),('callbacks at before_batch',1,2),('predict',2,3),('callbacks at after_pred',3,4),
-              ('loss',4,5),('callbacks at after_loss',5,11),('callbacks at after_batch',11,12)),
+
+class Interval(NamedTuple):
+    "A span of a batch compared across ranks: its name and the slots it runs between"
+    name:str; start:Slot; end:Slot
+
+_I,_S = Interval,Slot
+INTERVALS = {  # the whole batch, cut at every mark: the timed steps and the callbacks between them
+    'train': (_I('draw', _S.DRAW_START, _S.BATCH_START), _I('callbacks at before_batch', _S.BATCH_START, _S.FORWARD_START),
+              _I('forward', _S.FORWARD_START, _S.FORWARD_END), _I('callbacks at after_pred', _S.FORWARD_END, _S.LOSS_START),
+              _I('loss', _S.LOSS_START, _S.LOSS_END), _I('callbacks at after_loss', _S.LOSS_END, _S.BACKWARD_START),
+              _I('backward', _S.BACKWARD_START, _S.BACKWARD_END), _I('callbacks at after_backward', _S.BACKWARD_END, _S.OPT_STEP_START),
+              _I('opt_step', _S.OPT_STEP_START, _S.OPT_STEP_END), _I('callbacks at after_step', _S.OPT_STEP_END, _S.ZERO_GRAD_START),
+              _I('zero_grad', _S.ZERO_GRAD_START, _S.ZERO_GRAD_END), _I('callbacks at after_batch', _S.ZERO_GRAD_END, _S.BATCH_END)),
+    'valid': (_I('draw', _S.DRAW_START, _S.BATCH_START), _I('callbacks at before_batch', _S.BATCH_START, _S.FORWARD_START),
+              _I('predict', _S.FORWARD_START, _S.FORWARD_END), _I('callbacks at after_pred', _S.FORWARD_END, _S.LOSS_START),
+              _I('loss', _S.LOSS_START, _S.LOSS_END), _I('callbacks at after_loss', _S.LOSS_END, _S.ZERO_GRAD_END),
+              _I('callbacks at after_batch', _S.ZERO_GRAD_END, _S.BATCH_END)),
 }
 WAIT_INTERVALS = {'backward','callbacks at after_batch'}  # hold a collective under fastai DDP: waiting lands here
 MAYBE_WAIT_INTERVALS = {'forward','predict'}  # may hold one (buffer broadcast, SyncBatchNorm)
@@ -115,11 +125,11 @@ def interval_means(rec:ProfileRecord, phase:str) -> dict:
     r = rec.phase_marks(phase)
     spans = INTERVALS[phase]
     if len(r) and np.isnan(r[:,Slot.ZERO_GRAD_END]).all():  # validation batches without the `after_batch` mark (`drive_record`)
-        spans = [x for x in spans if x[2] <= 5] + [('callbacks at after_batch',5,12)]
+        spans = [x for x in spans if x.end <= Slot.LOSS_END] + [Interval('callbacks at after_batch', Slot.LOSS_END, Slot.BATCH_END)]
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', RuntimeWarning)
-        for name,s,e in spans: out[name] = float(np.nanmean(r[:,e]-r[:,s])) if len(r) else math.nan
+        for x in spans: out[x.name] = float(np.nanmean(r[:,x.end]-r[:,x.start])) if len(r) else math.nan
         out['step'] = float(np.nanmean(r[:,Slot.BATCH_END]-r[:,Slot.DRAW_START])) if len(r) else math.nan
     return out
 
@@ -135,7 +145,7 @@ def find_stragglers(profiles:list, margin:float=STRAGGLER_MARGIN) -> list:
         step = np.nanmedian([m['step'] for m in im]) if any(not math.isnan(m['step']) for m in im) else math.nan
         if math.isnan(step): continue
         named = set()
-        for name,_,_ in INTERVALS[phase]:
+        for name in [x.name for x in INTERVALS[phase]]:
             if name in WAIT_INTERVALS: continue
             v = np.array([m.get(name, math.nan) for m in im])
             for i,p in enumerate(profiles):
@@ -157,8 +167,12 @@ def find_stragglers(profiles:list, margin:float=STRAGGLER_MARGIN) -> list:
     return found
 
 # %% ../nbs/11_distributed.ipynb #a7ad6635
-_SPREAD_ROWS = (('train','draw',''),('train','batch',''),*[('train','batch',s) for s,_,_ in STEPS['train']],
-                ('train','batch','other'),('valid','draw',''),('valid','batch',''),('fit','train',''),('fit','valid',''))
+_SPREAD_ROWS = (Row('train','draw'),Row('train','batch'),*[Row('train','batch',s.name) for s in STEPS['train']],
+                Row('train','batch','other'),Row('valid','draw'),Row('valid','batch'),Row('fit','train'),Row('fit','valid'))
+
+def _spread_label(r:Row) -> str:
+    "A row's label in the spread: a step by its phase and name (`train forward`), the others in full (`train batch other`)"
+    return f"{r.phase} {r.step}" if r.step not in ('', 'other') else str(r)
 
 def _hosts(profiles):
     hosts = list(dict.fromkeys(p.host for p in profiles))
@@ -208,15 +222,15 @@ def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> lis
     lines = [f"{of} on {_hosts(profiles)}. The table merges them: calls and totals are summed over ranks, "
              f"means and percentiles are over every rank's batches, Samples/Second is per rank.{wait}",
              "Mean per call across ranks (min / median / max, slowest rank):"]
-    sp = rank_spread(profiles).set_index(_KEY)
+    sp = rank_spread(profiles).set_index(KEY_COLUMNS)
     rows = [r for r in _SPREAD_ROWS if r in sp.index]
-    labels = {r: ' '.join(x for x in ((r[0], r[2]) if r[2] not in ('', 'other') else r) if x) for r in rows}
+    labels = {r:_spread_label(r) for r in rows}
     wid = max((len(l) for l in labels.values()), default=0)
     for r in rows:
         x = sp.loc[r]
         lines.append(f"  {labels[r]:<{wid}}  {fmt_time(x['Min']):>9} / {fmt_time(x['Median']):>9} / {fmt_time(x['Max']):>9}"
                      f"  {_slowest(x)}")
-    tr = [(p.record.samples[('fit','train')], p.record.stats[('fit','train')].total) for p in profiles]
+    tr = [(p.record.samples[Row('fit','train')], p.record.stats[Row('fit','train')].total) for p in profiles]
     if sum(t for _,t in tr) > 0 and sum(s for s,_ in tr):
         slow = max(t for _,t in tr)
         lines.append(f"Job training throughput: {fmt_rate(sum(s for s,_ in tr)/slow)} samples/s "

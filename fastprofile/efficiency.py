@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from fastcore.basics import patch
 from .flops import mixed_peak
+from .record import Row
 
 # %% auto #0
 __all__ = ['fmt_flops', 'fmt_mem', 'StageFlops', 'Efficiency', 'rss_bytes', 'maxrss_bytes', 'mem_available']
@@ -124,11 +125,11 @@ def peak(self:Efficiency) -> tuple:
 def row_flops(self:Efficiency) -> dict:
     "FLOPs per sample of each results row they apply to, for `Facts.flops` (the `FLOP/s` column)"
     f,rows = self.flops_per_sample(),{}
-    if f['forward'] is not None: rows[('train','batch','forward')] = f['forward']
-    if f['backward'] is not None: rows[('train','batch','backward')] = f['backward']
-    if f['train'] is not None: rows[('train','batch','')] = rows[('fit','train','')] = f['train']
+    if f['forward'] is not None: rows[Row('train','batch','forward')] = f['forward']
+    if f['backward'] is not None: rows[Row('train','batch','backward')] = f['backward']
+    if f['train'] is not None: rows[Row('train','batch')] = rows[Row('fit','train')] = f['train']
     if f['predict'] is not None:
-        rows[('valid','batch','predict')] = rows[('valid','batch','')] = rows[('fit','valid','')] = f['predict']
+        rows[Row('valid','batch','predict')] = rows[Row('valid','batch')] = rows[Row('fit','valid')] = f['predict']
     return rows
 
 # %% ../nbs/16_efficiency.ipynb #29ffcf8d

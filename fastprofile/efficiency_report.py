@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from fastai.basics import *
 from .core import ProfileResult, guarded
+from .record import Row, result_row
 from .report import Section, fmt_time, fmt_pct
 from .diagnosis import diagnose, diagnosis_section
 from .flops import peak_flops_for
@@ -25,23 +26,23 @@ def _efficiency(result) -> Efficiency|None:
     f = getattr(result, 'facts', None)
     return None if f is None else f.efficiency
 
-def _row(results, p, a, s, col='FLOP/s'):
-    if col not in results: return None
-    r = results[(results.Phase==p) & (results.Action==a) & (results.Step==s)][col]
-    return float(r.iloc[0]) if len(r) and not math.isnan(r.iloc[0]) else None
+def _row_flops(results, row:Row) -> float|None:
+    "The `FLOP/s` of `row` in `results`, or None"
+    r = result_row(results, row)
+    return None if r is None or math.isnan(r.flops_per_s) else r.flops_per_s
 
 def efficiency_summary(result:ProfileResult) -> dict:
     "FLOPs per sample, the training step's FLOP/s, the peak and MFU, and peak memory of a profiled call (None where unknown)"
     eff = _efficiency(result)
     if eff is None: eff = Efficiency(failure='not measured: efficiency was off for this call')
     f,res = eff.flops_per_sample(),result.results
-    step = _row(res, 'train', 'batch', '')
+    step = _row_flops(res, Row('train','batch'))
     peak,source = eff.peak()
     rss,exact = eff.peak_rss()
     mem = dict(eff.memory)
     return {'forward_flops_per_sample': f['forward'], 'backward_flops_per_sample': f['backward'],
             'predict_flops_per_sample': f['predict'], 'train_flops_per_second': step,
-            'train_phase_flops_per_second': _row(res, 'fit', 'train', ''), 'peak_flops': peak, 'peak_source': source,
+            'train_phase_flops_per_second': _row_flops(res, Row('fit','train')), 'peak_flops': peak, 'peak_source': source,
             'dtype': eff.dtype, 'mfu': step/peak if step is not None and peak else None, 'flops_note': eff.failure,
             'device_name': eff.device_name, 'peak_memory': mem, 'device_memory': eff.device_total,
             'memory_headroom': eff.device_usable - max(mem.values()) if mem and eff.device_usable is not None else None,
@@ -51,8 +52,9 @@ def efficiency_summary(result:ProfileResult) -> dict:
 def _compute_share(record) -> float|None:
     "Share of a mean training step spent in the model and the optimizer (GPU time where CUDA events timed it)"
     st,gs = record.stats,getattr(record, 'gpu_stats', None) or {}
-    mean = lambda a: st[('train',a)].mean if st[('train',a)].n else 0.
-    cost = lambda a: max(mean(a), gs[('train',a)].mean if ('train',a) in gs and gs[('train',a)].n else 0.)
+    row = lambda a: Row.part('train', a)  # 'draw', 'batch' or a step
+    mean = lambda a: st[row(a)].mean if st[row(a)].n else 0.
+    cost = lambda a: max(mean(a), gs[row(a)].mean if row(a) in gs and gs[row(a)].n else 0.)
     whole = mean('draw') + max(mean('batch'), sum(cost(a) for a in ('forward','loss','backward','opt_step','zero_grad')))
     return sum(cost(a) for a in ('forward','loss','backward','opt_step')) / whole if whole > 0 else None
 
@@ -102,16 +104,17 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
         bb = [x.backward for x in counted if x.backward is not None]
         if len(set(bb)) > 1: out.append("  Backward per fit: " + ', '.join(fmt_flops(b, 'FLOP') for b in bb)
                                         + " (frozen layers get no gradient); the rows use their mean weighted by batches.")
-        step_mean = result.record.stats[('train','batch')].mean if result.record.stats[('train','batch')].n else None
+        st = result.record.stats[Row('train','batch')]
+        step_mean = st.mean if st.n else None
         cost = sum(x.seconds for x in counted)
         if cost: out.append(f"  Counting ran inside the warm-up batches ({fmt_time(cost)} for {len(counted)} counted batch"
                             f"{'es' if len(counted) > 1 else ''}" + (f"; a training batch takes {fmt_time(step_mean)}" if step_mean else '')
                             + "): in `warmup`, outside the statistics"
                             + (f"; the counter's one-time set-up in this process took {fmt_time(eff.setup_seconds)} at `profile()`, "
                                "before the fit" if eff.setup_seconds > .01 else '') + '.')
-    rows = [('training step', ('train','batch','')), ('forward', ('train','batch','forward')), ('backward', ('train','batch','backward')),
-            ('train phase', ('fit','train','')), ('predict', ('valid','batch','predict'))]
-    got = [(n, _row(res, *k)) for n,k in rows]
+    rows = [('training step', Row('train','batch')), ('forward', Row('train','batch','forward')), ('backward', Row('train','batch','backward')),
+            ('train phase', Row('fit','train')), ('predict', Row('valid','batch','predict'))]
+    got = [(n, _row_flops(res, r)) for n,r in rows]
     got = [(n,v) for n,v in got if v is not None]
     if got: out.append("Achieved: " + ', '.join(f"{n} {fmt_flops(v)}" for n,v in got) + '.')
     if s['train_flops_per_second'] is not None:
@@ -147,7 +150,7 @@ def efficiency_fix(result:ProfileResult,
     diagnosis=None, # The run's `Diagnosis`, if already made (default: `diagnose(result)`)
 ) -> str|None:
     "The measured compute fix for the diagnosis when it says model compute and MFU is low; None otherwise"
-    if _efficiency(result) is None or not result.record.stats[('train','batch')].n: return None
+    if _efficiency(result) is None or not result.record.stats[Row('train','batch')].n: return None
     d = diagnosis if diagnosis is not None else guarded('diagnosing the run', diagnose, result)
     if d is None or d.verdict != 'compute' or not d.knob: return None
     adv = efficiency_advice(result, compute_bound=True)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from .stats import StreamingStats
 from .checks import check_choice, check_int
-from .record import ProfileRecord, Slot, STEPS, PHASES, GPU_COLS, N_MARKS
+from .record import ProfileRecord, Row, Slot, STEPS, PHASES, GPU_COLS, N_MARKS
 from .report import fmt_time, fmt_pct
 from fastcore.basics import patch
 
@@ -168,8 +168,8 @@ def _flush_gpu(self:GpuProfileRecord):
         rows = np.array([r for ph,r in self._gpu_buf if ph == p], dtype=np.float64).reshape(-1, len(GPU_COLS))
         if not len(rows): continue
         for i,c in enumerate(GPU_COLS):
-            key = (p, 'batch_other' if c == 'other' else c)
-            if key in self.gpu_stats: self.gpu_stats[key].update(rows[:,i])
+            row = Row.part(p, c)  # a step of the other phase (`predict` in train) is no row of this one
+            if row in self.gpu_stats: self.gpu_stats[row].update(rows[:,i])
     self._gpu_buf = []
 
 # %% ../nbs/04_gpu_timing.ipynb #5f1e0a77
@@ -201,22 +201,22 @@ def make_record(timing:str, # A resolved timing mode: 'wall', 'sync' or 'events'
 def gpu_idle_share(rec:ProfileRecord, phase:str='train') -> float:
     "Share of the step's wall time (draw + batch) in which the GPU ran none of the timed phases"
     g = rec.gpu_stats
-    wall = rec.stats[(phase,'draw')].total + rec.stats[(phase,'batch')].total
-    busy = g[(phase,'draw')].total + sum(g[(phase,s.name)].total for s in STEPS[phase])
+    wall = rec.stats[Row(phase,'draw')].total + rec.stats[Row(phase,'batch')].total
+    busy = g[Row(phase,'draw')].total + sum(g[Row(phase,'batch',s.name)].total for s in STEPS[phase])
     return max(0., 1 - busy/wall) if wall > 0 else math.nan
 
 # %% ../nbs/04_gpu_timing.ipynb #7c4f5460
 class Backlog(NamedTuple):
-    "One phase of the step, from the means: its wall and GPU span, GPU work queued before and after it, which phases queued it"
-    name:str; wall:float; gpu:float; before:float; after:float; blamed:dict
+    "One part of the step (its `Row`), from the means: its wall and GPU span, GPU work queued before and after it, which rows queued it"
+    row:Row; wall:float; gpu:float; before:float; after:float; blamed:dict
 
 def _backlog_walk(rec, phase) -> list:
     "A `Backlog` per phase of the step, in step order"
-    order = ['draw'] + [s.name for s in STEPS[phase]] + ['batch_other']
+    order = [Row.part(phase, a) for a in ('draw', *[s.name for s in STEPS[phase]], 'other')]
     mean = lambda st: st.mean if st.n else math.nan
     B,since,out = 0.,{},[]  # the draw starts after the last batch's sync: nothing queued
     for cur in order:
-        w,g = mean(rec.stats[(phase,cur)]),mean(rec.gpu_stats[(phase,cur)])
+        w,g = mean(rec.stats[cur]),mean(rec.gpu_stats[cur])
         if math.isnan(w) or math.isnan(g): continue
         after = max(0., B + g - w)  # GPU work still queued when the host leaves the phase
         out.append(Backlog(cur, w, g, B, after, dict(since)))
@@ -237,13 +237,13 @@ def gpu_notes(rec:ProfileRecord, phase:str='train', ratio:float=2., material:flo
     if walk and step > 0 and max(x.before for x in walk) < 0.1*step:
         notes.append("The GPU keeps pace with the host: its queue empties within each phase, so the GPU spans are mostly "
                      "host time and the GPU is idle for much of them; the step is host-bound (Python, callbacks, loader).")
-    name = lambda a: "the batch's `other` (callbacks; e.g. the Recorder copying the loss to the CPU)" if a=='batch_other' else a
+    name = lambda r: "the batch's `other` (callbacks; e.g. the Recorder copying the loss to the CPU)" if r.step=='other' else (r.step or r.action)
     for b in walk:
         # a wait: enough queued GPU work to explain most of the wall time, drained in this phase, and material
         if not (b.before >= 0.5*b.wall and b.after <= 0.25*b.before and b.wall > ratio*b.gpu + 1e-4
                 and b.wall - b.gpu >= material*step and b.blamed): continue
         top = max(b.blamed, key=b.blamed.get)
-        notes.append(f"Warning: {name(b.name)} wall time ({fmt_time(b.wall)}) is mostly waiting for GPU work queued earlier, "
-                     f"mostly the {top} pass's ({fmt_time(b.blamed[top])} of GPU time beyond its wall time). "
+        notes.append(f"Warning: {name(b.row)} wall time ({fmt_time(b.wall)}) is mostly waiting for GPU work queued earlier, "
+                     f"mostly the {top.step or top.action} pass's ({fmt_time(b.blamed[top])} of GPU time beyond its wall time). "
                      f"Read the GPU columns for where GPU time goes.")
     return notes

@@ -11,7 +11,7 @@ import numpy as np, pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.axes import Axes
-from .record import ProfileRecord, STEPS, PHASES, SLOTS
+from .record import ProfileRecord, Row, STEPS, PHASES, SLOTS
 from .report import atomic_write
 from .checks import check_int, check_items, check_path
 
@@ -38,18 +38,20 @@ def _several_stages(rec) -> bool:
     "True when the record's call ran several fastai fits (`fine_tune`): its epochs are then labelled `stage.epoch`"
     return len(rec.stages) > 1 or len({e.stage for e in rec.epochs}) > 1
 
+def _part_rows(p) -> dict:
+    "The part of `PARTS` each row of phase `p` is drawn as, in drawing order"
+    return {'draw':Row(p,'draw'), **{s.name:Row(p,'batch',s.name) for s in STEPS[p]}, 'other':Row(p,'batch','other'),
+            'warmup':Row(p,'warmup'), 'between':Row(p,'other')}
+
 def _epoch_parts(rec, p):
-    "Per-epoch seconds of each part of phase `p`, from the record's per-epoch totals"
+    "Per-epoch seconds of each part (`PARTS`) of phase `p`, from the record's per-epoch totals"
     rows,stages = [],_several_stages(rec)
     for e in rec.epochs:
-        parts = e.phases.get(p)
-        if not parts or 'total' not in parts: continue
-        r = {'epoch':f'{e.stage}.{e.epoch}' if stages else e.epoch, 'draw':parts.get('draw', 0.)}  # each fit counts epochs from 0
-        for s in STEPS[p]: r[s.name] = parts.get(s.name, 0.)
-        r['other'] = parts.get('batch_other', 0.)
-        r['warmup'] = parts.get('warmup', 0.)
-        r['between'] = parts.get('other', 0.)
-        r['total'] = parts['total']
+        sec = e.seconds
+        if Row('fit',p) not in sec: continue  # the phase did not run (or end) in this epoch
+        r = {'epoch':f'{e.stage}.{e.epoch}' if stages else e.epoch}  # each fit counts epochs from 0
+        for k,row in _part_rows(p).items(): r[k] = sec.get(row, 0.)
+        r['total'] = sec[Row('fit',p)]
         rows.append(r)
     return pd.DataFrame(rows)
 
@@ -71,7 +73,7 @@ def plot_phase_shares(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple
         ax.set_xlabel(f"{'stage.epoch' if _several_stages(rec) else 'epoch'} (and the phase's time)")
         if not len(df) or not (df.total > 0).any():
             ax.text(.5, .5, f'no {p} phase', ha='center', va='center', transform=ax.transAxes); continue
-        parts = ['draw', *[s.name for s in STEPS[p]], 'other', 'warmup', 'between']
+        parts = list(_part_rows(p))
         bottom = np.zeros(len(df))
         x = np.arange(len(df))
         for k in parts:

@@ -17,9 +17,10 @@ from .checks import check_int, check_callable
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'N_COLS', 'ROW_KEYS', 'MAX_KEEP_BATCHES',
-           'GPU_COLS', 'Slot', 'Step', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals',
-           'ProfileRecord']
+__all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'FIT_ACTIONS', 'PHASE_ACTIONS', 'ROW_KEYS',
+           'N_COLS', 'MAX_KEEP_BATCHES', 'GPU_COLS', 'KEY_COLUMNS', 'RESULT_COLUMNS', 'EXTRA_COLUMNS', 'Slot', 'Step',
+           'Row', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals', 'ProfileRecord', 'ResultRow',
+           'result_rows', 'result_row', 'results_frame']
 
 # %% ../nbs/03_record.ipynb #42b22d2c
 class Slot(IntEnum):
@@ -43,6 +44,31 @@ STEPS = {'train':TRAIN_STEPS, 'valid':VALID_STEPS}  # validation calls its forwa
 PHASES = ('train','valid')
 _NAN_MARKS = [math.nan]*N_MARKS
 
+# %% ../nbs/03_record.ipynb #5c0ced59
+class Row(NamedTuple):
+    "The key of one row of the results: `Row('train','batch','forward')`, `Row('fit','fit')`"
+    phase:str # 'fit' (the whole call) or a phase of `PHASES`
+    action:str # Under 'fit' one of `FIT_ACTIONS`, under a phase one of `PHASE_ACTIONS`
+    step:str='' # Under a phase's 'batch': a name of `STEPS[phase]`, or 'other' (the rest of the batch); else ''
+    def __str__(self) -> str: return ' '.join(x for x in self if x)
+
+    @classmethod
+    def of(cls, r) -> Row:
+        "The key of results row `r`: anything with `Phase`, `Action`, `Step` (a DataFrame row, an `itertuples()` row, a dict)"
+        p,a,s = (r.Phase,r.Action,r.Step) if hasattr(r, 'Phase') else (r['Phase'],r['Action'],r['Step'])
+        return cls(p, a, s if isinstance(s, str) else '')  # a CSV read back has NaN for ''
+
+    @classmethod
+    def part(cls, phase:str, name:str) -> Row:
+        "The row of part `name` of a batch of `phase` (a key of `batch_durations`: 'draw', 'batch', a step, or 'other')"
+        return cls(phase, name) if name in ('draw','batch') else cls(phase, 'batch', name)
+
+FIT_ACTIONS = ('fit','epoch','train','valid','other')  # rows of the whole call: its fits, epochs, phases, and time between phases
+PHASE_ACTIONS = ('draw','batch','warmup','other')  # rows of a phase: waiting for batches, batches, warm-up batches, time between batches
+ROW_KEYS = (*[Row('fit',a) for a in FIT_ACTIONS],  # every row of the results, in their order
+            *[r for p in PHASES for r in (Row(p,'draw'), Row(p,'batch'), *[Row(p,'batch',s.name) for s in STEPS[p]],
+                                          Row(p,'batch','other'), Row(p,'warmup'), Row(p,'other'))])
+
 # %% ../nbs/03_record.ipynb #a1971c92
 def batch_durations(marks:np.ndarray, phase:str) -> dict:
     "Per-batch durations (seconds) of `draw`, `batch`, its steps and `other` from an `(n, N_MARKS)` array"
@@ -60,8 +86,6 @@ class Col(IntEnum):
     BS=N_MARKS; PHASE=N_MARKS+1; STAGE=N_MARKS+2; EPOCH=N_MARKS+3; ITER=N_MARKS+4; WARMUP=N_MARKS+5
 
 N_COLS = N_MARKS + len(Col)
-ROW_KEYS = (('fit','fit'),('fit','epoch'),('fit','train'),('fit','valid'),('fit','other'),
-            *[(p,a) for p in PHASES for a in ('draw','batch',*[s.name for s in STEPS[p]],'batch_other','warmup','other')])
 
 class RecentMarks(NamedTuple):
     "Marks of recent batches with their batch sizes and warm-up flags"
@@ -69,8 +93,8 @@ class RecentMarks(NamedTuple):
 
 @dataclass
 class EpochTotals:
-    "Seconds per part of each phase of one epoch: `phases['train']['draw']`; parts as in `fold` plus `total`, `other`"
-    stage:int; epoch:int; phases:dict=field(default_factory=dict)
+    "Seconds of each row in one epoch: `seconds[Row('train','batch','backward')]`; a phase's total is `Row('fit', phase)`"
+    stage:int; epoch:int; seconds:dict=field(default_factory=dict)
 
 @dataclass
 class StageTotals:
@@ -180,11 +204,11 @@ def end_phase(self:ProfileRecord, bs:int=0, at:float|None=None):
     self.fold()
     p,now = self.phase,(self.clock() if at is None else at)
     total = max(now - self.phase_start, self._phase_span)
-    self.stats[('fit',p)].update(total)
-    self.stats[(p,'other')].update(total - self._phase_span)
+    self.stats[Row('fit',p)].update(total)
+    self.stats[Row(p,'other')].update(total - self._phase_span)
     if self._epoch_totals is not None:
-        parts = self._epoch_totals.phases.setdefault(p, {})
-        parts['total'],parts['other'] = total,total - self._phase_span
+        sec = self._epoch_totals.seconds
+        sec[Row('fit',p)],sec[Row(p,'other')] = total,total - self._phase_span
     self._stage_phases += total
     if p == 'train': self._stage_train_batches += self._phase_batches
     self.phase,self.marks = None,list(_NAN_MARKS)
@@ -195,7 +219,7 @@ def end_epoch(self:ProfileRecord, bs:int=0, at:float|None=None):
     "End the open epoch (and its open phase)"
     self.end_phase(bs, at)
     if self._epoch_totals is None: return
-    self.stats[('fit','epoch')].update((self.clock() if at is None else at) - self.epoch_start)
+    self.stats[Row('fit','epoch')].update((self.clock() if at is None else at) - self.epoch_start)
     self.epochs.append(self._epoch_totals)
     self._stage_epochs += 1
     self._epoch_totals = None
@@ -206,8 +230,8 @@ def end_stage(self:ProfileRecord, bs:int=0, at:float|None=None):
     self.end_epoch(bs, at)
     if self.stage_start is None: return
     total = max((self.clock() if at is None else at) - self.stage_start, self._stage_phases)
-    self.stats[('fit','fit')].update(total)
-    self.stats[('fit','other')].update(total - self._stage_phases)
+    self.stats[Row('fit','fit')].update(total)
+    self.stats[Row('fit','other')].update(total - self._stage_phases)
     self.stages.append(StageTotals(self.stage, self._stage_epochs, total, self._stage_train_batches))
     self.stage_start = None
 
@@ -228,7 +252,7 @@ def close(self:ProfileRecord, interrupted:bool=False):
 @patch(as_prop=True)
 def fit_total(self:ProfileRecord) -> float:
     "Seconds of the stages that ended"
-    return self.stats[('fit','fit')].total
+    return self.stats[Row('fit','fit')].total
 
 # %% ../nbs/03_record.ipynb #082f47c4
 @patch
@@ -245,21 +269,22 @@ def fold(self:ProfileRecord):
     self._phase_batches += n
     span = m[:,Slot.BATCH_END] - m[:,Slot.DRAW_START]
     self._phase_span += float(np.nansum(span))
-    parts = self._epoch_totals.phases.setdefault(p, {}) if self._epoch_totals is not None else {}
+    sec = self._epoch_totals.seconds if self._epoch_totals is not None else {}
     if warm.any():
-        self.stats[(p,'warmup')].update(span[warm])
-        self.samples[(p,'warmup')] += int(bs[warm].sum())
-        parts['warmup'] = parts.get('warmup', 0.) + float(np.nansum(span[warm]))
+        k = Row(p,'warmup')
+        self.stats[k].update(span[warm])
+        self.samples[k] += int(bs[warm].sum())
+        sec[k] = sec.get(k, 0.) + float(np.nansum(span[warm]))
     keep = ~warm
     if keep.any():
         d = batch_durations(m[keep], p)
         nsamp = int(bs[keep].sum())
         for a,v in d.items():
-            k = (p, 'batch_other' if a=='other' else a)
+            k = Row.part(p, a)
             self.stats[k].update(v)
             self.samples[k] += int(bs[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else nsamp
-            parts[k[1]] = parts.get(k[1], 0.) + float(np.nansum(v))
-    self.samples[('fit',p)] += int(bs.sum())
+            sec[k] = sec.get(k, 0.) + float(np.nansum(v))
+    self.samples[Row('fit',p)] += int(bs.sum())
     rows = np.empty((n, N_COLS))
     rows[:,:N_MARKS] = m
     rows[:,Col.BS],rows[:,Col.PHASE],rows[:,Col.STAGE] = bs,PHASES.index(p),self.stage
@@ -337,28 +362,53 @@ def recent(self:ProfileRecord) -> pd.DataFrame:
     if not out: return pd.DataFrame()
     return pd.concat(out).sort_values('draw_start', kind='stable').reset_index(drop=True)
 
+# %% ../nbs/03_record.ipynb #1068ff01
+KEY_COLUMNS = ['Phase','Action','Step']  # the columns of a results row's `Row`
+# `ResultRow` field -> column: those of every results table, in order; then those some have (CUDA events; FLOPs known)
+RESULT_COLUMNS = {'mean':'Mean Duration', 'std':'Duration Std Dev', 'calls':'Number of Calls', 'samples_per_s':'Samples/Second',
+                  'total':'Total Time', 'percent':'Percent of Total', 'p50':'P50', 'p90':'P90', 'p99':'P99', 'min':'Min', 'max':'Max'}
+EXTRA_COLUMNS = {'gpu_mean':'GPU Mean Duration', 'gpu_total':'GPU Total Time', 'flops_per_s':'FLOP/s'}
+
+class ResultRow(NamedTuple):
+    "One row of the results, its columns by name (seconds; NaN where the results have no value)"
+    row:Row; mean:float; std:float; calls:int; samples_per_s:float; total:float; percent:float
+    p50:float; p90:float; p99:float; min:float; max:float
+    gpu_mean:float=math.nan; gpu_total:float=math.nan # GPU time, with CUDA events (`timing='events'`)
+    flops_per_s:float=math.nan # Where FLOPs per sample are known (`fastprofile.efficiency`)
+
+def _result_row(d:dict) -> ResultRow:
+    v = {f:float(d.get(c, math.nan)) for f,c in {**RESULT_COLUMNS, **EXTRA_COLUMNS}.items()}
+    if not math.isnan(v['calls']): v['calls'] = int(v['calls'])
+    return ResultRow(Row.of(d), **v)
+
+def result_rows(results:pd.DataFrame) -> list:
+    "Every row of `results` (`ProfileRecord.results()`, `learn.simple_profile_results`, its CSV read back) as a `ResultRow`"
+    return [_result_row(d) for d in results.to_dict('records')]
+
+def result_row(results:pd.DataFrame, row:Row) -> ResultRow|None:
+    "The row `row` of `results` with its columns by name, or None if `results` has no such row"
+    return next((r for r in result_rows(results) if r.row == row), None)
+
+def results_frame(rows:list, extra=()) -> pd.DataFrame:
+    "`ResultRow`s as a results DataFrame: the key columns, every `RESULT_COLUMNS` column, and the `extra` fields' columns"
+    d = {c:[r.row[i] for r in rows] for i,c in enumerate(KEY_COLUMNS)}
+    d.update({c:[getattr(r, f) for r in rows] for f,c in {**RESULT_COLUMNS, **{f:EXTRA_COLUMNS[f] for f in extra}}.items()})
+    return pd.DataFrame(d)
+
 # %% ../nbs/03_record.ipynb #e35ed3e9
 @patch
 def results(self:ProfileRecord) -> pd.DataFrame:
     "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
     self.fold()
-    fit_total,rows = self.fit_total,[]
-    for (p,a),s in self.stats.items():
-        if s.n == 0 and (p,a) != ('fit','fit'): continue
-        action,step = ('batch','other') if a=='batch_other' else (a,'')
-        if p != 'fit' and a in [x.name for x in STEPS[p]]: action,step = 'batch',a
-        samples = (self.samples[('fit','train')] + self.samples[('fit','valid')]) if (p,a) in (('fit','fit'),('fit','epoch')) \
-                  else self.samples[(p,a)]
-        rate = samples/s.total if (samples and s.total > 0 and a not in ('other','batch_other')) else math.nan
-        rows.append({'Phase':p, 'Action':action, 'Step':step, 'Mean Duration':s.mean if s.n else math.nan,
-                     'Duration Std Dev':s.std, 'Number of Calls':s.n, 'Samples/Second':rate,
-                     'Total Time':s.total, 'Percent of Total':100*s.total/fit_total if fit_total > 0 else math.nan,
-                     'P50':s.quantile(.5), 'P90':s.quantile(.9), 'P99':s.quantile(.99),
-                     'Min':s.min if s.n else math.nan, 'Max':s.max if s.n else math.nan})
-    res = pd.DataFrame(rows)
-    if self.gpu_stats:  # GPU time per row, when CUDA events were recorded
-        sts = [self.gpu_stats.get((p, 'batch_other' if (a,st)==('batch','other') else (st or a)))
-               for p,a,st in zip(res.Phase, res.Action, res.Step)]
-        res['GPU Mean Duration'] = [g.mean if g is not None and g.n else math.nan for g in sts]
-        res['GPU Total Time'] = [g.total if g is not None and g.n else math.nan for g in sts]
-    return res
+    fit_total,rows,gpu = self.fit_total,[],self.gpu_stats or {}
+    nan = math.nan
+    for row,s in self.stats.items():
+        if s.n == 0 and row != Row('fit','fit'): continue
+        samples = (self.samples[Row('fit','train')] + self.samples[Row('fit','valid')]) if row in (Row('fit','fit'),Row('fit','epoch')) \
+                  else self.samples[row]
+        rate = samples/s.total if (samples and s.total > 0 and 'other' not in (row.action, row.step)) else nan
+        g = gpu.get(row)  # GPU time per row, when CUDA events were recorded
+        rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, rate, s.total, 100*s.total/fit_total if fit_total > 0 else nan,
+                              s.quantile(.5), s.quantile(.9), s.quantile(.99), s.min if s.n else nan, s.max if s.n else nan,
+                              *((g.mean, g.total) if g is not None and g.n else (nan, nan))))
+    return results_frame(rows, ('gpu_mean','gpu_total') if self.gpu_stats else ())

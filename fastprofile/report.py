@@ -12,17 +12,21 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 import numpy as np, pandas as pd
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.padding import Padding
+from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from fastcore.basics import patch
 from .checks import check_int
+from .record import KEY_COLUMNS, RESULT_COLUMNS
 
 # %% auto #0
-__all__ = ['KEY_COLUMNS', 'TIME_COLS', 'COLUMNS', 'OPTIONAL_COLUMNS', 'LABELS', 'FORMATS', 'HOT_SHARE', 'fmt_time', 'fmt_si',
-           'fmt_rate', 'fmt_pct', 'fmt_count', 'fmt_num', 'col_label', 'col_format', 'Section', 'ProfileReport',
-           'atomic_write', 'atomic_write_text', 'atomic_write_csv']
+__all__ = ['TIME_COLS', 'COLUMNS', 'OPTIONAL_COLUMNS', 'LABELS', 'FORMATS', 'HOT_SHARE', 'fmt_time', 'fmt_si', 'fmt_rate',
+           'fmt_pct', 'fmt_count', 'fmt_num', 'col_label', 'col_format', 'Section', 'ProfileReport', 'atomic_write',
+           'atomic_write_text', 'atomic_write_csv']
 
 # %% ../nbs/05_report.ipynb #dc8e54cc
 def _missing(x) -> bool: return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
@@ -71,10 +75,8 @@ def fmt_num(x:float) -> str:
     return fmt_si(x) or (f'{x:,.0f}' if abs(x) >= 100 or float(x).is_integer() else f'{x:.3g}')
 
 # %% ../nbs/05_report.ipynb #0a731c1a
-KEY_COLUMNS = ['Phase','Action','Step']
 TIME_COLS = ['Mean Duration','Duration Std Dev','Total Time','P50','P90','P99','Min','Max','GPU Mean Duration','GPU Total Time']
-COLUMNS = KEY_COLUMNS + ['Mean Duration','Duration Std Dev','Number of Calls','Samples/Second','Total Time','Percent of Total',
-                  'P50','P90','P99','Min','Max']
+COLUMNS = KEY_COLUMNS + list(RESULT_COLUMNS.values())  # the columns of every results table (`fastprofile.record`), in order
 OPTIONAL_COLUMNS = ['Min','Max','P99','P90','P50'] # Left out in this order where the width is short; the other standard columns never are
 _SPREAD = ['Duration Std Dev','P50','P90','P99','Min','Max'] # Shown as '-' for single-call rows
 LABELS = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s',
@@ -159,6 +161,59 @@ def _text_line(s:str, plain:bool, style:str='', labelled:bool=False) -> Text:
     for piece,code in _spans(s): t.append(piece, style='cyan' if code else '')
     return t
 
+# %% ../nbs/05_report.ipynb #51732960
+_RICH_REWRITES = re.compile(r'[\t\r\x07\x08\x0b\x0c]')  # what `Text` changes: tabs expanded, control codes stripped
+_PLAIN_CELL = re.compile(r"[A-Za-z0-9_ .,%/()<>+*#@!?=&$'\"~^`|{}µ-]*")  # one cell per character; no markup, emoji codes or escapes
+
+class _Table:
+    "The results table, rendered to the segments rich's `Table` gives it where it fits and holds plain text (faster); by that `Table` otherwise"
+    def __init__(self,
+        header:list, # The number columns' labels (the name column has none)
+        rows:list, # `(rule_before, style, cells)`: `style` None or a rich style name for the whole row
+        min_width:int, # The width the columns need: the table is never narrower (`plain()` renders that wide)
+        plain:bool, # No styles, ASCII rules
+    ):
+        self.header,self.rows,self.min_width,self.plain = header,rows,min_width,plain
+        cols = zip(['', *header], *(r[2] for r in rows))
+        self.widths = [max(map(len, c)) for c in cols]  # rich's `Table` sizes a column as its widest cell (the name column: at least 1)
+        self.widths[0] = max(self.widths[0], 1)
+        self.width = self.widths[0] + sum(n + _GAP for n in self.widths[1:])
+        self.fast = all(_PLAIN_CELL.fullmatch(x) for x in header) and all(_PLAIN_CELL.fullmatch(x) for r in rows for x in r[2])
+
+    def table(self) -> Table:
+        "The same table as a rich `Table` (it folds values where the width is short)"
+        t = Table(box=_ASCII_RULES if self.plain else _RULES, show_edge=False, pad_edge=False, padding=(0,0,0,_GAP-1),
+                  header_style='' if self.plain else 'bold', min_width=self.min_width)
+        t.add_column('', overflow='fold')  # in a terminal narrower than the core columns: values on two lines, never cut
+        for c in self.header: t.add_column(c, justify='right', overflow='fold')
+        for rule,style,cells in self.rows:
+            if rule: t.add_section()
+            t.add_row(*cells, style=style)
+        return t
+
+    def __rich_measure__(self, console, options): return self.table().__rich_measure__(console, options)  # in a container
+
+    def __rich_console__(self, console, options):
+        w = self.widths
+        if not self.fast or self.width > options.max_width or options.ascii_only or options.legacy_windows:
+            yield self.table(); return
+        null,nl = Style.null(),Segment.line()
+        rule = [Segment(('-' if self.plain else '─')*self.width, null), nl]
+        def line(cells, style):
+            "As `Table._render` gives it: each cell padded (left) and justified in one segment, a space between cells"
+            style = console.get_style(style or '')
+            text = style or None
+            pad = style + null if style else null
+            out = [Segment(cells[0].ljust(w[0]), text)]
+            for x,n in zip(cells[1:], w[1:]): out += [Segment(' ', null), Segment(' ', pad), Segment(x.rjust(n), text)]
+            out.append(nl)
+            return out
+        yield from line(['', *self.header], '' if self.plain else 'bold')
+        yield from rule
+        for r,style,cells in self.rows:
+            if r: yield from rule
+            yield from line(cells, style)
+
 # %% ../nbs/05_report.ipynb #47c3303e
 class ProfileReport:
     "Renders profile `results` (a numeric DataFrame in seconds) with `notes` and `Section`s"
@@ -182,13 +237,8 @@ class ProfileReport:
 
     def _values(self) -> pd.DataFrame:
         "Each shown number as a string with its unit, under the results' column names"
-        r = self.results
-        out = pd.DataFrame({c: r[c].map(col_format(c)) for c in self.columns[3:]}, index=r.index)
-        if 'Number of Calls' in r:  # a single call has no spread: '-' rather than '0 ns'
-            single = r['Number of Calls'] <= 1
-            for c in _SPREAD:
-                if c in out: out.loc[single, c] = '-'
-        return out
+        L = self._layout()
+        return pd.DataFrame({c: pd.Series(L.cells[c], index=self.results.index, dtype=object) for c in L.columns[3:]}, index=self.results.index)
 
     def formatted(self) -> pd.DataFrame:
         "The results as strings with units under their labels (`LABELS`), repeated Phase/Action names blanked"
@@ -204,21 +254,40 @@ class ProfileReport:
         if console.color_system is None and w >= 40:  # a pipe, a file: the plain text, if it fits
             p = self.plain(w)
             if max(map(len, p.splitlines())) > w: p = None  # not even the core columns fit: values fold instead
-        if p is not None: yield Text(p)
-        else: yield from self._text(w, plain=console.color_system is None)
+        if p is None: yield from self._text(w, plain=console.color_system is None)
+        elif _RICH_REWRITES.search(p) or any(cell_len(l) > w for l in p.split('\n')): yield Text(p)
+        else:  # what `Text(p)` renders to, without rich's line wrapping: no line needs it
+            for l in p.split('\n'): yield Segment(l); yield Segment.line()
 
     def _repr_html_(self) -> str: return _html_report(self)
 
     def __repr__(self): return self.plain()
 
+# %% ../nbs/05_report.ipynb #4dc3df6b
+class _Layout(NamedTuple):
+    "What rendering needs from the results, worked out once: the columns shown, each of their values as text, the table's lines"
+    columns:list; cells:dict; outline:list; first:int
+
+@patch
+def _layout(self:ProfileReport) -> _Layout:
+    "The `_Layout` of `results` (worked out once per rendering: `results` may have changed since the last)"
+    r,cols = self.results,self.columns
+    cells = {c: list(map(col_format(c), r[c].tolist())) for c in cols[3:]}
+    if 'Number of Calls' in r:  # a single call has no spread: '-' rather than '0 ns'
+        single = [n <= 1 for n in r['Number of Calls'].tolist()]
+        for c in _SPREAD:
+            if c in cells: cells[c] = ['-' if one else x for one,x in zip(single, cells[c])]
+    outline = _outline(r)
+    return _Layout(cols, cells, outline, max((2*l.level + len(l.name) for l in outline), default=0))
+
 # %% ../nbs/05_report.ipynb #dc7923c3
 @patch
-def _fit(self:ProfileReport, v:pd.DataFrame, width:int) -> tuple:
+def _fit(self:ProfileReport, width:int, L:_Layout|None=None) -> tuple:
     "The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first), and their width"
-    cols = self.columns[3:]
-    first = max((2*l.level + len(l.name) for l in _outline(self.results)), default=0)
-    w = {c: max([len(col_label(c))] + [len(s) for s in v[c]]) for c in cols}
-    need = lambda cs: first + sum(w[c] + _GAP for c in cs)
+    L = L or self._layout()
+    cols = L.columns[3:]
+    w = {c: max([len(col_label(c))] + [len(s) for s in L.cells[c]]) for c in cols}
+    need = lambda cs: L.first + sum(w[c] + _GAP for c in cs)
     for c in [c for c in OPTIONAL_COLUMNS if c in cols] + [c for c in cols if c not in COLUMNS][::-1]:
         if need(cols) <= width: break
         cols = [x for x in cols if x != c]
@@ -227,20 +296,15 @@ def _fit(self:ProfileReport, v:pd.DataFrame, width:int) -> tuple:
 @patch
 def _text(self:ProfileReport, width:int, plain:bool=False) -> list:
     "The report as rich renderables for `width` characters; `plain`: no styles, backticks kept"
-    v = self._values()
-    cols,need = self._fit(v, width)
+    L = self._layout()
+    cols,need = self._fit(width, L)
+    heading,blank = '' if plain else 'bold',('',)*len(cols)
+    rows = [(k > 0, heading, (l.name, *blank)) if l.i is None else (False, None, ('  '*l.level + l.name, *(L.cells[c][l.i] for c in cols)))
+            for k,l in enumerate(L.outline)]
     # `min_width`: what the table needs (more than `width` only when even the core columns do not fit)
-    t = Table(box=_ASCII_RULES if plain else _RULES, show_edge=False, pad_edge=False, padding=(0,0,0,_GAP-1),
-              header_style='' if plain else 'bold', min_width=need)
-    t.add_column('', overflow='fold')  # in a terminal narrower than the core columns: values on two lines, never cut
-    for c in cols: t.add_column(col_label(c), justify='right', overflow='fold')
-    for k,l in enumerate(_outline(self.results)):
-        if l.i is None:
-            if k: t.add_section()
-            t.add_row(l.name, *['']*len(cols), style='' if plain else 'bold')
-        else: t.add_row('  '*l.level + l.name, *v.iloc[l.i][cols])
+    t = _Table([col_label(c) for c in cols], rows, need, plain)
     out = [Text(self.title, style='' if plain else 'bold'), t]
-    left = [col_label(c) for c in self.columns[3:] if c not in cols]
+    left = [col_label(c) for c in L.columns[3:] if c not in cols]
     if left: out.append(_text_line(f"Left out to fit {width} columns: {', '.join(left)} (all are in `.results`).", plain, 'dim'))
     out += [_text_line(n, plain, 'dim') for n in self.notes]
     for sec in self.sections:
@@ -268,11 +332,14 @@ def _md_section(sec:Section) -> str:
 def plain(self:ProfileReport, width:int=120) -> str:
     "The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core column"
     check_int('width', width, 40)
+    cons = {}  # one console per width
     def render(r, w):
-        con = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
-                      highlight=False, emoji=False, legacy_windows=False)
-        con.print(r)
-        return con.file.getvalue()
+        con = cons.get(w)
+        if con is None:
+            con = cons[w] = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
+                                    highlight=False, emoji=False, legacy_windows=False)
+        with con.capture() as out: con.print(r)
+        return out.get()
     # the table wider than `width` rather than cut, if even its core columns need more
     txt = ''.join(render(r, max(width, getattr(r, 'min_width', None) or 0)) for r in self._text(width, plain=True))
     return '\n'.join(l.rstrip() for l in txt.splitlines())
@@ -382,17 +449,18 @@ def _html_section(sec:Section) -> str:
 # %% ../nbs/05_report.ipynb #b0cb069e
 def _html_report(rep:ProfileReport) -> str:
     "The report as one HTML block for Jupyter"
-    r,v,cols = rep.results,rep._values(),rep.columns[3:]
+    r,L = rep.results,rep._layout()
+    cols = L.columns[3:]
     pct = r['Percent of Total'].tolist() if 'Percent of Total' in r else None
     head = ('<th class="fp-name" aria-label="Phase / Action / Step"></th>'
             + ''.join(f'<th>{_esc(col_label(c)).replace(" ", "&nbsp;")}</th>' for c in cols))
     groups = []
-    for l in _outline(r):
+    for l in L.outline:
         if l.i is None:
             groups.append([f'<tr class="fp-phase"><th colspan="{len(cols)+1}" scope="rowgroup">{_esc(l.name)}</th></tr>'])
             continue
-        tds = ''.join(f'<td class="fp-pct{" fp-hot" if pct[l.i] >= HOT_SHARE and not l.total else ""}">{_html_value(v.iat[l.i, k])}{_html_bar(pct[l.i])}</td>'
-                      if c == 'Percent of Total' else f'<td>{_html_value(v.iat[l.i, k])}</td>' for k,c in enumerate(cols))
+        tds = ''.join(f'<td class="fp-pct{" fp-hot" if pct[l.i] >= HOT_SHARE and not l.total else ""}">{_html_value(L.cells[c][l.i])}{_html_bar(pct[l.i])}</td>'
+                      if c == 'Percent of Total' else f'<td>{_html_value(L.cells[c][l.i])}</td>' for c in cols)
         groups[-1].append(f'<tr class="fp-l{l.level}{" fp-total" if l.total else ""}">'
                           f'<td class="fp-name fp-l{l.level}">{_esc(l.name)}</td>{tds}</tr>')
     body = ''.join(f'<tbody class="fp-group">{"".join(g)}</tbody>' for g in groups)
@@ -413,7 +481,8 @@ def atomic_write(path, write, binary:bool=False) -> Path:
     "Call `write(f)` on a temporary file beside `path`, then rename it over `path`; create the folder"
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd,tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    # the temporary name starts like the file's, short enough for a file name that is at the file system's limit
+    fd,tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name[:32]}.', suffix='.tmp')
     try:
         with os.fdopen(fd, 'wb' if binary else 'w', **({} if binary else dict(newline='', encoding='utf-8'))) as f: write(f)
         os.chmod(tmp, _default_mode())  # mkstemp makes files private (0600); give the usual permissions

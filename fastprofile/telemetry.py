@@ -16,7 +16,7 @@ import torch
 from fastcore.basics import patch
 from .checks import check_choice, check_number
 from .core import Facts, Probe, guarded, strict_mode
-from .record import Slot
+from .record import Slot, Row
 from .session import train_device
 
 # %% auto #0
@@ -38,8 +38,8 @@ class Where(IntEnum):
     "Where the main process is when a sample is taken: a row of a phase, outside the phases of a fit, nested in a fit (a `validate()` from a callback), or between the fits of the call"
     TRAIN_DRAW=0; TRAIN_BATCH=1; TRAIN_OTHER=2; VALID_DRAW=3; VALID_BATCH=4; VALID_OTHER=5; FIT_OTHER=6; NESTED=7; CALL_OTHER=8
 
-ROWS = (('train','draw'),('train','batch'),('train','other'),('valid','draw'),('valid','batch'),('valid','other'),
-        ('fit','other'),('fit','nested'),('call','other'))  # (phase, action) of each `Where`, as the report names its rows
+ROWS = (Row('train','draw'), Row('train','batch'), Row('train','other'), Row('valid','draw'), Row('valid','batch'), Row('valid','other'),
+        Row('fit','other'), Row('fit','nested'), Row('call','other'))  # the report's `Row` of each `Where` (the last two are telemetry's own)
 
 # %% ../nbs/16c_telemetry.ipynb #8d1316ae
 def where(rec, nested=None) -> tuple:
@@ -98,7 +98,7 @@ class Telemetry:
 @patch
 def gpu(self:Telemetry, phase:str|None=None, action:str|None=None) -> GpuReading|None:
     "Mean GPU readings over the samples taken in `phase` (None: all) and its `action` (None: all of the phase); None without any"
-    sel = [w for w,(p,a) in zip(Where, ROWS) if (phase is None or p == phase) and (action is None or a == action)]
+    sel = [w for w,r in zip(Where, ROWS) if (phase is None or r.phase == phase) and (action is None or r.action == action)]
     s,c = self.gpu_sums[sel].sum(0),self.gpu_counts[sel].sum(0)
     n = int(c.max()) if len(c) else 0
     if not n: return None
@@ -110,7 +110,7 @@ def cpu(self:Telemetry, phase:str, action:str|None=None) -> float|None:
     "CPU cores the process kept busy (CPU seconds per wall second) in `phase`, read at its boundaries, or in its `action` (the sampler's whole intervals); None where nothing was measured"
     if action is None: c,w = self.phases.get(phase, (0., 0.))
     else:
-        sel = [w for w,r in zip(Where, ROWS) if r == (phase, action)]
+        sel = [w for w,r in zip(Where, ROWS) if r == Row(phase, action)]
         c,w = self.cpu_rows[sel].sum(0) if sel else (0., 0.)
     return float(c/w) if w > 0 else None
 
@@ -132,7 +132,7 @@ def frame(self:Telemetry) -> pd.DataFrame:
     r = np.zeros((0, 9)) if self.recent is None or not len(self.recent) else self.recent
     df = pd.DataFrame(r, columns=['time','where',*GPU_FIELDS,'reasons','cpu'])
     w = df.pop('where').astype(int)
-    df.insert(1, 'phase', [ROWS[i][0] for i in w]); df.insert(2, 'action', [ROWS[i][1] for i in w])
+    df.insert(1, 'phase', [ROWS[i].phase for i in w]); df.insert(2, 'action', [ROWS[i].action for i in w])
     return df
 
 # %% ../nbs/16c_telemetry.ipynb #176b3365

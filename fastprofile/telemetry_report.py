@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numpy as np
 from .core import ProfileResult
+from .record import Row
 from .report import Section, fmt_time, fmt_pct
 from .telemetry import Telemetry, Where, ROWS, GPU_FIELDS, THROTTLED_CLOCK
 from .diagnosis import THROTTLE_FINDING
@@ -38,14 +39,14 @@ def own_record(result):
 
 def data_samples(rec) -> int:
     "Samples of data the call's phases went through (train and valid)"
-    return int(rec.samples[('fit','train')] + rec.samples[('fit','valid')])
+    return int(rec.samples[Row('fit','train')] + rec.samples[Row('fit','valid')])
 
 # %% ../nbs/16e_telemetry_report.ipynb #7cd1c3f7
-def _label(w:Where) -> str: return ' '.join(ROWS[w])
+def _label(w:Where) -> str: return str(ROWS[w])
 
 def gpu_lines(tel:Telemetry) -> list:
     "The GPU's readings per row and per phase, as text lines (none without readings)"
-    rows = [(w, tel.gpu(*ROWS[w])) for w in Where]
+    rows = [(w, tel.gpu(ROWS[w].phase, ROWS[w].action)) for w in Where]
     rows = [(w, g) for w,g in rows if g is not None]
     if not rows: return []
     per = tel.cost/tel.samples if tel.samples else math.nan
@@ -91,7 +92,7 @@ def cpu_line(tel:Telemetry, cpus:int|None) -> str|None:
     share = lambda c: f" ({fmt_pct(100*c/cpus)} of {cpus} CPUs)" if cpus else ''
     line = "CPU (this process, user + system time over wall time): " + ', '.join(f"{p} {fmt_cores(c)}{share(c)}" for p,c in ph)
     if not tel.sampled: return line + " (per row, `draw` and `batch` apart: `telemetry=True`)."
-    rows = [(w, tel.cpu(*ROWS[w])) for w in Where if ROWS[w][0] in ('train','valid')]
+    rows = [(w, tel.cpu(ROWS[w].phase, ROWS[w].action)) for w in Where if ROWS[w].phase in ('train','valid')]
     got = [f"{_label(w)} {fmt_cores(c)}" for w,c in rows if c is not None]
     if got: line += "; per row, over the sampler's intervals that lie inside one span of it: " + ', '.join(got)
     if tel.cpu('train','draw') is None or tel.cpu('train','batch') is None:
@@ -123,7 +124,7 @@ def telemetry_summary(result:ProfileResult) -> dict:
     "The call's telemetry as plain numbers: GPU utilization (%), power (W) and SM clock (MHz) per phase and row, energy (J), throttling, CPU cores per phase and row; {} when it was off"
     tel = _telemetry(result)
     if tel is None: return {}
-    keys = [(p, None) for p in ('train','valid')] + [ROWS[w] for w in Where]
+    keys = [(p, None) for p in ('train','valid')] + [(r.phase, r.action) for r in ROWS]
     name = lambda p,a: p if a is None else f"{p}_{a}"
     gpu = {name(p,a):g for p,a in keys if (g := tel.gpu(p, a)) is not None}
     val = lambda f: {k:getattr(g, f) for k,g in gpu.items() if not math.isnan(getattr(g, f))}

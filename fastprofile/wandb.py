@@ -9,6 +9,7 @@ from __future__ import annotations
 import math, sys, warnings
 import pandas as pd
 from fastai.basics import *
+from .record import result_rows
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
 from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
 from .telemetry_report import TelemetryWindow, telemetry_fit_scalars
@@ -25,10 +26,11 @@ def _wandb_callback(learn):
 def wandb_summary(results:pd.DataFrame) -> dict:
     "Summary values per row of `results`: `simple_profile/{phase}_{action}[_{step}]/{stat}`"
     res = {}
-    for r in results.itertuples(index=False):
-        k = f"simple_profile/{r.Phase}_{r.Action}" + (f"_{r.Step}" if r.Step else '')
-        vals = {'mean_duration_s': r[3], 'total_time_s': r[7], 'percent_of_total': r[8], 'calls': int(r[5]), 'samples_per_second': r[6]}
-        res.update({f'{k}/{n}':float(v) if n != 'calls' else v for n,v in vals.items() if not (isinstance(v, float) and math.isnan(v))})
+    for r in result_rows(results):
+        k = 'simple_profile/' + '_'.join(x for x in r.row if x)
+        vals = {'mean_duration_s': r.mean, 'total_time_s': r.total, 'percent_of_total': r.percent, 'calls': r.calls,
+                'samples_per_second': r.samples_per_s}
+        res.update({f'{k}/{n}':v for n,v in vals.items() if not math.isnan(v)})
     return res
 
 # %% ../nbs/12_wandb.ipynb #d1077038

@@ -9,7 +9,7 @@ from fastai.basics import *
 from fastai.distributed import *
 from fastai.test_utils import RegModel
 import fastprofile.core, fastprofile.learner  # `Learner.profile`
-from fastprofile.record import ProfileRecord
+from fastprofile.record import ProfileRecord, Row
 from fastprofile.distributed import MergedRecord, fix_cpu_broadcast, distributed_world, save_merged_trace
 
 class SlowDataset(Dataset):
@@ -101,10 +101,10 @@ def main():
                 report=res.report.plain(width=1000), device=str(next(learn.model.parameters()).device))  # wide: one line per note
     if isinstance(rec, MergedRecord):
         info.update(ranks=[p.rank for p in rec.ranks], offsets=[p.offset for p in rec.ranks],
-                    stragglers=rec.stragglers, calls=int(rec.stats[('train','draw')].n),
-                    rank_calls=[int(p.record.stats[('train','draw')].n) for p in rec.ranks],
-                    rank_samples=[int(p.record.samples[('fit','train')]) for p in rec.ranks],
-                    samples=int(rec.samples[('fit','train')]),
+                    stragglers=rec.stragglers, calls=int(rec.stats[Row('train','draw')].n),
+                    rank_calls=[int(p.record.stats[Row('train','draw')].n) for p in rec.ranks],
+                    rank_samples=[int(p.record.samples[Row('fit','train')]) for p in rec.ranks],
+                    samples=int(rec.samples[Row('fit','train')]),
                     telemetry_samples=[getattr(p.record.telemetry, 'samples', None) for p in rec.ranks])
         spread = res.section('Distributed')
         if spread is not None: spread.to_csv(a.out/'spread.csv', index=False)

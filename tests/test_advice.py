@@ -9,6 +9,7 @@ from fastai.test_utils import RegModel
 from fastprofile.learner import *
 from fastprofile.breakdown import TimedPipeline, _SWITCHED
 from fastprofile.advice import check_advice, preserved
+from fastprofile.record import Row
 from fastprofile.session import Session
 
 class Items(torch.utils.data.Dataset):
@@ -171,7 +172,7 @@ def test_the_users_armed_profile_still_profiles_the_next_fit():
     with pytest.raises(NoProfileError): learn.simple_profile  # the windows' profiles are gone
     learn.fit(1)
     rec = learn.simple_profile_record
-    assert len(rec.stages) == 1 and rec.stats[('train','batch')].n == 12 - 1  # the user's fit, warm-up batch aside
+    assert len(rec.stages) == 1 and rec.stats[Row('train','batch')].n == 12 - 1  # the user's fit, warm-up batch aside
     assert Session.of(learn) is None and not any(type(cb).__name__.startswith('SimpleProfiler') for cb in learn.cbs)
 
 def test_saving_callbacks_sit_the_windows_out(tmp_path):

@@ -4,7 +4,7 @@ trained or written, the learner is unchanged, and a plain `learn.fit` works righ
 
 One table, one row per bad input. Each row: an id, the call (a function of the `Env` below), the exception type and the
 text the message must hold (the parameter's name, and where it reads naturally the value given)."""
-import os, sys, subprocess, traceback
+import os, sys, subprocess, traceback, warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -49,6 +49,9 @@ ROWS = [
     bad('profile-csv-dotdot', lambda e: e.learn.profile(save_csv=True, csv_name='..'), ValueError, '`csv_name`', "'..'"),
     bad('profile-csv-under-file', lambda e: e.learn.profile(save_csv=True, csv_name=p(e, 'file', 'r.csv')), ValueError, '`csv_name`', 'is a file'),
     bad('profile-csv-folder', lambda e: e.learn.profile(save_csv=True, csv_name=e.tmp), ValueError, '`csv_name`', 'a folder'),
+    bad('profile-csv-name-too-long', lambda e: e.learn.profile(save_csv=True, csv_name='x'*300 + '.csv'), ValueError, '`csv_name`', 'PC_NAME_MAX', '304 bytes'),
+    bad('profile-csv-folder-name-too-long', lambda e: e.learn.profile(save_csv=True, csv_name=p(e, 'd'*300, 'r.csv')), ValueError, '`csv_name`', 'PC_NAME_MAX'),
+    bad('profile-csv-path-too-long', lambda e: e.learn.profile(save_csv=True, csv_name='a/'*2100 + 'r.csv'), ValueError, '`csv_name`', 'PC_PATH_MAX'),
     bad('profile-csv-without-save', lambda e: e.learn.profile(csv_name='r.csv'), ValueError, '`csv_name`', 'save_csv=True'),
     bad('profile-breakdown-str', lambda e: e.learn.profile(breakdown='yes'), TypeError, '`breakdown`', "'yes'"),
     bad('profile-rank-csv-int', lambda e: e.learn.profile(rank_csv=1), TypeError, '`rank_csv`'),
@@ -144,6 +147,7 @@ ROWS = [
     bad('plots-path-gif', lambda e: save_plots(e.learn, p(e, 'p.gif')), ValueError, '`path`', '.png'),
     bad('plots-path-under-file', lambda e: save_plots(e.learn, p(e, 'file', 'p.png')), ValueError, '`path`', 'is a file'),
     bad('plots-path-folder', lambda e: save_plots(e.learn, e.tmp), ValueError, '`path`', 'a folder'),
+    bad('plots-path-name-too-long', lambda e: save_plots(e.learn, p(e, 'p'*300 + '.png')), ValueError, '`path`', 'PC_NAME_MAX'),
     bad('plots-last-0', lambda e: save_plots(e.learn, p(e, 'p.png'), last=0), ValueError, '`last`', '0'),
     bad('plots-last-neg', lambda e: save_plots(e.learn, p(e, 'p.png'), last=-5), ValueError, '`last`', '-5'),
     bad('plots-last-str', lambda e: save_plots(e.learn, p(e, 'p.png'), last='all'), TypeError, '`last`', "'all'"),
@@ -162,6 +166,7 @@ ROWS = [
     bad('trace-path-none', lambda e: save_trace(e.learn, None), TypeError, '`path`', 'None'),
     bad('trace-path-under-file', lambda e: save_trace(e.learn, p(e, 'file', 't.json')), ValueError, '`path`', 'is a file'),
     bad('trace-path-folder', lambda e: save_trace(e.learn, e.tmp), ValueError, '`path`', 'a folder'),
+    bad('trace-path-name-too-long', lambda e: save_trace(e.learn, p(e, 't'*300 + '.json')), ValueError, '`path`', 'PC_NAME_MAX'),
     bad('trace-src-int', lambda e: save_trace(3, p(e, 't.json')), TypeError, '`src`', 'int'),
     bad('trace-src-unprofiled', lambda e: save_trace(e.fresh, p(e, 't.json')), NoProfileError, 'learn.profile()'),
     bad('chrome-trace-rank-float', lambda e: chrome_trace(e.learn, rank=1.5), TypeError, '`rank`', '1.5'),
@@ -205,6 +210,7 @@ ROWS = [
     bad('demo-device-int', lambda e: make_demo_learner(device=0), TypeError, '`device`', '0'),
     *([bad('demo-device-cuda-cpu', lambda e: make_demo_learner(device='cuda'), ValueError, '`device', "'cuda'", '0 CUDA device')] if CPU_ONLY else []),
     bad('demo-path-file', lambda e: make_demo_learner(path=p(e, 'file')), ValueError, '`path`', 'file'),
+    bad('demo-path-name-too-long', lambda e: make_demo_learner(path=p(e, 'd'*300)), ValueError, '`path`', 'PC_NAME_MAX'),
     bad('demo-path-int', lambda e: make_demo_learner(path=3), TypeError, '`path`', '3'),
     # ---- the CLI (`fastprofile demo ...`, the console script) ----
     bad('cli-epochs-0', cli('demo', '--epochs', '0'), _CliRefusal, '--epochs', '0'),
@@ -216,6 +222,7 @@ ROWS = [
     *([bad('cli-device-cuda-cpu', cli('demo', '--device', 'cuda'), _CliRefusal, '--device', 'cuda')] if CPU_ONLY else []),
     bad('cli-csv-under-file', cli('demo', '--csv', '{tmp}/file/r.csv'), _CliRefusal, '--csv', 'is a file'),
     bad('cli-csv-missing-folder', cli('demo', '--csv', '{tmp}/missing/r.csv'), _CliRefusal, '--csv', 'does not exist'),
+    bad('cli-csv-name-too-long', cli('demo', '--csv', '{tmp}/' + 'c'*300 + '.csv'), _CliRefusal, '--csv', 'PC_NAME_MAX'),
     bad('cli-plot-gif', cli('demo', '--plot', '{tmp}/p.gif'), _CliRefusal, '--plot', '.png'),
     bad('cli-trace-txt', cli('demo', '--trace', '{tmp}/t.txt'), _CliRefusal, '--trace', '.json'),
     bad('cli-trace-folder', cli('demo', '--trace', '{tmp}'), _CliRefusal, '--trace', 'a folder'),
@@ -278,3 +285,13 @@ def test_bad_input_is_refused_at_the_call(env, row, tmp_path):
     for l,b in zip(learners, before): _same(b, _state(l))
     _plain_fit_works(env.learn)
     if 'fresh' in row.call.__code__.co_names: _plain_fit_works(env.fresh)
+
+def test_a_name_at_the_file_systems_limit_is_written(tmp_path):
+    "The length check is exact: a CSV name of PC_NAME_MAX bytes is taken and saved (its temporary file's name stays shorter)"
+    n = os.pathconf(tmp_path, 'PC_NAME_MAX')
+    learn = synth_learner(n_trn=4, n_val=1, path=tmp_path)
+    name = 'x'*(n - 4) + '.csv'
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # a failed save only warns: make it fail the test
+        learn.profile(save_csv=True, csv_name=name, show_report=False, logger_callback=None).fit(1)
+    assert [f.name for f in tmp_path.iterdir()] == [name]

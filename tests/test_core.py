@@ -11,6 +11,7 @@ from fastprofile.all import *
 from fastprofile.session import Session, _ProfiledMethod
 from fastprofile.prefetch import LoggingOps
 from fastprofile.testing import FakeClock, drive_record
+from fastprofile.record import Row
 import fastprofile.callback as fcb
 
 def _noreport(learn, **kw):
@@ -360,7 +361,7 @@ def test_record_memory_bounded():
         assert len(rec._queue) < rec.fold_every and len(rec.epochs) <= 1
         return size, rec
     (small,_),(big,rec) = held(1_000),held(100_000)
-    assert rec.stats[('train','draw')].n == 100_000-1
+    assert rec.stats[Row('train','draw')].n == 100_000-1
     assert big <= small*1.05 + 16_384, (small, big)
 
 def test_report_says_prefetch_was_active():

@@ -7,6 +7,7 @@ from fastai.callback.all import *
 from fastai.data.core import TfmdDL
 from fastprofile.learner import *
 from fastprofile.core import Facts, LoadTime
+from fastprofile.record import Row
 from fastprofile.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN
 from fastprofile.advice import check_advice
 from fastprofile.efficiency_report import diagnosis_with_efficiency
@@ -161,7 +162,7 @@ def test_gpu_bound_is_compute_not_callbacks():
     rec.start_stage(); rec.start_epoch(0)
     drive_gpu_batches(rec, clock, fs, n=40, host=.0003)  # 0.3 ms launches per phase; 20+1+30 ms of GPU compute, 5.5 ms optimizer
     rec.end_epoch(); rec.end_stage(); rec.close()
-    assert rec.stats[('train','batch_other')].mean > .040       # the wall clock alone puts the GPU time in `other`
+    assert rec.stats[Row('train','batch','other')].mean > .040       # the wall clock alone puts the GPU time in `other`
     d = diagnose(rec, Facts(device='cuda:0', num_workers=4, loading={'train':LoadTime(.02, .018, 40, 4)}))
     assert d.verdict == 'compute' and 'to_fp16()' in d.knob, d
     assert d.shares['callbacks'] < 5 and d.shares['compute'] > 75, d.shares
@@ -225,7 +226,7 @@ def test_pipeline_model_on_measured_runs(workers):
     assert lt.workers == workers and 8*.003 <= lt.seconds < 8*.003*3 and lt.cpu_seconds < .5*lt.seconds, lt  # a sleep: no CPU
     ph = d.numbers['phases']['train']
     rec = learn.simple_profile_record
-    measured = rec.stats[('train','draw')].mean + rec.stats[('train','batch')].mean
+    measured = rec.stats[Row('train','draw')].mean + rec.stats[Row('train','batch')].mean
     assert math.isclose(ph['step'], measured, rel_tol=1e-6)
     assert ph['load_timed'] and ph['loader_bound'] == (workers > 0)  # 24 ms of loading over 1 or 2 workers > ~6 ms of main
     if workers: assert math.isclose(ph['load'], workers*ph['step'])  # loader-bound: the workers' pace is the step

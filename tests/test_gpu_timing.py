@@ -8,6 +8,7 @@ from fastai.test_utils import synth_learner
 from fastprofile.all import *
 from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
 from fastprofile.gpu_timing import GpuProfileRecord, resolve_timing
+from fastprofile.record import Row
 from fastprofile.callback import train_device
 
 def _report(rec, sections=()) -> str:
@@ -95,7 +96,7 @@ def test_events_mode_end_to_end_in_a_real_fit(monkeypatch, tmp_path):
         w,g = r.loc[k,'Mean Duration'],r.loc[k,'GPU Mean Duration']
         assert abs(g - w) <= 0.2*w + 20e-6, (k, w, g)            # events read right after each wall mark
     assert r.loc[('train','batch','backward'),'Number of Calls'] == 2*299
-    assert rec.gpu_stats[('train','backward')].n == 2*299
+    assert rec.gpu_stats[Row('train','batch','backward')].n == 2*299
     assert 'CUDA events' in learn.simple_profile_report.plain() and 'GPU idle' in learn.simple_profile_report.plain()
     csv = pd.read_csv(tmp_path/'simple_profile.csv')
     assert 'GPU Mean Duration' in csv.columns
@@ -114,7 +115,7 @@ def test_events_mode_fine_tune_is_one_call(monkeypatch):
     rec = learn.simple_profile_record
     assert isinstance(rec, GpuProfileRecord) and [s.epochs for s in rec.stages] == [1, 1]
     assert learn.count_events.at_end == rec.pool.n_events + 4*13    # one pool for the call, the calibration once (4 rows)
-    assert rec.gpu_stats[('train','forward')].n == 2*19
+    assert rec.gpu_stats[Row('train','batch','forward')].n == 2*19
 
 def test_events_record_keeps_its_timing_when_pickled_or_gathered():
     "`learn.export()` and the DDP gather send `state()`: the record read back still says its GPU times came from CUDA events"
@@ -142,8 +143,8 @@ def test_pool_is_bounded_and_resolves_everything():
     rec = GpuProfileRecord(make_event=mk, clock=clock, pool_batches=5, warmup=0, fold_every=7)
     rec.start_stage(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=300); rec.close()
     assert len(made) == 5*13
-    assert rec.gpu_stats[('train','backward')].n == 300
-    assert abs(rec.gpu_stats[('train','backward')].mean - 0.030) < 1e-9
+    assert rec.gpu_stats[Row('train','batch','backward')].n == 300
+    assert abs(rec.gpu_stats[Row('train','batch','backward')].mean - 0.030) < 1e-9
     r = rec.recent()
     assert 'backward_gpu' in r and abs(r.backward_gpu.iloc[-1] - 0.030) < 1e-9
 
@@ -185,7 +186,7 @@ def test_events_cost_under_one_percent():
         learn.profile(timing=mode, show_report=False, logger_callback=None).fit(1)
         rec = learn.simple_profile_record
         ovh[mode] = rec.overhead_per_batch
-    step = rec.stats[('train','draw')].mean + rec.stats[('train','batch')].mean
+    step = rec.stats[Row('train','draw')].mean + rec.stats[Row('train','batch')].mean
     assert step > sum(WANT.values())/1e3*0.9, step
     assert ovh['events'] - ovh['wall'] < 0.01*step, (ovh, step)
 

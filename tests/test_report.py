@@ -1,12 +1,15 @@
-"""The Jupyter report as a person sees it: headless Chromium renders it inside JupyterLab's output styles, light and dark.
+"""The Jupyter report as a person sees it: headless Chromium renders it inside JupyterLab's output styles, light and dark;
+and the terminal's table, rendered by the report itself, exactly as rich's `Table` renders it.
 
 `python tests/test_report.py docs/img/report.png [width]` renders the README's screenshot from a real fit (`fastprofile.demo`)."""
-import html, json, re, shutil, subprocess, sys, tempfile
+import html, io, json, re, shutil, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np, pytest
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
 from fastprofile.report import col_label
+from rich.console import Console
+from rich.text import Text
 
 CHROMIUM = next((c for c in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(c)), None)
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason='needs chromium (apt-get install chromium)')
@@ -194,6 +197,48 @@ def test_piped_output_keeps_the_core_columns(reports, tmp_path):
     assert left and set(left) <= {'P50','P90','P99','Min','Max','GPU Mean','GPU Total','FLOP/s'}, (shown, left)
     assert f"Left out to fit 80 columns: {', '.join(left)} (" in ' '.join(out.split())   # (a note may wrap)
     assert any(l.startswith('    backward') for l in lines) and 'Diagnosis:' in out
+
+class _AsciiIO(io.StringIO):
+    encoding = 'ascii'  # a console that cannot write box-drawing characters: rich swaps the table's rules for ASCII ones
+
+CONSOLES = {'truecolor': dict(force_terminal=True, color_system='truecolor'), 'standard': dict(force_terminal=True, color_system='standard'),
+            'pipe': dict(color_system=None), 'ascii': dict(force_terminal=True, color_system='256', file=_AsciiIO()),
+            'windows': dict(force_terminal=True, color_system='windows', legacy_windows=True)}
+
+def _segments(renderable, width:int, **kw) -> list:
+    con = Console(**{'file': io.StringIO(), **kw}, width=width)
+    return list(con.render(renderable, con.options))
+
+def _odd(rep):
+    "`rep` with names rich reads as markup and an emoji code: its table is left to rich's `Table`"
+    res = rep.results.copy()
+    res['Step'] = res['Step'].where(res['Step'] == '', '[bold]x[/bold] :smile:')
+    return ProfileReport(res, rep.notes, rep.sections)
+
+@pytest.mark.parametrize('plain', [False, True])
+@pytest.mark.parametrize('console', list(CONSOLES))
+def test_the_table_renders_as_richs_table(reports, plain, console):
+    "The report's table gives exactly the segments of rich's `Table` (its renderer before), at every width, in every console"
+    for rep in (*reports, _odd(reports[0])):
+        for w in (20, 45, 60, 80, 100, 120, 160, 250):
+            t = rep._text(w, plain)[1]
+            assert _segments(t, w, **CONSOLES[console]) == _segments(t.table(), w, **CONSOLES[console]), (console, w)
+    # the report's own renderer ran where the table fits and its cells are plain text; rich's `Table` where they are not
+    assert reports[0]._text(250, plain)[1].fast and reports[0]._text(250, plain)[1].width <= 250
+    assert not _odd(reports[0])._text(250, plain)[1].fast
+
+def test_piped_report_is_its_plain_text(reports):
+    "Into a pipe the report is `plain(width)` as rich prints it as one `Text` (its renderer before), wide characters and tabs too"
+    res = reports[0].results.copy()
+    res['Step'] = res['Step'].where(res['Step'] == '', '前向き計算')  # two cells a character: rich may wrap these lines
+    odd = ProfileReport(res, reports[0].notes, [Section('Tabs', ['a\tb', 'a plain line'])])
+    for rep in (*reports, odd):
+        for w in (40, 80, 120, 200):
+            p = rep.plain(w)
+            if max(map(len, p.splitlines())) > w: continue  # not even the core columns fit: the table folds instead
+            got,want = Console(file=io.StringIO(), width=w),Console(file=io.StringIO(), width=w)
+            got.print(rep); want.print(Text(p))
+            assert got.file.getvalue() == want.file.getvalue(), w
 
 if __name__ == '__main__':  # the README's screenshot: a page wide enough to show every column (at 960 px the last ones scroll)
     from fastprofile.demo import make_demo_learner
