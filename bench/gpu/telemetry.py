@@ -30,9 +30,11 @@ def phases(cfg:dict, device, res:Results):
     dls = pool_dls(tensor_pool(2, (c['bs'], 8), pin=on_gpu), c['batches'], t_load=c['draw_ms']/1e3, device=device, n_valid=c['valid'])
     cycles = int(c['spin_ms']/2*spin_per_ms(device))  # half in the forward, half in the backward
     class Sync(Callback):
-        "The GPU's work ends with its batch: the next draw finds it idle"
+        "The GPU's work ends inside its batch (the host waits there, in `batch`): the next draw finds it idle"
         order = 2000
-        def after_batch(self): sync(device)
+        def after_step(self): sync(device)
+        def after_loss(self):
+            if not self.training: sync(device)
     learn = learner(dls, nn.Sequential(nn.Linear(8, 10), SpinLayer(cycles, cycles)).to(device), cbs=Sync())
     learn.profile(telemetry=True, telemetry_every=cfg['every'], show_report=False, logger_callback=None)
     t0 = time.perf_counter(); quiet_fit(learn); wall = time.perf_counter() - t0
