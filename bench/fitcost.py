@@ -6,7 +6,7 @@ fit, so that fixed costs show; its report has the demo's table (22 rows under th
 
 - (a) first fit of a process: each variant's first `learn.fit(1)` in a fresh process (plain fastai's too), variants
   interleaved per trial; the difference over the plain first fit of the same trial round. Once-per-process costs are
-  timed where they run (the pair's calibration `callback._calibrate`, the loader's transfer probe `breakdown._transfer_probe`).
+  timed where they run (the pair's calibration `callback._calibrate`, the loader's transfer probe `loads._transfer_probe`).
 - (b), (c) later fits: one process per trial, a warm-up fit of each variant, then rounds of plain, `show_report=False`,
   report shown in a terminal (rich, colour, `COLUMNS=120`) and into a pipe (no terminal: rich's default 80 columns), order
   rotated each round; each fit's difference over the plain fit of the same round.
@@ -31,7 +31,7 @@ VARIANTS = {  # name -> `learn.profile` options (None: plain fastai), where the 
     'none': None, 'quiet': dict(show_report=False), 'rich': dict(show_report=True), 'pipe': dict(show_report=True)}
 LABELS = {'quiet': '`learn.profile(show_report=False)`', 'rich': 'report shown in a terminal (rich, colour, 120 columns)',
           'pipe': 'report shown into a pipe (no terminal, 80 columns)'}
-ONCE = (('fastprofile.callback', '_calibrate'), ('fastprofile.breakdown', '_transfer_probe'))  # once-per-process costs, timed where they run
+ONCE = (('fastprofile.callback', '_calibrate'), ('fastprofile.loads', '_transfer_probe'))  # once-per-process costs, timed where they run
 ONCE_LABELS = {'_calibrate': "the pair's calibration", '_transfer_probe': "the loader's transfer probe"}
 TRIALS,ROUNDS,REPEATS = 5,15,15
 _CONSOLE_ENV = ('FORCE_COLOR','NO_COLOR','COLUMNS','LINES','TTY_COMPATIBLE','TTY_INTERACTIVE','COLORTERM','TERM','JUPYTER_COLUMNS')

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from fastai.basics import *
 from fastai.callback.tracker import TrackerCallback
+from fasttransform import Pipeline
+from .pipeline import transform_names
 from .checks import check_int, check_number, check_choice, check_type
 from .record import Row, PHASES
 from .report import fmt_time, fmt_pct
@@ -21,7 +23,7 @@ from .diagnosis import diagnose, Diagnosis
 from .learner import *
 
 # %% auto #0
-__all__ = ['SIDE_EFFECT_CBS', 'RESOURCES', 'preserved', 'AdviceCheck', 'check_advice']
+__all__ = ['SIDE_EFFECT_CBS', 'RESOURCES', 'preserved', 'AdviceCheck', 'BuiltInWorkers', 'move_to_workers', 'check_advice']
 
 # %% ../nbs/18_advice.ipynb #61dabb05
 def _loaders(learn) -> list:
@@ -168,7 +170,7 @@ def preserved(learn:Learner):
 # Callbacks that save, log or stop a run: `check_advice`'s short windows run without them
 SIDE_EFFECT_CBS = ('CSVLogger','WandbCallback','TensorBoardCallback','TensorBoardProjectorCallback','CometCallback',
                    'NeptuneCallback','AzureMLCallback','CaptumInterpretation')
-RESOURCES = ('input','copy','batch_tfms','compute','optimizer','callbacks','outside')
+RESOURCES = ('input','copy','batch_tfms','compute','optimizer','callbacks','outside','compile')
 
 class _Window(Callback):
     "Stop training after `n_train` batches and validation after `n_valid`"
@@ -201,6 +203,25 @@ class AdviceCheck:
         return (f"Change: {self.change}\nPredicted: {self.predicted:.2f}x  Measured: {self.measured:.2f}x "
                 f"({fmt_time(self.before)} -> {fmt_time(self.after)} per batch; prediction off by {fmt_pct(100*abs(self.error))})")
 
+# %% ../nbs/18_advice.ipynb #43e7990f
+class BuiltInWorkers:
+    "A loader's `create_batch` followed by one of its batch transforms: the transform runs where the batch is built (a worker)"
+    def __init__(self, dl, tfm, prev=None): self.dl,self.tfm,self.prev = dl,tfm,prev  # `prev`: a `create_batch` set on the loader
+    def __call__(self, b):
+        b = self.prev(b) if self.prev is not None else type(self.dl).create_batch(self.dl, b)
+        return self.tfm(b, split_idx=getattr(self.dl.after_batch, 'split_idx', None))
+    def __repr__(self): return f"create_batch, then {self.tfm!r}"
+
+def move_to_workers(dl, name:str) -> bool:
+    "Take the batch transform `name` (as the breakdown names it) out of loader `dl`'s `after_batch` and run it after `create_batch`, in the workers; False if `dl` has none"
+    ab = getattr(dl, 'after_batch', None)
+    if not isinstance(ab, Pipeline): return False
+    f = next((f for n,f in zip(transform_names(ab.fs), ab.fs) if n == name), None)
+    if f is None: return False
+    dl.after_batch = Pipeline([g for g in ab.fs if g is not f], split_idx=ab.split_idx)  # a new pipeline: the old one is left as it was
+    dl.create_batch = BuiltInWorkers(dl, f, dl.__dict__.get('create_batch'))
+    return True
+
 # %% ../nbs/18_advice.ipynb #d1db88c9
 def _run_window(learn, n_train, n_valid, lr):
     learn.add_cb(_Window(n_train, n_valid))
@@ -219,7 +240,10 @@ def _apply(learn, change):
             if hasattr(dl, 'fake_l'): dl.fake_l.num_workers = change['value']
     elif k == 'remove_callback': learn.remove_cbs([cb for cb in learn.cbs if type(cb).__name__ == change['name']])
     elif k == 'remove_metric': learn.metrics = [m for m in learn.metrics if getattr(m, 'name', None) != change['name']]
-    else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric'")
+    elif k == 'move_tfm':
+        for dl in _loaders(learn):
+            if move_to_workers(dl, change['name']) and hasattr(dl, 'fake_l'): dl.fake_l.num_workers = change['workers']
+    else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric', 'move_tfm'")
 
 def _finding(d, resource):
     "The first finding of the diagnosis `d` about `resource`"

@@ -11,115 +11,16 @@ from collections import defaultdict
 import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
-import fastai.data.load as _load
 from fasttransform import Pipeline
-from .patches import Patches
 from .session import ProbeCallback
 from .checks import check_bool
 from .costs import event_methods, stand_in, _phase
-from .prefetch import StagedLoader
+from .pipeline import TimedPipeline, draw_clock, _loaders
 from .stats import StreamingStats
 from .report import fmt_time
 
 # %% auto #0
-__all__ = ['TimedPipeline', 'draw_clock', 'BreakdownCallback', 'Breakdown']
-
-# %% ../nbs/08_breakdown.ipynb #ff177fe6
-_SWITCHED = ('after_batch','_device')  # what `TimedPipeline.on` changes on a loader's instance
-
-def _same(o): return o
-
-class TimedPipeline(Pipeline):
-    "A loader's `after_batch` preceded by its copy to the device, as in `DataLoader.__iter__`, timing each step into `sink`"
-    def __init__(self,
-        pipe, # The loader's `after_batch`: a fasttransform `Pipeline` (each transform timed) or any callable (run untimed)
-        sink, # Called as `sink(name, start, end)` after each step: 'copy', then each transform
-        clock=time.perf_counter, # Wall clock, in seconds (`draw_clock` for a loader on a GPU)
-        device=None, # Copy each batch to this device first: the loader's `device`, whose own copy `on()` switches off
-        loader=None, # The fastai `DataLoader` whose `after_batch` this is; None for a pipeline used on its own
-        patches:Patches|None=None, # The undo stack its stand-in goes through (a session's); default: one of its own
-    ):
-        self.pipe,self.sink,self.clock,self.device,self.loader = pipe,sink,clock,device,loader
-        self.patches = patches if patches is not None else Patches()
-        self._split,self._on,self._key,self._names = None,None,None,[]
-
-    # A `Pipeline` to fastai: `TfmdDL.before_iter` sets `split_idx` on the loader's pipelines (train-only
-    # transforms need it), and `dl.new()` takes its transforms; both reach the wrapped pipeline.
-    @property
-    def fs(self): return self.pipe.fs if isinstance(self.pipe, Pipeline) else L()
-    @fs.setter
-    def fs(self, v): self.pipe.fs = v
-    @property
-    def split_idx(self): return self.pipe.split_idx if isinstance(self.pipe, Pipeline) else self._split
-    @split_idx.setter
-    def split_idx(self, v):
-        if isinstance(self.pipe, Pipeline): self.pipe.split_idx = v
-        else: self._split = v
-    def __getattr__(self, k):
-        if k.startswith('__') or k in ('pipe','sink','clock','device','loader','patches','_split','_on','_key','_names'): raise AttributeError(k)
-        return getattr(self.pipe, k)
-    def __reduce__(self): return (_same, (self.pipe,))  # pickled (a loader sent to a worker): the wrapped pipeline
-    def __repr__(self): return f"Timed{self.pipe!r}" if isinstance(self.pipe, Pipeline) else f"TimedPipeline({self.pipe!r})"
-
-    def __call__(self, o):
-        "Copy `o` to the device (unless the loader copied it), then run each transform as `Pipeline.__call__` does"
-        try:
-            clock,sink = self.clock,self.sink
-            if self.device is not None and (self.loader is None or self.loader.device is None):
-                t0 = clock()
-                o = _load.to_device(o, self.device)  # what `DataLoader.__iter__` calls
-                sink('copy', t0, clock())
-            if not isinstance(self.pipe, Pipeline): return self.pipe(o)
-            split_idx = self.pipe.split_idx
-            for name,f in zip(self.names, self.pipe.fs):
-                t0 = clock()
-                o = f(o, split_idx=split_idx)
-                sink(name, t0, clock())
-            return o
-        finally: self.off()
-
-# %% ../nbs/08_breakdown.ipynb #918526ca
-@patch(as_prop=True)
-def names(self:TimedPipeline) -> list:
-    "A name per transform: its class, numbered when a class comes again (`Normalize`, `Normalize#2`)"
-    fs = self.fs
-    if self._key != (id(fs), len(fs)):
-        ns = [type(f).__name__ for f in fs]
-        self._names,self._key = [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)],(id(fs), len(fs))
-    return self._names
-
-@patch
-def on(self:TimedPipeline):
-    "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
-    if self.loader is None or self._on is not None: return
-    ps = self.patches
-    self._on = [ps.set(self.loader, 'after_batch', self)] + ([ps.set(self.loader, '_device', None)] if self.device is not None else [])
-
-@patch
-def off(self:TimedPipeline):
-    "Put the loader's `after_batch` and copy back as they were"
-    on,self._on = self._on,None
-    for p in reversed(on or []): self.patches.undo(p)
-
-# %% ../nbs/08_breakdown.ipynb #8e2e2869
-def draw_clock(device=None):
-    "Clock for the parts of `draw`: `perf_counter`, after a `torch.cuda.synchronize` when `device` is a CUDA device"
-    if device is None or torch.device(device).type != 'cuda': return time.perf_counter
-    dev = torch.device(device)
-    def synced(): torch.cuda.synchronize(dev); return time.perf_counter()
-    synced.__wrapped__ = time.perf_counter
-    return synced
-
-# %% ../nbs/08_breakdown.ipynb #cc9e4ea4
-def _loaders(dl) -> list:
-    "The fastai `DataLoader`s under `dl`, outermost first (through wrappers such as `DistributedDL`); none when `CudaPrefetchCallback` stages its batches"
-    out = []
-    for _ in range(8):
-        if isinstance(dl, StagedLoader): return []
-        if isinstance(dl, _load.DataLoader): out.append(dl)
-        dl = getattr(dl, '__dict__', {}).get('dl', None)
-        if dl is None: break
-    return out
+__all__ = ['BreakdownCallback', 'Breakdown']
 
 # %% ../nbs/08_breakdown.ipynb #2a3a5b3e
 class BreakdownCallback(ProbeCallback):

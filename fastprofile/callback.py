@@ -6,12 +6,13 @@ Docs: https://fastprofile.github.io/fastprofile/callback.html.md"""
 
 # %% ../nbs/07_callback.ipynb #dbb3569a
 from __future__ import annotations
-import sys, time, types
+import functools, sys, time, types
 from fastai.basics import *
 from .loop import *
 from .record import Slot
 from .core import Profile, ProfileOptions, Probe
 from .gpu_timing import make_record
+from .tokens import token_ids, pad_index, TokenCounter
 from .session import Session, train_device
 
 # %% auto #0
@@ -74,7 +75,9 @@ class SimpleProfilerCallback(_TableDispatch):
     def stage(self, s):
         "A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains on)"
         dev = train_device(self.learn)
-        self._bind(s.profile.start_stage(dev, overhead=lambda: pair_overhead(s.record.timing, dev)))
+        rec = s.profile.start_stage(dev)
+        rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)  # calibrated once per process, when first asked for
+        self._bind(rec)
 
     def phase(self, s): s.record.start_phase(s.phase)
     def end_stage(self, s): self._idle()
@@ -83,7 +86,7 @@ class SimpleProfilerCallback(_TableDispatch):
 class SimpleProfilerPostCallback(_TableDispatch):
     "Last at every event: marks where fastai's phases start, ends batches and epochs, and tells the session when a phase and a fit end"
     order,remove_on_fetch = 1000,True  # after Recorder (50), ProgressCallback (60), trackers
-    def __init__(self, profile:Profile): self.profile = profile; self._idle()
+    def __init__(self, profile:Profile): self.profile,self._tokens,self.token_phases = profile,None,{}; self._idle()
     def _idle(self):
         self._slots,self._handlers = {},dict(after_fit=self._after_fit)
         self._count_samples = self.profile.options.samples_per_second
@@ -93,7 +96,9 @@ class SimpleProfilerPostCallback(_TableDispatch):
         self._rec,self._mark,self._slots = rec,rec.mark,_POST_SLOTS
         self._log_every = self.profile.options.log_every if self.profile.sinks else 0
         self._on_batch,self._count_samples = self.profile.on_batch,self.profile.options.samples_per_second
-        self._handlers = dict(after_fit=self._after_fit, after_batch=self._after_batch, after_train=lambda: s.phase_ends(),
+        # a phase's first batch says whether its batches are token ids (`_first_batch`): one handler or the other from then on
+        after = self._first_batch if self._tokens is None else self._after_batch if self._tokens is False else self._after_token_batch
+        self._handlers = dict(after_fit=self._after_fit, after_batch=after, after_train=lambda: s.phase_ends(),
                               after_validate=lambda: s.phase_ends(), after_epoch=lambda: rec.end_epoch(self._bs()))
 
     def _bs(self) -> int:
@@ -110,15 +115,43 @@ class SimpleProfilerPostCallback(_TableDispatch):
         if self._log_every and rec.phase == 'train' and self.learn.train_iter % self._log_every == 0:
             self.profile.log_batch(self.learn.train_iter)
 
+    def _first_batch(self):
+        "A phase's first batch: are its batches token ids (a `TokenCounter` for the phase) or not; decided once per phase"
+        x = token_ids(self.learn.xb, getattr(self.learn, 'model', None)) if self._count_samples else None
+        self._tokens = False if x is None else TokenCounter(*pad_index(getattr(self.learn, 'dl', None)))
+        self._handlers['after_batch'] = h = self._after_batch if x is None else self._after_token_batch
+        h()
+
+    def _after_token_batch(self):
+        "`_after_batch` for batches of token ids: their tokens counted too (their pad tokens on sampled batches)"
+        rec,x = self._rec,self.learn.xb[0]
+        rec.mark(Slot.BATCH_END)
+        rec.add_tokens(x.numel())
+        rec.end_batch(x.shape[0])
+        self._tokens.add(x)
+        if self._on_batch is not None: self._on_batch()
+        if self._log_every and rec.phase == 'train' and self.learn.train_iter % self._log_every == 0:
+            self.profile.log_batch(self.learn.train_iter)
+
     def _after_fit(self):
         "Tell the session: a fit of the call ends (it then calls `end_stage`), or something nested in it"
         s = self.profile.session
         if s is not None: s.fit_ends()
 
-    def stage(self, s): self._bind(s.record)
+    def start(self, s): self.token_phases = {}
+    def stage(self, s): self._tokens = None; self._bind(s.record)
+    def phase(self, s):
+        "A phase starts: its first batch will say whether its batches are token ids"
+        self._tokens = None
+        if 'after_batch' in self._handlers: self._handlers['after_batch'] = self._first_batch
     def end_phase(self, s):
-        "The phase ends in the record (after an exception, the record's `close` ends it where the last batch ended)"
+        "The phase ends in the record (after an exception, the record's `close` ends it where the last batch ended); its tokens are read"
         if s.exc is None: s.record.end_phase(self._bs())
+        t,self._tokens = self._tokens,None
+        if t:
+            got,had = t.read(),self.token_phases.get(s.phase)
+            self.token_phases[s.phase] = got if had is None else had.merge(got)
+    def contribute(self, facts): facts.tokens = dict(self.token_phases)
     def end_stage(self, s):
         self._idle()
         if s.exc is None: s.profile.end_stage(self._bs())
@@ -152,6 +185,7 @@ def _calibrate(timing, device, n, k):
     fake = types.SimpleNamespace(xb=(torch.zeros(1),), training=True, train_iter=1)  # so `find_bs` costs what it will
     Session(fake, scratch)
     pre.learn = post.learn = fake
+    post._tokens = False  # batches of samples, as most are (token-id batches add a `numel` and a counter check)
     pre._bind(rec); post._bind(rec)
     call,clock = Learner._call_one,time.perf_counter
     pair,none = types.SimpleNamespace(cbs=L([pre, post])),types.SimpleNamespace(cbs=L())

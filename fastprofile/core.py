@@ -80,6 +80,9 @@ class Facts:
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
     flops:dict=field(default_factory=dict) # `Row` -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.efficiency_probe`)
     efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.efficiency.Efficiency`), if it was on
+    compile:object=None # What torch.compile cost in the call (`fastprofile.compiles.CompileStats`): None when nothing was compiled
+    layers:object=None # Each module's forward and backward self time on sampled batches (`fastprofile.layers.LayerTimes`), if timed
+    tokens:dict=field(default_factory=dict) # phase -> `fastprofile.tokens.TokenPhase`: the tokens and padding of token-id batches, if any
     telemetry:object=None # What `TelemetryProbe` measured (`fastprofile.telemetry.Telemetry`): GPU readings per row, energy, throttling, CPU utilization
     memory_snapshot:str|None=None # Where `memory_snapshot=True` wrote CUDA's allocator snapshot when the call ran out of memory
     extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
@@ -155,11 +158,12 @@ def _timing_note(rec) -> str:
     how = {'wall': "wall clock", 'sync': "wall clock, torch.cuda.synchronize() at each phase boundary (exact, but it stalls the GPU)",
            'events': "wall clock and CUDA events (the GPU columns; no per-batch sync)"}[rec.timing]
     nw = sum(rec.stats[Row(p,'warmup')].n for p in PHASES)
-    warm = ''
-    if rec.warmup and nw:
+    na,warm = sum(getattr(rec, 'n_apart', {}).values()),''
+    if (rec.warmup or na) and nw:
         tw = sum(rec.stats[Row(p,'warmup')].total for p in PHASES)
-        warm = (f" `warmup`: the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each phase "
-                f"({nw} in all, {fmt_time(tw)}), not in the per-batch rows.")
+        what = [f"the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each phase"] if rec.warmup else []
+        if na: what.append(f"{na} later batch{'es' if na > 1 else ''} that compiled (torch.compile)")
+        warm = f" `warmup`: {' and '.join(what)} ({nw} in all, {fmt_time(tw)}), not in the per-batch rows."
     return f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed phases (other callbacks, metrics, logging)."
 
 def _cost_note(result) -> str|None:
@@ -272,12 +276,12 @@ def _options(o): return ProfileOptions() if o is None else check_type('options',
 # %% ../nbs/06_core.ipynb #15ee6e49
 @patch
 def start_stage(self:Profile, device='cpu', overhead=None) -> ProfileRecord:
-    "A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started"
+    "A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started; `overhead`: the pair's cost per batch, or a function measuring it"
     t0 = self.clock()
     if self.record is None:
         o = self.options
         self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches, warmup=o.warmup)
-    if overhead is not None: self.record.overhead_per_batch = overhead() if callable(overhead) else overhead
+    if overhead is not None: self.record.overhead_per_batch = overhead  # a function: measured when first asked for
     self.own_cost += self.clock() - t0
     self.record.start_stage()
     return self.record

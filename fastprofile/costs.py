@@ -11,9 +11,11 @@ from collections import defaultdict
 import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
+from fasttransform import Pipeline
 from .checks import check_bool, check_int
 from .core import Probe, Facts
 from .report import fmt_time
+from .pipeline import TimedPipeline, draw_clock, _loaders
 
 # %% auto #0
 __all__ = ['BATCH_EVENTS', 'EPOCH_EVENTS', 'stand_in', 'metric_name', 'event_methods', 'SampledCosts', 'CostSampler']
@@ -84,6 +86,8 @@ class SampledCosts:
         self.costs = {}  # (phase, name, event) -> [seconds, calls] over the sampled batches
         self.batches = defaultdict(int)  # phase -> batches sampled
         self.epoch = {}  # (name, event) -> [seconds, calls]: events between batches, all of them
+        self.draw = {}  # phase -> {part: seconds}: the copy to the device and each `after_batch` transform, over the sampled batches
+        self.drawn = defaultdict(int)  # phase -> sampled batches whose draw was split
 
     def _add_sample(self, phase, sample):
         self.batches[phase] += 1
@@ -91,6 +95,16 @@ class SampledCosts:
             c = self.costs.get((phase,name,event))
             if c is None: self.costs[(phase,name,event)] = [dt, 1]
             else: c[0] += dt; c[1] += 1
+
+    def _add_draw(self, phase, parts):
+        self.drawn[phase] += 1
+        d = self.draw.setdefault(phase, {})
+        for k,v in parts.items(): d[k] = d.get(k, 0.) + v
+
+    def draw_parts(self, phase:str='train') -> dict:
+        "Mean seconds per sampled batch of `phase` of each part of `draw` run in the main process: `copy` (to the device) and each `after_batch` transform, by name"
+        n = self.drawn.get(phase, 0)
+        return {k:v/n for k,v in self.draw.get(phase, {}).items()} if n else {}
 
     def _add_epoch(self, name, event, dt):
         c = self.epoch.get((name,event))
@@ -112,6 +126,10 @@ class SampledCosts:
         out = [f"{r.name}.{r.event} ({r.phase}): {fmt_time(r.per_batch)} per batch ({self.batches[r.phase]} sampled)"
                for r in df[df.phase != 'fit'].head(n).itertuples()]
         out += [f"{r.name}.{r.event}: {fmt_time(r.total)} in all, {r.calls} calls" for r in df[df.phase == 'fit'].head(n).itertuples()]
+        for p in ('train','valid'):
+            parts = self.draw_parts(p)
+            if parts: out.append(f"{p} draw, in the main process: " + ', '.join(f"{k} {fmt_time(v)}" for k,v in parts.items())
+                                 + f" per batch ({self.drawn[p]} sampled)")
         return out
 
     def __repr__(self): return '\n'.join(self.lines()) or 'SampledCosts (empty)'
@@ -128,11 +146,11 @@ class CostSampler(Probe):
         check_int('warmup', warmup, 0); check_int('first', first, 0); check_int('every', every, 1)
         # `_learn`, not `learn`: fastai's WandbCallback logs the `__init__` arguments an object holds, recursively (the Profile holds this)
         self._learn,self.first,self.every,self._w = learn,first,every,max(warmup, 1)
-        self._stack,self._armed,self._patches,self._plan,self._plan_key = [],[],None,[],None
+        self._stack,self._armed,self._patches,self._plan,self._plan_key,self._pipes,self._parts = [],[],None,[],None,[],{}
         self.costs,self._sample,self._target,self._next,self._seen = SampledCosts(),{},None,self._w,set()
 
     def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every})"
-    def __getstate__(self): return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None}  # pickled with the learner
+    def __getstate__(self): return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None, '_pipes':[]}  # pickled with the learner
 
     # ---- the probe ----
     def start(self, s):
@@ -172,21 +190,43 @@ def _step(self:CostSampler, i:int):
 @patch
 def _begin(self:CostSampler, j:int):
     "Install the stand-ins for batch `j` of this phase"
-    self._target,self._sample = (self._learn.training, j),{}
+    self._target,self._sample,self._parts = (self._learn.training, j),{},{}
     self._armed = [self._patches.set(t.obj, t.attr, t) for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
+    self._pipes = self._draw_pipes()
+    for tp in self._pipes: tp.on()
 
 @patch
 def _drop(self:CostSampler):
     "Take the stand-ins of a sampled batch off"
     for p in self._armed: self._patches.undo(p)
-    self._armed,self._target = [],None
+    for tp in self._pipes: tp.off()  # a pipeline the draw did not run (the phase ended) comes off here
+    self._armed,self._target,self._pipes = [],None,[]
 
 @patch
 def _end(self:CostSampler, i:int):
     "Take the stand-ins off; keep the sample if batch `i` is the one they were for"
     training,j = self._target
+    split = bool(self._pipes)
     self._drop()
-    if i == j and self._learn.training == training: self.costs._add_sample('train' if training else 'valid', self._sample)
+    if i == j and self._learn.training == training:
+        self.costs._add_sample('train' if training else 'valid', self._sample)
+        if split: self.costs._add_draw('train' if training else 'valid', self._parts)
+
+# %% ../nbs/08a_costs.ipynb #7395b1aa
+@patch
+def _draw_pipes(self:CostSampler) -> list:
+    "A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each `after_batch` transform, timed at the next draw"
+    out = []
+    for i,dl in enumerate(_loaders(getattr(self._learn, 'dl', None))):
+        ab,dev = dl.after_batch,(dl.device if i == 0 else None)
+        if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
+        out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dev), device=dev, loader=dl, patches=self._patches))
+    return out
+
+@patch
+def _draw_part(self:CostSampler, name, t0, t1):
+    "Called by the timed pipelines: `t1-t0` seconds of `name` in the sampled batch's draw"
+    self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
 
 # %% ../nbs/08a_costs.ipynb #da0cd459
 @patch

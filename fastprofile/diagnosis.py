@@ -14,22 +14,25 @@ from .checks import check_int, check_type, check_items
 from .record import ProfileRecord, Row, STEPS, PHASES
 from .report import Section, fmt_time, fmt_pct
 from .core import Facts, ProfileResult
+from .tokens import tokens_line
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
            'THROTTLE_FINDING', 'HOST_BOUND', 'RULES', 'PhaseModel', 'Finding', 'Evidence', 'input_rule', 'copy_rule',
-           'batch_tfms_rule', 'optimizer_rule', 'compute_rule', 'callback_costs', 'callbacks_rule', 'outside_rule',
-           'throttle_rule', 'gpu_agreement', 'Diagnosis', 'diagnose', 'diagnosis_section']
+           'batch_tfms_rule', 'optimizer_rule', 'layers_lead', 'compute_rule', 'callback_costs', 'callbacks_rule',
+           'outside_rule', 'throttle_rule', 'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose',
+           'diagnosis_section']
 
 # %% ../nbs/09_diagnosis.ipynb #a5158f73
 CATEGORIES = {
     'input': 'input pipeline (waiting for the loader)',
     'copy': 'host-to-device copy',
-    'batch_tfms': 'GPU batch transforms',
+    'batch_tfms': 'batch transforms (`after_batch`, in the main process)',
     'compute': 'model compute',
     'optimizer': 'optimizer step',
     'callbacks': 'callbacks and metrics in the batch',
     'outside': 'time between batches (epoch-level callbacks, validation set-up, worker start-up)',
+    'compile': 'torch.compile compiling (dynamo + inductor)',
     'throttling': 'GPU clock throttling (power or thermal limits)',
 }
 HIGHLY_INPUT_BOUND,MODERATELY_INPUT_BOUND = 20.,5.  # % of the training step waiting for input (TF profiler)
@@ -52,7 +55,7 @@ class PhaseModel:
     loader_bound:bool  # the workers' pace sets the step
     load_timed:bool  # `L` was timed where batches are built
     gpu:bool=False  # the steps were timed with CUDA events
-    tfms:dict=field(default_factory=dict)  # batch transform -> seconds, when a breakdown split the draw
+    tfms:dict=field(default_factory=dict)  # `after_batch` transform -> seconds per batch, timed by a breakdown or on the sampled batches
     send:float=0.  # with no workers now: what sending a batch to the main process would add to a worker's `L`
     take:float=0.  # ... and taking it would add to the main process's `R` (measured on a copy of a batch)
 
@@ -86,10 +89,9 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
     cost = lambda a: max(mean(a), gpu(a))
     steps = [s.name for s in STEPS[p]]
     on_gpu = bool(gs) and any(gpu(s) > 0 for s in steps)
-    copy,tfms = 0.,{}
-    if facts.breakdown is not None:
-        parts = facts.breakdown.draw_parts(p)
-        copy,tfms = parts.get('copy', 0.),{k:v for k,v in parts.items() if k not in ('wait','copy')}
+    src = facts.breakdown if facts.breakdown is not None else facts.callback_costs  # the breakdown splits every draw; the sampler a few
+    parts = src.draw_parts(p) if hasattr(src, 'draw_parts') else {}
+    copy,tfms = parts.get('copy', 0.),{k:v for k,v in parts.items() if k not in ('wait','copy')}
     X = copy + sum(tfms.values())
     draw = mean('draw')
     inp = max(draw - X, 0.) + staged  # with CudaPrefetchCallback the next batch is drawn inside this one: input
@@ -242,16 +244,38 @@ def copy_rule(ev:Evidence) -> list:
     return [ev.finding('copy', "`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy overlaps compute.",
                        _overlapped, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'))]
 
+def _into_workers(ev:Evidence, slow:str) -> tuple:
+    "The workers to build batch transform `slow` in, and the step of each phase with it moved there (its time leaves the main process's work for the workers' build)"
+    ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
+    T = {p:ph.tfms.get(slow, 0.) for p,ph in ev.phases.items()}
+    W,cap = ph0.workers,max(ev.cpus, 1)
+    L,M = (ph0.load or 0.) + T[ph0.phase],ph0.receive + ph0.main - T[ph0.phase]
+    W2 = W if W >= cap else int(min(max(math.ceil(L/M) if M > 0 else cap, W, 1), cap))  # enough to keep up, at most the CPUs
+    return W2,lambda ph: ph.step_with(main=ph.main - T[ph.phase], load=(ph.load or 0.) + T[ph.phase], workers=W2)
+
 def batch_tfms_rule(ev:Evidence) -> list:
-    "The loader's batch transforms (split out by a breakdown): overlapped by `learn.prefetch()`, or a cheaper one"
+    "The loader's batch transforms (`after_batch`, in the main process; timed on the sampled batches or by a breakdown): on a CPU built in the workers, on a GPU overlapped by `learn.prefetch()`"
     tf = {}
     for ph in ev.phases.values():
         for k,v in ph.tfms.items(): tf[k] = tf.get(k, 0.) + ph.n*v
     if not tf or not any(tf.values()): return []
     slow = max(tf, key=tf.get)
-    return [ev.finding('batch_tfms', f"`{slow}` is the costliest batch transform ({fmt_time(tf[slow]/ev.batches)} per batch): "
-                       "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute.",
-                       _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms), change=dict(kind='prefetch'))]
+    if ev.facts.on_gpu:
+        return [ev.finding('batch_tfms', f"`{slow}` is the costliest batch transform ({fmt_time(tf[slow]/ev.batches)} per batch): "
+                           "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute; "
+                           "if it is CPU work, build it in the loader's workers instead (`item_tfms` or `before_batch`).",
+                           _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms), change=dict(kind='prefetch'))]
+    ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
+    W,(W2,after) = ph0.workers,_into_workers(ev, slow)
+    t = ph0.tfms.get(slow, 0.)
+    detail = (f"`{slow}` (the loader's `after_batch`, run in the main process) takes {fmt_time(t)} per training batch, "
+              f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step" +
+              (f"; the loader builds a batch in {fmt_time(ph0.load)}" if ph0.load is not None and ph0.load_timed else ''))
+    where = f"workers, with `num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs)" if W2 != W else f"{W} worker{'s' if W > 1 else ''}"
+    fix = (f"build `{slow}` in the loader's {where}: as an item transform (`item_tfms`, per item) or in `before_batch` "
+           "(on the list of items, before collation), not in `after_batch`, which fastai runs in the main process.")
+    return [ev.finding('batch_tfms', fix, after, lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), detail=detail,
+                       change=dict(kind='move_tfm', name=slow, workers=W2, before=W))]
 
 def optimizer_rule(ev:Evidence) -> list:
     "The optimizer step: a fused or foreach optimizer, fewer steps"
@@ -284,14 +308,26 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
     opts.append("or train on a GPU (`learn.dls.to('cuda'); learn.model.cuda()`), then `learn.to_fp16()`")
     return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit))
 
+def layers_lead(facts:Facts|None, n:int=2) -> str|None:
+    "The model's costliest layers in words, from `facts.layers` (`fastprofile.layers.LayerTimes`): what the compute fix names first; None if not timed"
+    lay = getattr(facts, 'layers', None)
+    if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None  # a model with no submodules: nothing to name
+    top = [l for l in lay.top(n) if lay.share(l.name) >= 10] or lay.top(1)
+    names = ', '.join(f"{lay.label(l)} {fmt_pct(lay.share(l.name))}" for l in top)
+    return (f"{names} of forward+backward (self time, {lay.batches} sampled batch{'es' if lay.batches != 1 else ''}): "
+            f"the layer{'s' if len(top) > 1 else ''} to make cheaper or replace first")
+
 def compute_rule(ev:Evidence) -> list:
-    "The model's forward, loss and backward"
+    "The model's forward, loss and backward: the costliest layers (where timed) first, then what speeds the model up as a whole"
     after = lambda ph: ph.step_with(main=ph.main - ph.compute)
+    lead = layers_lead(ev.facts)
+    lead = '' if lead is None else lead + '. For the whole model: '
     if ev.facts.on_gpu:
-        return [ev.finding('compute', "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller model.",
+        return [ev.finding('compute', lead + "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller model.",
                            after, kind='bound')]
     f = ev.finding('compute', None, after, kind='bound')
     f.fix,s = _compute_on_cpu(ev, f.speedup)
+    f.fix = lead + f.fix
     if s < f.speedup: f.speedup,f.predicted_step,f.if_free = s,f.step/s,False
     return [f]
 
@@ -382,8 +418,6 @@ def throttle_rule(ev:Evidence) -> list:
                        "the GPU shares them.", lambda ph: ph.step_with(main=ph.main - ph.compute*slow), kind='bound', detail=detail,
                        share=ev.shares.get('compute', 0.)*th.share)]
 
-RULES = [input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule, outside_rule]
-
 def gpu_agreement(resource:str, tel) -> str|None:
     "What the GPU's utilization in the training batches (NVML: a `fastprofile.telemetry.Telemetry`) says about the verdict `resource`; None without readings"
     b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
@@ -398,6 +432,58 @@ def gpu_agreement(resource:str, tel) -> str|None:
                 "`torch.compile` or CUDA graphs give the GPU longer kernels." if u < LOW_GPU_UTIL else f"The GPU agrees: {busy}.")
     return f"GPU: {busy}."
 
+# %% ../nbs/09_diagnosis.ipynb #370361fb
+def _compile_pays(ev:Evidence, c) -> tuple:
+    "When compiling pays back, in words, and the fit's seconds without torch.compile if the uncompiled model is known to be faster (else None)"
+    ph,b,T = ev.phases.get('train'),c.baseline,c.seconds
+    if ph is None or b is None or b.batch_size != ev.facts.batch_size or b.device != ev.facts.device:
+        return ("to know when it pays back, profile the model uncompiled first (`learn.model = learn.model._orig_mod`, then "
+                "`learn.profile().fit(1)`), then compiled: the diagnosis compares the two."),None
+    gain,vs = b.seconds - ph.step,f"{fmt_time(ph.step)} per training batch compiled against {fmt_time(b.seconds)} uncompiled (your earlier profile)"
+    if gain <= 0:
+        return (f"the compiled model is no faster: {vs}: compiling never pays back here; train it uncompiled "
+                "(`learn.model = learn.model._orig_mod`)."),ev.fit - T + ph.n*gain
+    n = math.ceil(T/gain)
+    return (f"it pays back after about {n:,} training batches ({fmt_time(gain)} saved per batch: {vs}); this fit ran {ph.n:,} "
+            f"past the warm-up" + (": train longer, or compile only for long runs." if n > ph.n else ": it paid back.")),None
+
+def compile_rule(ev:Evidence) -> list:
+    "torch.compile's compile time (`Facts.compile`): when it pays back, and the recompiles a setting avoids"
+    c = ev.facts.compile
+    if c is None or not c.compiles: return []
+    T = c.seconds
+    rc = lambda p, k, last=None: [x for x in c.recompiles if x.phase == p and x.kind == k and (last is None or x.last == last)]
+    s_ = lambda xs: fmt_time(sum(x.seconds for x in xs))
+    detail = (f"compiling took {fmt_time(T)} of the {fmt_time(ev.fit)} fit: {len(c.compiles)} compile{'s' if len(c.compiles) > 1 else ''}, "
+              f"{len(c.recompiles)} of them recompiles")
+    pays,without = _compile_pays(ev, c)
+    fix = ["torch.compile compiles once per process and shape, then each batch runs the compiled graph: " + pays]
+    if (xs := rc('train', 'shape', True)):
+        fix.append(f"The last, partial training batch recompiled ({s_(xs)}): `drop_last=True` in the training DataLoader, "
+                   "or `torch.compile(model, dynamic=True)`.")
+    if (xs := rc('valid', 'shape', True)):
+        fix.append(f"The last, partial validation batch recompiled ({s_(xs)}): `torch.compile(model, dynamic=True)`, or a "
+                   "validation set whose size is a multiple of the batch size.")
+    if (xs := [x for p in ('train','valid','fit') for x in rc(p, 'shape', False)]):
+        fix.append(f"{len(xs)} recompile{'s' if len(xs) > 1 else ''} for a new input shape inside a phase ({s_(xs)}): batch "
+                   "shapes vary: `torch.compile(model, dynamic=True)`, or pad batches to a few fixed shapes.")
+    if (xs := [x for p in ('train','valid','fit') for x in rc(p, 'eval')]):
+        fix.append(f"Validation recompiled for eval mode and no_grad ({s_(xs)}): expected, once per run.")
+    if (xs := [x for x in c.recompiles if x.kind in ('attribute','other')]):
+        fix.append(f"{len(xs)} recompile{'s' if len(xs) > 1 else ''} because a guard failed ({s_(xs)}; first: "
+                   f"{xs[0].reason.strip()[:120]}): keep what it checks constant during the fit.")
+    if c.n_graph_breaks:
+        r = max(c.graph_breaks, key=c.graph_breaks.get)
+        fix.append(f"{c.n_graph_breaks} graph break{'s' if c.n_graph_breaks > 1 else ''} split the model into more graphs "
+                   f"(first reason: {r.strip()[:120]}): `torch.compile(model, fullgraph=True)` shows where.")
+    share = 100*T/ev.fit
+    if without is not None:  # the uncompiled model was faster: dropping torch.compile is the fix, predicted
+        return [Finding('compile', share, 100*(ev.fit - without)/ev.fit, ' '.join(fix), ev.fit/without, 'model', detail=detail,
+                        step=ev.steady/ev.batches)]
+    return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound', detail=detail,
+                    step=ev.steady/ev.batches, if_free=True)]
+
+RULES = [input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule, outside_rule, compile_rule]
 
 # %% ../nbs/09_diagnosis.ipynb #f6cef14f
 @dataclass
@@ -405,6 +491,7 @@ class Diagnosis:
     "The verdict of a profile: the ranked findings, the first one's fix and predicted speedup, and the numbers used"
     verdict:str; knob:str; predicted_speedup:float; speedup_kind:str; shares:dict; numbers:dict; basis:str
     input_bound:str; findings:list; change:dict|None=None
+    details:list=field(default_factory=list)  # Further lines: the costliest layers, tokens/s and padding
     gpu:str|None=None  # what the GPU's own readings (NVML, `telemetry`) say about the verdict
 
     @property
@@ -427,6 +514,7 @@ class Diagnosis:
             out.append(f"Next ({i+2}): {g.label}, {fmt_pct(g.share)} of the fit: {g.fix} {g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
         sh = {k:v for k,v in self.shares.items() if v > 0}
         out.append("Main-process time: " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
+        out += self.details
         out.append(f"Rests on: {self.basis}")
         return out
 
@@ -452,7 +540,9 @@ def _basis(ev:Evidence, W, known:bool) -> str:
     elif W and known: out += " (the workers could not be timed: their pace is inferred from the main process's waits)"
     c = ev.costs
     if ev.facts.breakdown is not None: out += "; the breakdown split `draw` into loader wait, copy and transforms, and timed every callback."
-    elif c is not None: out += f"; callbacks and metrics timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled batches."
+    elif c is not None:
+        what = 'callbacks, metrics and batch transforms' if any(getattr(c, 'drawn', {}).values()) else 'callbacks and metrics'
+        out += f"; {what} timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled batches."
     else: out += "; callbacks and metrics not timed."
     return out
 
@@ -480,7 +570,8 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     tot = {k:sum(d.n*getattr(d, k) for d in ph.values()) for k in res}
     tot['outside'] = sum(st[Row(p,'other')].total for p in PHASES) + st[Row('fit','other')].total
     warm = sum(st[Row(p,'warmup')].total for p in PHASES)
-    shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*warm/fit}
+    comp = facts.compile.seconds if facts.compile is not None else 0.  # inside the warm-up (and the batches that compiled, set apart with it)
+    shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*max(warm - comp, 0.)/fit, 'compile':100*comp/fit}
     ev = Evidence(ph, shares, fit, tot['outside'], facts, facts.cpus or os.cpu_count() or 1,
                   facts.breakdown if facts.breakdown is not None else facts.callback_costs)
     found = [f for rule in (RULES if rules is None else rules) for f in rule(ev)]
@@ -494,8 +585,24 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     numbers = dict(fit=fit, step=best.step, predicted_step=best.predicted_step, train_draw_share=draw_share, num_workers=W,
                    cpus=ev.cpus, warmup=warm, totals=tot, phases={p:{**asdict(d), 'step':d.step, 'main':d.main} for p,d in ph.items()})
     ok = best.fix is not None and best.speedup >= MIN_GAIN
+    details = _details(rec, facts, numbers)
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares, numbers,
-                     _basis(ev, W, known), ib, found, best.change if ok else None, gpu_agreement(best.resource, facts.telemetry))
+                     _basis(ev, W, known), ib, found, best.change if ok else None, details, gpu_agreement(best.resource, facts.telemetry))
+
+def _details(rec, facts:Facts, numbers:dict) -> list:
+    "The diagnosis' lines on the model's layers and on tokens (their numbers into `numbers`)"
+    out,lay = [],facts.layers
+    if lay is not None and (len(lay.layers) > 1 or lay.failure):  # a model with no submodules is its only layer: nothing to add
+        out += lay.lines(3)
+        if lay.layers: numbers['layers'] = lay.table().head(10).to_dict('records')
+    tl = tokens_line(rec, facts.tokens)
+    if tl is not None:
+        out.append(tl)
+        tok = getattr(rec, 'tokens', {})
+        numbers['tokens_per_second'] = {p:tok[Row(p,'batch')]/rec.stats[Row(p,'batch')].total for p in PHASES
+                                        if tok.get(Row(p,'batch')) and rec.stats[Row(p,'batch')].total > 0}
+        numbers['pad_share'] = {p:t.pad_share for p,t in facts.tokens.items()}
+    return out
 
 # %% ../nbs/09_diagnosis.ipynb #f624622a
 def diagnosis_section(result:ProfileResult) -> Section|None:

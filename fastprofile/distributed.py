@@ -36,7 +36,7 @@ def distributed_world() -> tuple:
 
 # %% ../nbs/11_distributed.ipynb #8ed15262
 class MergedRecord(ProfileRecord):
-    "The records of several ranks in one: statistics merged exactly, samples summed, recent batches rank 0's"
+    "The records of several ranks in one: statistics merged exactly, samples and tokens summed, recent batches rank 0's"
     STATE_KEYS = ProfileRecord.STATE_KEYS + ('ranks','stragglers','missing_ranks','missing_why','world','gather_seconds')
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -61,12 +61,13 @@ def merge_records(profiles:list) -> ProfileRecord:
     base = profiles[0].record
     m = MergedRecord.from_state(base.state())
     keys = list(dict.fromkeys(k for p in profiles for k in p.record.stats))
-    m.stats,m.samples = {},{}
+    m.stats,m.samples,m.tokens = {},{},{}
     for k in keys:
         have = [p.record for p in profiles if k in p.record.stats]
         m.stats[k] = copy.deepcopy(have[0].stats[k])
         for r in have[1:]: m.stats[k].merge(r.stats[k])
         m.samples[k] = sum(r.samples.get(k, 0) for r in have)
+        m.tokens[k] = sum(getattr(r, 'tokens', {}).get(k, 0) for r in have)
     if all(getattr(p.record, 'gpu_stats', None) for p in profiles):  # GPU timing: GPU times merge like wall times
         m.gpu_stats = {}
         for k in base.gpu_stats:

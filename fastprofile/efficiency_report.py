@@ -11,7 +11,7 @@ from fastai.basics import *
 from .core import ProfileResult, guarded
 from .record import Row, result_row
 from .report import Section, fmt_time, fmt_pct
-from .diagnosis import diagnose, diagnosis_section
+from .diagnosis import diagnose, diagnosis_section, layers_lead
 from .flops import peak_flops_for
 from .efficiency import Efficiency, fmt_flops, fmt_mem
 
@@ -161,8 +161,8 @@ def diagnosis_with_efficiency(result:ProfileResult) -> Section|None:
     sec = diagnosis_section(result)
     fix = None if sec is None else efficiency_fix(result, sec.data)
     if fix is None: return sec
-    d = sec.data
-    d.first.fix = d.knob = fix
+    d,lead = sec.data,layers_lead(result.facts)
+    d.first.fix = d.knob = fix if lead is None else f"{lead}. For the whole model: {fix}"
     return Section('Diagnosis', d.lines(), d)
 
 # %% ../nbs/16b_efficiency_report.ipynb #9fe891ca

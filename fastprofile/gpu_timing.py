@@ -88,6 +88,7 @@ class GpuProfileRecord(ProfileRecord):
     def end_batch(self, bs:int):
         "Queue the batch's marks, keep its row of events pending, and take a row for the next batch"
         warm = self._phase_batches + len(self._queue) < self.warmup if self.phase else False
+        if self._apart and not warm: warm = any(a is self.marks for a in self._apart)  # it compiled (`set_apart`)
         self._pending.append(PendingBatch(self._row, self.phase, self._batch_no, warm, self.marks))
         self._batch_no += 1
         super().end_batch(bs)

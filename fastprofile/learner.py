@@ -16,9 +16,11 @@ from .session import Session, train_device
 from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
 from .costs import CostSampler
 from .loads import LoadTimer
+from .compiles import CompileProbe, compile_section
 from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
 from .efficiency_probe import EfficiencyCallback
+from .layers import LayerTimer
 from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
 from .telemetry import TelemetryProbe, TELEMETRY_EVERY, EVERY_RANGE, reads_gpu
 from .snapshot import MemorySnapshot, check_memory_snapshot
@@ -33,7 +35,7 @@ __all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'LearnerFacts'
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
-SECTIONS = [diagnosis_with_efficiency, efficiency_section, telemetry_section, distributed_section]
+SECTIONS = [diagnosis_with_efficiency, compile_section, efficiency_section, telemetry_section, distributed_section]
 
 class _Default(str):
     "A default argument value, told apart from the same value passed explicitly"
@@ -107,8 +109,8 @@ def _n_train_batches(learn) -> int|None:
 
 # %% ../nbs/17_learner.ipynb #4d2cc3f0
 _OPTION_NAMES = [f.name for f in ProfileOptions.__dataclass_fields__.values()]
-_CALL_OPTIONS = ['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops','telemetry','telemetry_every',
-                 'memory_snapshot']  # the options of `session_for` besides `ProfileOptions`
+_CALL_OPTIONS = ['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops','layers','telemetry',
+                 'telemetry_every','memory_snapshot']  # the options of `session_for` besides `ProfileOptions`
 
 def _running(learn):
     "Refuse to start a profile while a profiled call (or a `profiling()` block) is running on `learn`"
@@ -119,8 +121,8 @@ def _running(learn):
 
 def session_for(learn,
     logger_callback=_Default('wandb'), csv_name=_Default('simple_profile.csv'), breakdown:bool=False, rank_csv:bool=False,
-    gather_timeout:float=GATHER_TIMEOUT, efficiency:bool|str='auto', peak_flops:float|None=None, telemetry:bool|str='auto',
-    telemetry_every:float=TELEMETRY_EVERY, memory_snapshot:bool=False,
+    gather_timeout:float=GATHER_TIMEOUT, efficiency:bool|str='auto', peak_flops:float|None=None, layers:bool=True,
+    telemetry:bool|str='auto', telemetry_every:float=TELEMETRY_EVERY, memory_snapshot:bool=False,
     **kwargs # `ProfileOptions`
 ) -> Session:
     "A `Session` for the next profiled call on `learn`, every option checked (`Learner.profile` documents them); not armed yet"
@@ -128,7 +130,7 @@ def session_for(learn,
     if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
                             f"{', '.join(_CALL_OPTIONS + _OPTION_NAMES)}")
     opts = ProfileOptions(**kwargs)
-    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv)
+    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv); check_bool('layers', layers)
     check_choice('efficiency', efficiency, ('auto', True, False))
     if peak_flops is not None: check_number('peak_flops', peak_flops, 0, lo_open=True)
     dev = train_device(learn)
@@ -151,11 +153,12 @@ def session_for(learn,
                          f"use a warm-up below {n} (0 keeps every batch)")
     resolve_timing(opts.timing, dev)  # 'events'/'sync' on a CPU learner: refused now, not at fit start
     sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
-    return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, telemetry, telemetry_every, snapshot)
+    return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry, telemetry_every,
+                    snapshot)
 
-def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, telemetry='auto',
+def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers=True, telemetry='auto',
              telemetry_every=TELEMETRY_EVERY, snapshot=None) -> Session:
-    "The session and its probes, in the order they start: the pair's first callback, the loaders, the callbacks (or the breakdown), efficiency, telemetry, the learner's facts, prefetch staging, sinks, the memory snapshot, the pair's last"
+    "The session and its probes, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, telemetry, the learner's facts, prefetch staging, sinks, the memory snapshot, the pair's last"
     bd = BreakdownCallback() if breakdown else None
     sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
@@ -163,10 +166,11 @@ def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, e
     if efficiency == 'auto': efficiency = peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
     eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
+    lay = LayerTimer(learn, warmup=opts.warmup) if layers else None  # hooks on the model only for a few sampled batches
     tel = None if telemetry is False else TelemetryProbe(telemetry, telemetry_every)  # 'auto': the sampler on a GPU; the CPU per phase always
     snap = None if snapshot is None else MemorySnapshot(snapshot)  # it ends right after the pair's last: the snapshot before the others end
-    probes = [pre, LoadTimer(learn), *[p for p in (sampler, bd, eff, tel) if p is not None], LearnerFacts(learn), PrefetchStaging(learn),
-              *prof.sinks, *[p for p in (snap,) if p is not None], post]
+    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay, tel) if p is not None], LearnerFacts(learn),
+              PrefetchStaging(learn), *prof.sinks, *[p for p in (snap,) if p is not None], post]
     return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff) if c])
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da
@@ -179,6 +183,7 @@ def profile(self:Learner,
     gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
     efficiency:bool|str='auto', # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
     peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.flops.PEAK_FLOPS`, GPUs only)
+    layers:bool=True, # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
     telemetry:bool|str='auto', # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU per phase on a CPU; True: the sampler on a CPU too; False: off
     telemetry_every:float=TELEMETRY_EVERY, # Seconds between the sampler's samples
     memory_snapshot:bool=False, # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's memory visualizer
@@ -186,7 +191,7 @@ def profile(self:Learner,
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)
-    s = session_for(self, logger_callback, csv_name, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, telemetry,
+    s = session_for(self, logger_callback, csv_name, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry,
                     telemetry_every, memory_snapshot, **kwargs)
     if old is not None: old.disarm()
     s.arm()

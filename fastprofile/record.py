@@ -120,28 +120,32 @@ class ProfileRecord:
         self.keep_batches,self.warmup,self.fold_every,self.clock = keep_batches,warmup,fold_every,clock
         self.stats = {k:StreamingStats() for k in ROW_KEYS}
         self.samples = {k:0 for k in ROW_KEYS}
+        self.tokens = {k:0 for k in ROW_KEYS}  # token ids in the rows' batches, where batches are token ids (`add_tokens`)
         self.ring = np.full((keep_batches, N_COLS), np.nan)
         self.n_batches = 0  # batches folded into the ring so far (all phases)
         self.epochs,self.stages = deque(maxlen=keep_epochs),[]
         self.gpu_stats = self.gpu_ring = None  # GPU time per row and per recent batch, when CUDA events were on
         self.marks = list(_NAN_MARKS)
-        self._queue,self._queue_bs = [],[]
+        self._queue,self._queue_bs,self._queue_tokens = [],[],{}
         self.phase,self.stage,self.epoch = None,-1,-1
         self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
         self._epoch_totals = None
         self.closed = False
-        self.overhead_per_batch = math.nan  # the profiler's own cost per training batch, if measured
+        self._overhead,self._overhead_fn = math.nan,None  # the profiler's own cost per training batch (`overhead_per_batch`)
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
         self.telemetry = None  # what the call's `TelemetryProbe` measured in this process (`fastprofile.telemetry.Telemetry`): gathered with the record under DDP
+        self._apart = []  # the marks of batches `set_apart` (in flight or queued): folded with the warm-up
+        self.n_apart = {}  # phase -> batches past the warm-up set apart from the statistics (they compiled)
 
     # ---- the one serializer: pickling (`learn.export`), the DDP gather ----
-    STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','ring','n_batches','epochs','stages','gpu_stats',
+    STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','tokens','ring','n_batches','epochs','stages','gpu_stats',
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
-                  'overhead_per_batch','last_seen','timing','_phase_batches','_phase_span','_epoch_totals',
+                  '_overhead','last_seen','n_apart','timing','_phase_batches','_phase_span','_epoch_totals',
                   '_stage_phases','_stage_epochs','_stage_train_batches','telemetry')
     def state(self) -> dict:
         "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
         self.fold()
+        self.overhead_per_batch  # measured now if it was left to when first asked for
         d = {k:self.__dict__[k] for k in self.STATE_KEYS if k in self.__dict__}
         d['timing'] = self.timing  # a class attribute of `GpuProfileRecord` ('events'), not in `__dict__`
         return d
@@ -155,11 +159,28 @@ class ProfileRecord:
 
     def __reduce__(self): return (ProfileRecord.from_state, (self.state(),))
 
+    @property
+    def overhead_per_batch(self) -> float:
+        "The profiler's own cost per training batch, in seconds (NaN if not measured); a measurement set as a function runs when first asked for"
+        f = self.__dict__.get('_overhead_fn')
+        if f is not None: self._overhead_fn,self._overhead = None,float(f())
+        return self.__dict__.get('_overhead', math.nan)
+    @overhead_per_batch.setter
+    def overhead_per_batch(self, v):
+        "A number, or a function that measures it (run when the value is first read: the report's cost note, a pickle)"
+        if callable(v): self._overhead_fn = v
+        else: self._overhead_fn,self._overhead = None,float(v)
+
 # %% ../nbs/03_record.ipynb #319ed3e9
 @patch
 def mark(self:ProfileRecord, slot:int):
     "Record the time of boundary `slot` of the batch in flight"
     self.marks[slot] = self.clock()
+
+@patch
+def add_tokens(self:ProfileRecord, n:int):
+    "The batch in flight holds `n` token ids (call before its `end_batch`): the rows it lands in get a Tokens/Second"
+    self._queue_tokens[len(self._queue)] = n
 
 @patch
 def end_batch(self:ProfileRecord, bs:int):
@@ -170,6 +191,14 @@ def end_batch(self:ProfileRecord, bs:int):
     self.last_seen = m[Slot.BATCH_END]
     self.marks = list(_NAN_MARKS)
     if len(self._queue) >= self.fold_every: self.fold()
+
+@patch
+def set_apart(self:ProfileRecord) -> bool:
+    "The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics; False if no batch is in flight"
+    m = self.marks
+    if self.phase is None or math.isnan(m[Slot.DRAW_START]): return False
+    if not any(a is m for a in self._apart): self._apart.append(m)
+    return True
 
 # %% ../nbs/03_record.ipynb #46c75679
 @patch
@@ -211,7 +240,7 @@ def end_phase(self:ProfileRecord, bs:int=0, at:float|None=None):
         sec[Row('fit',p)],sec[Row(p,'other')] = total,total - self._phase_span
     self._stage_phases += total
     if p == 'train': self._stage_train_batches += self._phase_batches
-    self.phase,self.marks = None,list(_NAN_MARKS)
+    self.phase,self.marks,self._apart = None,list(_NAN_MARKS),[]
 
 # %% ../nbs/03_record.ipynb #28e4d82b
 @patch
@@ -259,13 +288,24 @@ def fit_total(self:ProfileRecord) -> float:
 def fold(self:ProfileRecord):
     "Fold queued batches into the statistics and the ring of recent batches"
     if not self._queue: return
-    p = self.phase
-    m = np.array(self._queue, dtype=np.float64)
+    p,queue = self.phase,self._queue
+    m = np.array(queue, dtype=np.float64)
     bs = np.array(self._queue_bs, dtype=np.float64)
     self._queue,self._queue_bs = [],[]
     n = len(m)
+    tok = None
+    if self._queue_tokens:  # token counts of the batches that have them, by position in the queue
+        tok = np.zeros(n)
+        for i,c in self._queue_tokens.items():
+            if i < n: tok[i] = c
+        self._queue_tokens = {}
     idx = self._phase_batches + np.arange(n)
     warm = idx < self.warmup
+    if self._apart:  # batches set apart (they compiled): with the warm-up
+        apart = np.array([any(a is q for a in self._apart) for q in queue])
+        if (apart & ~warm).any(): self.n_apart[p] = self.n_apart.get(p, 0) + int((apart & ~warm).sum())
+        warm = warm | apart
+        self._apart = [a for a in self._apart if not any(a is q for q in queue)]
     self._phase_batches += n
     span = m[:,Slot.BATCH_END] - m[:,Slot.DRAW_START]
     self._phase_span += float(np.nansum(span))
@@ -274,6 +314,7 @@ def fold(self:ProfileRecord):
         k = Row(p,'warmup')
         self.stats[k].update(span[warm])
         self.samples[k] += int(bs[warm].sum())
+        if tok is not None: self.tokens[k] += int(tok[warm].sum())
         sec[k] = sec.get(k, 0.) + float(np.nansum(span[warm]))
     keep = ~warm
     if keep.any():
@@ -283,8 +324,10 @@ def fold(self:ProfileRecord):
             k = Row.part(p, a)
             self.stats[k].update(v)
             self.samples[k] += int(bs[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else nsamp
+            if tok is not None: self.tokens[k] += int(tok[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else int(tok[keep].sum())
             sec[k] = sec.get(k, 0.) + float(np.nansum(v))
     self.samples[Row('fit',p)] += int(bs.sum())
+    if tok is not None: self.tokens[Row('fit',p)] += int(tok.sum())
     rows = np.empty((n, N_COLS))
     rows[:,:N_MARKS] = m
     rows[:,Col.BS],rows[:,Col.PHASE],rows[:,Col.STAGE] = bs,PHASES.index(p),self.stage
@@ -317,6 +360,7 @@ def last(self:ProfileRecord, n:int) -> RecentMarks:
     nq = len(q)
     qbs = np.array(self._queue_bs[-n:], dtype=np.float64) if nq else np.zeros(0)
     qwarm = (self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase else np.zeros(nq, bool)
+    if self._apart and nq: qwarm = qwarm | np.array([any(a is r for a in self._apart) for r in self._queue[-nq:]])
     need = n - nq
     if need > 0 and self.n_batches and self.phase:
         k = self.keep_batches
@@ -367,7 +411,7 @@ KEY_COLUMNS = ['Phase','Action','Step']  # the columns of a results row's `Row`
 # `ResultRow` field -> column: those of every results table, in order; then those some have (CUDA events; FLOPs known)
 RESULT_COLUMNS = {'mean':'Mean Duration', 'std':'Duration Std Dev', 'calls':'Number of Calls', 'samples_per_s':'Samples/Second',
                   'total':'Total Time', 'percent':'Percent of Total', 'p50':'P50', 'p90':'P90', 'p99':'P99', 'min':'Min', 'max':'Max'}
-EXTRA_COLUMNS = {'gpu_mean':'GPU Mean Duration', 'gpu_total':'GPU Total Time', 'flops_per_s':'FLOP/s'}
+EXTRA_COLUMNS = {'gpu_mean':'GPU Mean Duration', 'gpu_total':'GPU Total Time', 'flops_per_s':'FLOP/s', 'tokens_per_s':'Tokens/Second'}
 
 class ResultRow(NamedTuple):
     "One row of the results, its columns by name (seconds; NaN where the results have no value)"
@@ -375,6 +419,7 @@ class ResultRow(NamedTuple):
     p50:float; p90:float; p99:float; min:float; max:float
     gpu_mean:float=math.nan; gpu_total:float=math.nan # GPU time, with CUDA events (`timing='events'`)
     flops_per_s:float=math.nan # Where FLOPs per sample are known (`fastprofile.efficiency`)
+    tokens_per_s:float=math.nan # Where batches are token ids (`fastprofile.tokens`)
 
 def _result_row(d:dict) -> ResultRow:
     v = {f:float(d.get(c, math.nan)) for f,c in {**RESULT_COLUMNS, **EXTRA_COLUMNS}.items()}
@@ -401,14 +446,16 @@ def results(self:ProfileRecord) -> pd.DataFrame:
     "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
     self.fold()
     fit_total,rows,gpu = self.fit_total,[],self.gpu_stats or {}
+    tokens = self.tokens if any(self.tokens.values()) else None  # a Tokens/Second column only where batches were token ids
     nan = math.nan
+    def per_second(counts, row, s):
+        n = (counts[Row('fit','train')] + counts[Row('fit','valid')]) if row in (Row('fit','fit'),Row('fit','epoch')) else counts[row]
+        return n/s.total if (n and s.total > 0 and 'other' not in (row.action, row.step)) else nan
     for row,s in self.stats.items():
         if s.n == 0 and row != Row('fit','fit'): continue
-        samples = (self.samples[Row('fit','train')] + self.samples[Row('fit','valid')]) if row in (Row('fit','fit'),Row('fit','epoch')) \
-                  else self.samples[row]
-        rate = samples/s.total if (samples and s.total > 0 and 'other' not in (row.action, row.step)) else nan
         g = gpu.get(row)  # GPU time per row, when CUDA events were recorded
-        rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, rate, s.total, 100*s.total/fit_total if fit_total > 0 else nan,
-                              s.quantile(.5), s.quantile(.9), s.quantile(.99), s.min if s.n else nan, s.max if s.n else nan,
-                              *((g.mean, g.total) if g is not None and g.n else (nan, nan))))
-    return results_frame(rows, ('gpu_mean','gpu_total') if self.gpu_stats else ())
+        rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, per_second(self.samples, row, s), s.total,
+                              100*s.total/fit_total if fit_total > 0 else nan, s.quantile(.5), s.quantile(.9), s.quantile(.99),
+                              s.min if s.n else nan, s.max if s.n else nan, *((g.mean, g.total) if g is not None and g.n else (nan, nan)),
+                              tokens_per_s=nan if tokens is None else per_second(tokens, row, s)))
+    return results_frame(rows, (('gpu_mean','gpu_total') if self.gpu_stats else ()) + (('tokens_per_s',) if tokens is not None else ()))

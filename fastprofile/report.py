@@ -77,11 +77,12 @@ def fmt_num(x:float) -> str:
 # %% ../nbs/05_report.ipynb #0a731c1a
 TIME_COLS = ['Mean Duration','Duration Std Dev','Total Time','P50','P90','P99','Min','Max','GPU Mean Duration','GPU Total Time']
 COLUMNS = KEY_COLUMNS + list(RESULT_COLUMNS.values())  # the columns of every results table (`fastprofile.record`), in order
+COLUMNS.insert(COLUMNS.index('Samples/Second') + 1, 'Tokens/Second')  # where batches are token ids: beside Samples/s
 OPTIONAL_COLUMNS = ['Min','Max','P99','P90','P50'] # Left out in this order where the width is short; the other standard columns never are
 _SPREAD = ['Duration Std Dev','P50','P90','P99','Min','Max'] # Shown as '-' for single-call rows
-LABELS = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s',
+LABELS = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s', 'Tokens/Second':'Tokens/s',
           'Total Time':'Total', 'Percent of Total':'% of Fit', 'GPU Mean Duration':'GPU Mean', 'GPU Total Time':'GPU Total'}
-FORMATS = {**{c:fmt_time for c in TIME_COLS}, 'Number of Calls':fmt_count, 'Samples/Second':fmt_rate, 'Percent of Total':fmt_pct}
+FORMATS = {**{c:fmt_time for c in TIME_COLS}, 'Number of Calls':fmt_count, 'Samples/Second':fmt_rate, 'Tokens/Second':fmt_rate, 'Percent of Total':fmt_pct}
 
 def col_label(col:str) -> str:
     "The label results column `col` has wherever it is rendered (its own name if it has no shorter one)"

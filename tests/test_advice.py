@@ -7,7 +7,7 @@ from fastai.callback.all import *
 from fastai.callback.core import _events
 from fastai.test_utils import RegModel
 from fastprofile.learner import *
-from fastprofile.breakdown import TimedPipeline, _SWITCHED
+from fastprofile.pipeline import TimedPipeline, _SWITCHED
 from fastprofile.advice import check_advice, preserved
 from fastprofile.record import Row
 from fastprofile.session import Session

@@ -7,7 +7,8 @@ from fastai.callback.all import *
 from fastai.callback.core import _events
 from fastai.test_utils import synth_learner, synth_dbunch, RegModel
 from fastprofile.learner import *
-from fastprofile.breakdown import BreakdownCallback, Breakdown, TimedPipeline, _SWITCHED
+from fastprofile.breakdown import BreakdownCallback, Breakdown
+from fastprofile.pipeline import TimedPipeline, _SWITCHED
 
 class SlowCopy(torch.Tensor):
     "A tensor whose copy to a device sleeps `copy_s` seconds first"

@@ -461,18 +461,21 @@ def test_strict_mode_raises_our_own_bugs(monkeypatch):
     with pytest.raises(RuntimeError, match='boom'): learn.simple_profile_report
 
 def test_nothing_is_rendered_unless_asked_and_calibration_is_cached(monkeypatch):
-    "With show_report=False and no logger, the report is never built; the pair's cost is measured once per process"
+    "With show_report=False and no logger, the report is never built and the pair's cost never measured; when a report asks, once per process"
     calls = []
     real = fcb._calibrate
     monkeypatch.setattr(fcb, '_calibrate', lambda *a: calls.append(a) or real(*a))
     fcb._OVERHEAD.clear()
+    learns = []
     for _ in range(3):
         learn = synth_learner(n_trn=4, n_val=2)
         _noreport(learn).fit(1)
         assert 'report' not in learn.simple_profile.__dict__ and 'results' not in learn.simple_profile.__dict__
-    assert len(calls) == 1
+        learns.append(learn)
+    assert len(calls) == 0  # nothing asked for the profiler's cost yet
     assert learn.simple_profile.own_cost < 0.5
-    assert "Profiler's cost" in learn.simple_profile_report.plain() and 'set-up and closing' in learn.simple_profile_report.plain()
+    for l in learns: assert "Profiler's cost" in l.simple_profile_report.plain() and 'set-up and closing' in l.simple_profile_report.plain()
+    assert len(calls) == 1 and all(l.simple_profile.record.overhead_per_batch >= 0 for l in learns)
 
 def test_results_before_any_profiled_call_say_so():
     learn = synth_learner()

@@ -5,6 +5,7 @@ from torch import nn
 from fastai.basics import *
 from fastai.callback.all import *
 from fastai.data.core import TfmdDL
+from fasttransform import Transform, Pipeline
 from fastprofile.learner import *
 from fastprofile.core import Facts, LoadTime
 from fastprofile.record import Row
@@ -51,9 +52,15 @@ def slow_sgd(step_sleep):
         return opt
     return opt_func
 
-def make_learner(n_train=24, n_valid=8, bs=8, item_sleep=0., fwd_sleep=.001, step_sleep=0., cbs=None, metrics=None, workers=0):
-    dls = DataLoaders(TfmdDL(SleepyDS(n_train*bs, item_sleep), bs=bs, shuffle=True, num_workers=workers),
-                      TfmdDL(SleepyDS(n_valid*bs, item_sleep), bs=bs, num_workers=workers))
+class SleepyBatchTfm(Transform):
+    "A batch transform that sleeps `s` seconds per batch, in the main process (fastai runs `after_batch` there)"
+    s = .025
+    def __call__(self, b, **kwargs): time.sleep(self.s); return b
+
+def make_learner(n_train=24, n_valid=8, bs=8, item_sleep=0., fwd_sleep=.001, step_sleep=0., cbs=None, metrics=None, workers=0,
+                 after_batch=None):
+    dls = DataLoaders(TfmdDL(SleepyDS(n_train*bs, item_sleep), bs=bs, shuffle=True, num_workers=workers, after_batch=after_batch),
+                      TfmdDL(SleepyDS(n_valid*bs, item_sleep), bs=bs, num_workers=workers, after_batch=after_batch))
     opt = slow_sgd(step_sleep) if step_sleep else SGD
     learn = Learner(dls, SleepyModel(fwd_sleep), loss_func=MSELossFlat(), opt_func=opt, lr=1e-2, cbs=cbs, metrics=metrics)
     learn.remove_cb(ProgressCallback)
@@ -76,7 +83,8 @@ def check_consistent(d:Diagnosis):
     if d.knob: assert d.predicted_speedup >= MIN_GAIN and d.knob in '\n'.join(lines)
     nxt = [l for l in lines if l.startswith('Next')]
     assert [int(l[6]) for l in nxt] == list(range(2, 2+len(nxt))), lines  # ranked
-    assert lines[-1].startswith('Rests on:') and lines[-2].startswith('Main-process time:')
+    k = len(d.details)  # the costliest layers, tokens/s: between the shares and the basis
+    assert lines[-1].startswith('Rests on:') and lines[-2-k].startswith('Main-process time:') and lines[-1-k:-1] == d.details
 
 # ---- known bottlenecks, with no workers and with two ----
 SCENARIOS = {
@@ -273,6 +281,30 @@ def test_remove_slow_callback_predicted_within_15pct(workers):
     assert chk.measured > 1.3, chk
     assert any(isinstance(cb, SleepyCallback) for cb in learn.cbs)
 
+# ---- main-process input: a slow `after_batch` transform (the wait is not the loader's build time) ----
+@pytest.mark.parametrize('workers', [0, 2])
+def test_slow_after_batch_named_and_moving_it_predicted_within_15pct(workers):
+    "25 ms of `after_batch` per batch, a loader that builds a batch in well under 1 ms: the transform is named, and moving it into the workers predicted"
+    learn = make_learner(n_train=60, n_valid=10, fwd_sleep=.001, after_batch=[SleepyBatchTfm()], workers=workers)
+    d = profiled(learn)
+    check_consistent(d)
+    costs = learn.simple_profile.facts.callback_costs
+    assert dict(costs.drawn) == dict(costs.batches)  # split on the sampled batches only
+    assert .025 <= costs.draw_parts('train')['SleepyBatchTfm'] < .1
+    assert d.verdict == 'batch_tfms' and '`SleepyBatchTfm`' in d.lines()[0] and 'in the main process' in d.lines()[0], d
+    assert 'no change is predicted' not in repr(d) and d.speedup_kind == 'model' and d.predicted_speedup > 1.4, d
+    assert d.change['kind'] == 'move_tfm' and d.change['name'] == 'SleepyBatchTfm' and d.change['workers'] >= max(workers, 1), d
+    assert 'item_tfms' in d.knob and 'before_batch' in d.knob
+    pipes = [dl.after_batch for dl in learn.dls.loaders]
+    # long windows: the workers fill their queue ahead while a phase starts (its warm-up batch), so a short window
+    # measures faster than their steady pace, which the model predicts (25 batches: 14% faster; 50: within 5%)
+    chk = _within(lambda: check_advice(learn, n_batches=50, n_valid=5, resource='batch_tfms'))
+    assert chk.change['kind'] == 'move_tfm' and chk.measured > 1.4, chk
+    # undone: the same pipelines with the transform in them, no `create_batch` of ours, the workers as they were
+    assert [dl.after_batch for dl in learn.dls.loaders] == pipes and all(isinstance(p.fs[0], SleepyBatchTfm) for p in pipes)
+    assert not any('create_batch' in dl.__dict__ for dl in learn.dls.loaders)
+    assert learn.dls.train.fake_l.num_workers == workers
+
 def test_check_advice_without_automatic_change():
     learn = make_learner(fwd_sleep=.006)
     chk = check_advice(learn, n_batches=6)
@@ -388,6 +420,8 @@ ACCURACY = {  # name -> (learner, check_advice's arguments)
     'metric W=2': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.015, metrics=sleepy_metric, workers=2), dict(n_batches=20, resource='callbacks')),
     'callback W=0': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.006, cbs=SleepyCallback(.01)), dict(n_batches=20, resource='callbacks')),
     'callback W=2': (lambda: make_learner(n_train=25, n_valid=25, fwd_sleep=.02, cbs=SleepyCallback(.01), workers=2), dict(n_batches=20, resource='callbacks')),
+    'after_batch W=0': (lambda: make_learner(n_train=60, n_valid=10, after_batch=[SleepyBatchTfm()]), dict(n_batches=50, n_valid=5, resource='batch_tfms')),
+    'after_batch W=2': (lambda: make_learner(n_train=60, n_valid=10, after_batch=[SleepyBatchTfm()], workers=2), dict(n_batches=50, n_valid=5, resource='batch_tfms')),
 }
 
 if __name__ == '__main__':

@@ -1,0 +1,269 @@
+"""Layer time and Tokens/s (issue 22) on real Learners: the costliest layer of a compute-bound conv net named, its share
+checked against `torch.profiler` on the same batches; hooks on the model only for the sampled batches; token-id batches
+counted (Tokens/s = Samples/s × seq_len for a language model) and their padding share against a count of the same batches"""
+from collections import OrderedDict
+import math, time, pytest, torch
+from torch import nn
+from torch.profiler import profile as torch_profile, ProfilerActivity, record_function
+from fastai.basics import *
+from fastai.callback.all import *
+from fastai.test_utils import synth_learner
+from fastai.text.data import LMDataLoader, SortedDL, Pad_Chunk, TensorText
+from fastprofile.all import *
+from fastprofile.session import Session
+from fastprofile.layers import LayerTimer, LayerTimes
+from fastprofile.tokens import PAD_EVERY
+from fastprofile.report import fmt_pct
+from fastprofile.record import Row
+
+QUIET = dict(show_report=False, logger_callback=None)
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    "One torch thread: on a busy 2-core machine a parallel op waits for a core, and its time says more of the machine than of the op"
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+BIG = 'body'  # the layer that does nearly all the work in `cnn()`
+
+def cnn():
+    "A small conv net whose 7×7 convolution (`body`) does ~98% of the FLOPs"
+    return nn.Sequential(OrderedDict(stem=nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()),
+        body=nn.Conv2d(8, 64, 7, padding=3, stride=2), act=nn.ReLU(), pool=nn.AdaptiveAvgPool2d(1), flat=nn.Flatten(),
+        head=nn.Linear(64, 10)))
+
+def cnn_learner(n_trn=6, n_val=2, bs=16, cbs=(), model=None):
+    "A learner on synthetic 3×32×32 images, `n_trn` training batches, the loader in the main process"
+    set_seed(0)
+    n = (n_trn + n_val)*bs
+    x,y = torch.randn(n, 3, 32, 32),torch.randint(0, 10, (n,))
+    dls = DataLoaders.from_dsets(list(zip(x[:n_trn*bs], y[:n_trn*bs])), list(zip(x[n_trn*bs:], y[n_trn*bs:])), bs=bs,
+                                 device='cpu', num_workers=0)
+    return Learner(dls, model if model is not None else cnn(), loss_func=nn.CrossEntropyLoss(), cbs=list(cbs))
+
+def fit(learn, n=1, **opts):
+    with learn.no_bar(), learn.no_logging(): learn.profile(**QUIET, **opts).fit(n)
+    return learn.simple_profile
+
+class Windows(Callback):
+    "`record_function` ranges around the model's forward and the backward of every training batch, named by `train_iter`"
+    order = -2000  # before the profiler's pair: the range holds the forward, the pair's marks are outside it
+    def __init__(self): self.rf = None
+    def _open(self, what):
+        if self.training: self.rf = record_function(f"win:{what}:{self.train_iter}"); self.rf.__enter__()
+    def _close(self):
+        if self.rf is not None: self.rf.__exit__(None, None, None); self.rf = None
+    def before_batch(self): self._open('forward')
+    def after_pred(self): self._close()
+    def before_backward(self): self._open('backward')
+    def after_backward(self): self._close()
+
+def profiler_share(prof, iters, first_op_shape) -> float:
+    "% of the aten ops' self CPU time in the windows of batches `iters` that the convolution with input shape `first_op_shape` takes (forward and backward)"
+    evs = prof.events()
+    wins = [e for e in evs if e.name.startswith('win:') and int(e.name.split(':')[2]) in iters]
+    assert len(wins) == 2*len(iters), [e.name for e in wins]
+    inside = lambda e: any(w.time_range.start <= e.time_range.start and e.time_range.end <= w.time_range.end for w in wins)
+    ops = [e for e in evs if e.name.startswith('aten::') and inside(e)]
+    total = sum(e.self_cpu_time_total for e in ops)
+    fwd = sum(e.cpu_time_total for e in ops if e.name == 'aten::conv2d' and e.input_shapes and e.input_shapes[0] == first_op_shape)
+    out_shape = [first_op_shape[0], 64, 16, 16]  # the gradient of its output comes first in `convolution_backward`'s inputs
+    bwd = sum(e.cpu_time_total for e in ops if e.name == 'aten::convolution_backward' and e.input_shapes and e.input_shapes[0] == out_shape)
+    assert fwd > 0 and bwd > 0
+    return 100*(fwd + bwd)/total
+
+def test_top_layer_and_share_against_torch_profiler():
+    "The 7×7 convolution is named first, by the report's compute fix too; its share of forward+backward is within 10 points of torch.profiler's on the same batches"
+    learn = cnn_learner(cbs=[Windows()])
+    with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof: res = fit(learn)
+    lay = res.facts.layers
+    test_eq((lay.batches, lay.samples, lay.iters), (3, 48, [1, 2, 3]))  # the three batches after the warm-up
+    top = lay.top(1)[0]
+    test_eq((top.name, top.kind), (BIG, 'Conv2d 8→64, 7×7, stride 2'))
+    ours,theirs = lay.share(BIG),profiler_share(prof, set(lay.iters), [16, 8, 32, 32])
+    print(f"share of `{BIG}`: LayerTimer {ours:.1f}%, torch.profiler {theirs:.1f}%"); print(lay)
+    assert abs(ours - theirs) <= 10, (ours, theirs)
+    assert ours > 30  # it leads by far (52-87% on a busy 2-core machine): a test that tells layers apart
+    d = res.section('Diagnosis')
+    test_eq(d.verdict, 'compute')
+    assert d.knob.startswith(f"`{BIG}` (Conv2d 8→64, 7×7, stride 2) "), d.knob
+    assert 'of forward+backward' in d.knob and 'For the whole model:' in d.knob
+    assert any(l.startswith(f"  `{BIG}` (Conv2d 8→64, 7×7, stride 2)") for l in d.details), d.details
+    assert f"`{BIG}` (Conv2d 8→64, 7×7, stride 2)" in res.report.plain(width=200)
+    row = lay.table().set_index('module').loc[BIG]
+    assert row.flops_per_second > 0 and row.calls == 1  # a call per batch
+    test_eq(diagnose(learn).knob, d.knob)  # `diagnose(learn)` says the same
+
+class HookSpy(Callback):
+    "Per training batch: is the trigger on the model before its forward, are the timing hooks on its layers after it; and in validation"
+    order = 1100
+    def __init__(self): self.trigger,self.timed,self.valid_timed = {},{},[]
+    def before_batch(self):
+        if self.training: self.trigger[self.train_iter] = bool(self.model._forward_pre_hooks)
+    def after_pred(self):
+        if self.training: self.timed[self.train_iter] = bool(self.model.body._forward_hooks)
+        else: self.valid_timed.append(bool(self.model.body._forward_hooks or self.model._forward_pre_hooks))
+
+def test_hooks_only_on_sampled_batches():
+    "The trigger is on the model up to the last sampled batch, the timing hooks only on the sampled batches; nothing after the call"
+    spy = HookSpy()
+    learn = cnn_learner(n_trn=5, cbs=[spy])
+    fit(learn)
+    test_eq(spy.trigger, {0:True, 1:True, 2:True, 3:True, 4:False})
+    test_eq(spy.timed, {0:False, 1:True, 2:True, 3:True, 4:False})
+    assert all(not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks) for m in learn.model.modules())
+    spy2 = HookSpy()
+    learn = cnn_learner(n_trn=5, cbs=[spy2])
+    fit(learn, layers=False)
+    assert not any(spy2.trigger.values()) and not any(spy2.timed.values())
+    test_eq(learn.simple_profile.facts.layers, None)
+
+def test_sampling_across_epochs():
+    "After the call's first training phase, one batch at the start of a training phase once `every` training batches went by"
+    spy = HookSpy()
+    learn = cnn_learner(n_trn=3, n_val=1, cbs=[spy])
+    with learn.no_bar(), learn.no_logging():
+        learn.profile(**QUIET)
+        timer = next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer))
+        timer.every = 6
+        learn.fit(5)
+    lay = learn.simple_profile.facts.layers
+    # epochs of 3 batches: epoch 0 samples its batches 1 and 2, epoch 1 the third of the first three (its batch 1);
+    # then one batch 6 training batches after the last decision (epoch 2's batch 1), and epoch 4's
+    test_eq(lay.iters, [1, 2, 4, 7, 13])
+    test_eq(lay.batches, 5)
+    test_eq([i for i,on in spy.timed.items() if on], [1, 2, 4, 7, 13])
+    assert not any(spy.valid_timed)
+
+class ValidateAt(Callback):
+    "A callback that validates inside a training phase (a nested `validate()`), after batch `i`"
+    order = 1200
+    def __init__(self, i): self.i = i
+    def after_batch(self):
+        if self.training and self.iter == self.i and self.epoch == 0: self.learn.validate()
+
+def test_nested_validation_not_timed():
+    "A `validate()` inside a training phase, after its first sampled batch, runs without hooks; the other samples come in the next training phase"
+    spy = HookSpy()
+    learn = cnn_learner(n_trn=5, n_val=1, cbs=[spy, ValidateAt(1)])  # fastai ends the training phase after a nested validation
+    lay = fit(learn, 2).facts.layers
+    test_eq(lay.batches, 3)
+    assert spy.valid_timed[0] is False  # the nested validation's batch (fastai then runs the phase's last batches in eval mode)
+    assert all(not (m._forward_hooks or m._forward_pre_hooks) for m in learn.model.modules())
+
+def test_same_training_and_learner_after():
+    "Training is bit-identical with the timer on, and the model is as before (no hook left), also when a fit raises mid-sample"
+    def weights(m): return [p.detach().clone() for p in m.parameters()]
+    a = cnn_learner(); fit(a)
+    b = cnn_learner()
+    with b.no_bar(), b.no_logging(): b.fit(1)
+    for p,q in zip(weights(a.model), weights(b.model)): assert torch.equal(p, q)
+    class Boom(Callback):
+        def before_backward(self):
+            if self.training and self.iter == 1: raise RuntimeError('boom')
+    c = cnn_learner(cbs=[Boom()])
+    with pytest.raises(RuntimeError, match='boom'): fit(c)
+    assert all(not (m._forward_hooks or m._forward_pre_hooks) for m in c.model.modules())
+
+def test_models_it_does_not_time():
+    "A model with no submodules is its own only layer; the option is checked"
+    learn = synth_learner(n_trn=4, n_val=1)
+    lay = fit(learn).facts.layers
+    test_eq(list(lay.layers), [''])
+    assert lay.label(lay.layers['']).startswith('`RegModel` (the model')
+    with pytest.raises(TypeError, match='`layers` must be True or False'): learn.profile(**QUIET, layers='yes')
+
+def test_layer_lines_render():
+    "The report's lines: the failure when nothing was measured, a share per module"
+    test_eq(LayerTimes(failure='not measured: why').lines(), ['Layers: not measured: why.'])
+
+# ---- Tokens/s ----
+class TinyLM(nn.Module):
+    def __init__(self, vocab=60, d=16): super().__init__(); self.emb,self.rnn,self.head = nn.Embedding(vocab, d),nn.GRU(d, d, batch_first=True),nn.Linear(d, vocab)
+    def forward(self, x): return self.head(self.rnn(self.emb(x))[0])
+
+BS,SL = 8,12
+
+def lm_learner(n_trn=6, n_val=2):
+    "A language model on fastai's `LMDataLoader`: every batch full (`BS` rows of `SL` tokens)"
+    set_seed(0)
+    stream = lambda n: [torch.randint(2, 60, (BS*SL*n + 1,))]
+    dls = DataLoaders(LMDataLoader(stream(n_trn), bs=BS, seq_len=SL), LMDataLoader(stream(n_val), bs=BS, seq_len=SL))
+    return Learner(dls, TinyLM(), loss_func=CrossEntropyLossFlat())
+
+def test_tokens_per_second_language_model():
+    "Tokens/s beside Samples/s: tokens over time, Samples/s × seq_len for every row; no padding in a LMDataLoader"
+    learn = lm_learner()
+    res = fit(learn)
+    r = res.results.set_index(['Phase','Action','Step'])
+    rec = res.record
+    for k in [('train','batch',''), ('train','batch','forward'), ('valid','batch',''), ('fit','train',''), ('fit','fit','')]:
+        test_close(r.loc[k, 'Tokens/Second'], r.loc[k, 'Samples/Second']*SL, eps=1e-9*r.loc[k, 'Tokens/Second'])
+    test_eq(rec.tokens[Row('train','batch')], 5*BS*SL)  # the 5 batches after the warm-up
+    test_close(r.loc[('train','batch',''), 'Tokens/Second'], rec.tokens[Row('train','batch')]/r.loc[('train','batch',''), 'Total Time'])
+    assert math.isnan(r.loc[('train','batch','other'), 'Tokens/Second'])
+    assert 'Tokens/s' in res.report.plain(width=160).splitlines()[1]
+    t = res.facts.tokens['train']
+    test_eq((t.pad_idx, t.pad_share), (None, 0.))
+    line = next(l for l in res.section('Diagnosis').details if l.startswith('Tokens:'))
+    assert '12 a sample' in line and 'no padding (LMDataLoader' in line, line
+    test_close(res.section('Diagnosis').numbers['tokens_per_second']['train'], r.loc[('train','batch',''), 'Tokens/Second'])
+    test_eq(res.facts.layers.top(1)[0].kind in ('GRU 16→16', 'Linear 16→60', 'Embedding 60×16'), True)
+
+def test_padding_share_sorted_dl():
+    "A classifier on fastai's `SortedDL` padded by `Pad_Chunk`: the pad tokens of every `PAD_EVERY`-th batch, as a count of the same batches says"
+    set_seed(0)
+    lens = torch.randint(3, 20, (20*BS,)).tolist()
+    items = [(TensorText(torch.randint(2, 60, (n,))), tensor(n % 2)) for n in lens]
+    mk = lambda its: SortedDL(its, bs=BS, shuffle=False, before_batch=Pad_Chunk(seq_len=4))
+    class Clf(nn.Module):
+        def __init__(self): super().__init__(); self.emb,self.head = nn.Embedding(60, 8),nn.Linear(8, 2)
+        def forward(self, x): return self.head(self.emb(x).mean(1))
+    learn = Learner(DataLoaders(mk(items[:16*BS]), mk(items[16*BS:])), Clf(), loss_func=CrossEntropyLossFlat())
+    res = fit(learn)
+    t = res.facts.tokens['train']
+    got = [x for x,_ in learn.dls.train][::PAD_EVERY]  # the same batches (no shuffling), every `PAD_EVERY`-th
+    test_eq((t.pad_idx, t.sampled, t.tokens, t.pads), (1, len(got), sum(x.numel() for x in got), sum(int((x == 1).sum()) for x in got)))
+    assert 0 < t.pad_share < 100
+    line = next(l for l in res.section('Diagnosis').details if l.startswith('Tokens:'))
+    assert f"padding: {fmt_pct(t.pad_share)} of the tokens in {len(got)} sampled batches (token 1, from `Pad_Chunk`" in line, line
+    # every batch's tokens counted, padding included: Tokens/s from the numel of each batch
+    test_eq(res.record.tokens[Row('fit','train')], sum(x.numel() for x,_ in learn.dls.train))
+
+def test_no_tokens_column_for_other_batches():
+    "Batches that are not token ids (floats; two inputs as in a tabular model) give no Tokens/s"
+    res = fit(synth_learner(n_trn=3, n_val=1))
+    assert 'Tokens/Second' not in res.results and 'Tokens/s' not in res.report.plain()
+    test_eq(res.facts.tokens, {})
+
+def test_events_path_with_stand_in_events():
+    "The GPU path (a CUDA event per mark, read at the phase's end) on the CPU, with `fastprofile.testing`'s stand-in events on the wall clock"
+    from fastprofile.testing import FakeStream, FakeEvent
+    fs = FakeStream(time.perf_counter)
+    def mark():
+        e = FakeEvent(fs); e.record(); return e
+    learn = cnn_learner()
+    with learn.no_bar(), learn.no_logging():
+        learn.profile(**QUIET)
+        timer = next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer))
+        def stage(s, _stage=timer.stage):
+            _stage(s); timer._cuda,timer._clock,timer.result.timing = True,mark,'events'
+        timer.stage = stage
+        learn.fit(1)
+    lay = learn.simple_profile.facts.layers
+    test_eq((lay.timing, lay.batches), ('events', 3))
+    test_eq(lay.top(1)[0].name, BIG)
+    assert lay.forward > 0 and lay.backward > 0 and lay.lines()[0].startswith('Layers (') and 'CUDA events' in lay.lines()[0]
+
+@pytest.mark.cuda
+def test_layers_on_gpu():
+    "On a GPU the marks are CUDA events: the big convolution still leads, and nothing is left on the model"
+    learn = cnn_learner(bs=64)
+    learn.dls.to('cuda'); learn.model.cuda()
+    res = fit(learn)
+    lay = res.facts.layers
+    test_eq((lay.timing, lay.batches), ('events', 2))
+    test_eq(lay.top(1)[0].name, BIG)
+    assert 0 < lay.forward and 0 < lay.backward
+    assert all(not (m._forward_hooks or m._forward_pre_hooks) for m in learn.model.modules())
