@@ -10,9 +10,9 @@ __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profi
            'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback',
            'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink',
            'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved', 'load_profile', 'compare',
-           'Comparison', 'TuneResult', 'ValidateOnceCallback', 'efficiency_summary', 'plot_profile', 'save_plots',
-           'plot_phase_shares', 'plot_timeline', 'save_trace', 'save_merged_trace', 'fix_cpu_broadcast',
-           'make_demo_learner']
+           'Comparison', 'TuneResult', 'ValidateOnceCallback', 'efficiency_summary', 'telemetry_summary',
+           'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace', 'save_merged_trace',
+           'fix_cpu_broadcast', 'make_demo_learner']
 
 # %% ../nbs/99_all.ipynb #07faa944
 import fastprofile.loop, fastprofile.learner, fastprofile.trace, fastprofile.prefetch  # `Learner.profile`, `annotate`, `prefetch`, `before_draw`
@@ -28,6 +28,7 @@ from .efficiency_probe import EfficiencyCallback
 from .trace import RecordFunctionCallback, save_trace
 from .distributed import save_merged_trace, fix_cpu_broadcast
 from .efficiency_report import efficiency_summary
+from .telemetry_report import telemetry_summary
 from .diagnosis import Diagnosis, diagnose
 from .learner import LOGGERS, SECTIONS, NoProfileError
 from .wandb import WandbSink, fix_fastai_wandb_4173
@@ -44,5 +45,5 @@ _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profile
          'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError',
          'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved',
          'load_profile', 'compare', 'Comparison', 'TuneResult', 'ValidateOnceCallback',
-         'efficiency_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace',
+         'efficiency_summary', 'telemetry_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace',
          'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']

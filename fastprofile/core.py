@@ -83,6 +83,8 @@ class Facts:
     compile:object=None # What torch.compile cost in the call (`fastprofile.compiles.CompileStats`): None when nothing was compiled
     layers:object=None # Each module's forward and backward self time on sampled batches (`fastprofile.layers.LayerTimes`), if timed
     tokens:dict=field(default_factory=dict) # phase -> `fastprofile.tokens.TokenPhase`: the tokens and padding of token-id batches, if any
+    telemetry:object=None # What `TelemetryProbe` measured (`fastprofile.telemetry.Telemetry`): GPU readings per row, energy, throttling, CPU utilization
+    memory_snapshot:str|None=None # Where `memory_snapshot=True` wrote CUDA's allocator snapshot when the call ran out of memory
     extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
 
     @property

@@ -17,9 +17,10 @@ from .core import Facts, ProfileResult
 from .tokens import tokens_line
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'RULES', 'PhaseModel',
-           'Finding', 'Evidence', 'input_rule', 'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'layers_lead',
-           'compute_rule', 'callback_costs', 'callbacks_rule', 'outside_rule', 'compile_rule', 'Diagnosis', 'diagnose',
+__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
+           'THROTTLE_FINDING', 'HOST_BOUND', 'RULES', 'PhaseModel', 'Finding', 'Evidence', 'input_rule', 'copy_rule',
+           'batch_tfms_rule', 'optimizer_rule', 'layers_lead', 'compute_rule', 'callback_costs', 'callbacks_rule',
+           'outside_rule', 'throttle_rule', 'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose',
            'diagnosis_section']
 
 # %% ../nbs/09_diagnosis.ipynb #a5158f73
@@ -32,11 +33,15 @@ CATEGORIES = {
     'callbacks': 'callbacks and metrics in the batch',
     'outside': 'time between batches (epoch-level callbacks, validation set-up, worker start-up)',
     'compile': 'torch.compile compiling (dynamo + inductor)',
+    'throttling': 'GPU clock throttling (power or thermal limits)',
 }
 HIGHLY_INPUT_BOUND,MODERATELY_INPUT_BOUND = 20.,5.  # % of the training step waiting for input (TF profiler)
 MIN_GAIN = 1.05  # a fix predicted to gain less than 5% is not offered
 CORE_CBS = ('TrainEvalCallback','Recorder','CastToTensor')  # fastai's own: never advised away
 OWN_CBS = ('CudaPrefetchCallback','EfficiencyCallback','BreakdownCallback')  # fastprofile's (the prefetcher's staging is `input`)
+LOW_GPU_UTIL = 50  # % GPU utilization in the training batches (NVML, `telemetry`) below which the GPU counts as mostly waiting
+THROTTLE_FINDING = .05  # share of the busy GPU samples below the maximum SM clock from which throttling is a finding
+HOST_BOUND = ('input','callbacks','outside','optimizer')  # verdicts in which the GPU waits for the host
 
 @dataclass
 class PhaseModel:
@@ -400,6 +405,33 @@ def outside_rule(ev:Evidence) -> list:
     s = ev.fit/(ev.fit - ev.outside) if ev.fit > ev.outside else math.inf
     return [Finding('outside', share, share, knob + '.', s, 'bound', step=ev.steady/ev.batches)]
 
+def throttle_rule(ev:Evidence) -> list:
+    "A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from `learn.profile(telemetry=...)`): its compute took longer"
+    tel = getattr(ev.facts, 'telemetry', None)
+    th = None if tel is None else tel.throttling()
+    if th is None or not th.busy or not th.share >= THROTTLE_FINDING or not th.max_clock > 0: return []
+    slow = th.share*(1 - th.clock/th.max_clock)  # the share of the compute's time the lower clock added
+    why = ', '.join(f"{k} ({fmt_pct(100*v)})" for k,v in th.reasons.items()) or 'NVML gave no reason'
+    detail = (f"the GPU ran below its maximum SM clock ({th.max_clock:,.0f} MHz) in {fmt_pct(100*th.share)} of its busy samples, "
+              f"at {th.clock:,.0f} MHz on average: {why}")
+    return [ev.finding('throttling', f"{detail}: check its cooling and power limit (`nvidia-smi -q -d PERFORMANCE,POWER`); other work on "
+                       "the GPU shares them.", lambda ph: ph.step_with(main=ph.main - ph.compute*slow), kind='bound', detail=detail,
+                       share=ev.shares.get('compute', 0.)*th.share)]
+
+def gpu_agreement(resource:str, tel) -> str|None:
+    "What the GPU's utilization in the training batches (NVML: a `fastprofile.telemetry.Telemetry`) says about the verdict `resource`; None without readings"
+    b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
+    if t is None or math.isnan(t.util): return None
+    u = b.util if b is not None and not math.isnan(b.util) else t.util
+    busy = f"the GPU was busy {fmt_pct(u)} of the time in training batches ({fmt_pct(t.util)} over the train phase; NVML, {t.n:,} samples)"
+    if resource in HOST_BOUND:
+        return (f"The GPU agrees: {busy}: it waits for the host." if u < LOW_GPU_UTIL else
+                f"But {busy}: the host's work overlaps the GPU's, so the fix may gain less.")
+    if resource == 'compute':
+        return (f"But {busy}: the step looks launch-bound (the host queues kernels no faster than the GPU runs them): a larger batch, "
+                "`torch.compile` or CUDA graphs give the GPU longer kernels." if u < LOW_GPU_UTIL else f"The GPU agrees: {busy}.")
+    return f"GPU: {busy}."
+
 # %% ../nbs/09_diagnosis.ipynb #370361fb
 def _compile_pays(ev:Evidence, c) -> tuple:
     "When compiling pays back, in words, and the fit's seconds without torch.compile if the uncompiled model is known to be faster (else None)"
@@ -451,7 +483,7 @@ def compile_rule(ev:Evidence) -> list:
     return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound', detail=detail,
                     step=ev.steady/ev.batches, if_free=True)]
 
-RULES = [input_rule, copy_rule, batch_tfms_rule, compute_rule, optimizer_rule, callbacks_rule, outside_rule, compile_rule]
+RULES = [input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule, outside_rule, compile_rule]
 
 # %% ../nbs/09_diagnosis.ipynb #f6cef14f
 @dataclass
@@ -460,6 +492,7 @@ class Diagnosis:
     verdict:str; knob:str; predicted_speedup:float; speedup_kind:str; shares:dict; numbers:dict; basis:str
     input_bound:str; findings:list; change:dict|None=None
     details:list=field(default_factory=list)  # Further lines: the costliest layers, tokens/s and padding
+    gpu:str|None=None  # what the GPU's own readings (NVML, `telemetry`) say about the verdict
 
     @property
     def label(self) -> str: return CATEGORIES.get(self.verdict, self.verdict)
@@ -473,7 +506,7 @@ class Diagnosis:
         if f.detail: head += f": {f.detail}"
         if f.resource == 'input' and self.input_bound != 'not':
             head += f": {self.input_bound} input-bound (TF's thresholds: highly >= {HIGHLY_INPUT_BOUND:.0f}%, moderately >= {MODERATELY_INPUT_BOUND:.0f}%)"
-        out = [head + '.']
+        out = [head + '.'] + ([self.gpu] if self.gpu else [])
         if f.fix and f.speedup >= MIN_GAIN: out += [f"Fix: {f.fix}", f"Speedup: {f.speedup_text()}."]
         else: out.append("Fix: no change is predicted to gain 5% or more.")
         rest = [g for g in self.findings[1:] if g.fix and g.speedup >= MIN_GAIN and g.share >= MODERATELY_INPUT_BOUND]
@@ -554,7 +587,7 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     ok = best.fix is not None and best.speedup >= MIN_GAIN
     details = _details(rec, facts, numbers)
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares, numbers,
-                     _basis(ev, W, known), ib, found, best.change if ok else None, details)
+                     _basis(ev, W, known), ib, found, best.change if ok else None, details, gpu_agreement(best.resource, facts.telemetry))
 
 def _details(rec, facts:Facts, numbers:dict) -> list:
     "The diagnosis' lines on the model's layers and on tokens (their numbers into `numbers`)"

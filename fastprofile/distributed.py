@@ -18,6 +18,7 @@ from .record import ProfileRecord, Row, STEPS, PHASES, Slot, KEY_COLUMNS
 from .report import Section, fmt_time, fmt_pct, fmt_rate, atomic_write_csv, atomic_write_text
 from .core import ProfileResult
 from .trace import trace_events
+from .telemetry_report import telemetry_rank_lines
 
 # %% auto #0
 __all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERVALS', 'GATHER_TIMEOUT', 'CLOCK_PINGS',
@@ -235,7 +236,8 @@ def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> lis
         slow = max(t for _,t in tr)
         lines.append(f"Job training throughput: {fmt_rate(sum(s for s,_ in tr)/slow)} samples/s "
                      f"(all ranks' training samples over the slowest rank's training time, {fmt_time(slow)}).")
-    return lines + straggler_lines(record.stragglers or find_stragglers(profiles, margin), margin) + missing_lines(record)
+    found = record.stragglers or find_stragglers(profiles, margin)
+    return lines + straggler_lines(found, margin) + telemetry_rank_lines(profiles, found) + missing_lines(record)
 
 def distributed_section(result:ProfileResult) -> Section|None:
     "The report's *Distributed* section, for a record gathered from several ranks (one of `fastprofile.learner.SECTIONS`)"

@@ -22,6 +22,9 @@ from .prefetch import CudaPrefetchCallback
 from .efficiency_probe import EfficiencyCallback
 from .layers import LayerTimer
 from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
+from .telemetry import TelemetryProbe, TELEMETRY_EVERY, EVERY_RANGE, reads_gpu
+from .snapshot import MemorySnapshot, check_memory_snapshot
+from .telemetry_report import telemetry_section, telemetry_summary
 from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
@@ -32,7 +35,7 @@ __all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'LearnerFacts'
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
-SECTIONS = [diagnosis_with_efficiency, compile_section, efficiency_section, distributed_section]
+SECTIONS = [diagnosis_with_efficiency, compile_section, efficiency_section, telemetry_section, distributed_section]
 
 class _Default(str):
     "A default argument value, told apart from the same value passed explicitly"
@@ -106,6 +109,8 @@ def _n_train_batches(learn) -> int|None:
 
 # %% ../nbs/17_learner.ipynb #4d2cc3f0
 _OPTION_NAMES = [f.name for f in ProfileOptions.__dataclass_fields__.values()]
+_CALL_OPTIONS = ['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops','layers','telemetry',
+                 'telemetry_every','memory_snapshot']  # the options of `session_for` besides `ProfileOptions`
 
 def _running(learn):
     "Refuse to start a profile while a profiled call (or a `profiling()` block) is running on `learn`"
@@ -117,31 +122,43 @@ def _running(learn):
 def session_for(learn,
     logger_callback=_Default('wandb'), csv_name=_Default('simple_profile.csv'), breakdown:bool=False, rank_csv:bool=False,
     gather_timeout:float=GATHER_TIMEOUT, efficiency:bool|str='auto', peak_flops:float|None=None, layers:bool=True,
+    telemetry:bool|str='auto', telemetry_every:float=TELEMETRY_EVERY, memory_snapshot:bool=False,
     **kwargs # `ProfileOptions`
 ) -> Session:
     "A `Session` for the next profiled call on `learn`, every option checked (`Learner.profile` documents them); not armed yet"
     bad = [k for k in kwargs if k not in _OPTION_NAMES]
     if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
-                            f"{', '.join(['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops','layers'] + _OPTION_NAMES)}")
+                            f"{', '.join(_CALL_OPTIONS + _OPTION_NAMES)}")
     opts = ProfileOptions(**kwargs)
     check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv); check_bool('layers', layers)
     check_choice('efficiency', efficiency, ('auto', True, False))
     if peak_flops is not None: check_number('peak_flops', peak_flops, 0, lo_open=True)
-    if opts.save_csv or rank_csv: csv_path = check_path('csv_name', csv_name, base=learn.path)
+    dev = train_device(learn)
+    check_memory_snapshot(memory_snapshot, dev)  # on a CPU learner: refused now
+    if opts.save_csv or rank_csv or memory_snapshot: csv_path = check_path('csv_name', csv_name, base=learn.path)
     elif not isinstance(csv_name, _Default):
-        raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP)")
+        raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP, "
+                         "or `memory_snapshot=True` on a GPU: its snapshot goes next to the CSV)")
     else: csv_path = None
+    snapshot,csv_path = (csv_path if memory_snapshot else None),(csv_path if opts.save_csv or rank_csv else None)
+    check_choice('telemetry', telemetry, ('auto', True, False))
+    telemetry_every = check_number('telemetry_every', telemetry_every, *EVERY_RANGE)
+    if telemetry_every != TELEMETRY_EVERY and not (reads_gpu(dev) if telemetry == 'auto' else telemetry):
+        raise ValueError(f"`telemetry_every={telemetry_every:g}` was given but no sampler runs: " + ("`telemetry=False`" if telemetry is False else
+                         f"the model trains on {dev} (`telemetry=True` runs the sampler on a CPU too)"))
     gather_timeout = check_number('gather_timeout', gather_timeout, 0, lo_open=True)
     n = _n_train_batches(learn)
     if 'warmup' in kwargs and n is not None and opts.warmup and opts.warmup >= n:
         raise ValueError(f"`warmup={opts.warmup}` leaves no batch to measure: the training loader has {n} batch(es) per epoch; "
                          f"use a warm-up below {n} (0 keeps every batch)")
-    resolve_timing(opts.timing, train_device(learn))  # 'events'/'sync' on a CPU learner: refused now, not at fit start
+    resolve_timing(opts.timing, dev)  # 'events'/'sync' on a CPU learner: refused now, not at fit start
     sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
-    return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers)
+    return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry, telemetry_every,
+                    snapshot)
 
-def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers=True) -> Session:
-    "The session and its probes, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, the learner's facts, prefetch staging, sinks, the pair's last"
+def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers=True, telemetry='auto',
+             telemetry_every=TELEMETRY_EVERY, snapshot=None) -> Session:
+    "The session and its probes, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, telemetry, the learner's facts, prefetch staging, sinks, the memory snapshot, the pair's last"
     bd = BreakdownCallback() if breakdown else None
     sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
@@ -150,8 +167,10 @@ def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, e
     eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
     lay = LayerTimer(learn, warmup=opts.warmup) if layers else None  # hooks on the model only for a few sampled batches
-    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay) if p is not None], LearnerFacts(learn), PrefetchStaging(learn),
-              *prof.sinks, post]
+    tel = None if telemetry is False else TelemetryProbe(telemetry, telemetry_every)  # 'auto': the sampler on a GPU; the CPU per phase always
+    snap = None if snapshot is None else MemorySnapshot(snapshot)  # it ends right after the pair's last: the snapshot before the others end
+    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay, tel) if p is not None], LearnerFacts(learn),
+              PrefetchStaging(learn), *prof.sinks, *[p for p in (snap,) if p is not None], post]
     return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff) if c])
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da
@@ -165,11 +184,15 @@ def profile(self:Learner,
     efficiency:bool|str='auto', # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
     peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.flops.PEAK_FLOPS`, GPUs only)
     layers:bool=True, # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
+    telemetry:bool|str='auto', # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU per phase on a CPU; True: the sampler on a CPU too; False: off
+    telemetry_every:float=TELEMETRY_EVERY, # Seconds between the sampler's samples
+    memory_snapshot:bool=False, # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's memory visualizer
     **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)
-    s = session_for(self, logger_callback, csv_name, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, **kwargs)
+    s = session_for(self, logger_callback, csv_name, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry,
+                    telemetry_every, memory_snapshot, **kwargs)
     if old is not None: old.disarm()
     s.arm()
     return self
@@ -233,6 +256,11 @@ def simple_profile_breakdown(self:Learner):
     "The `Breakdown` of the last profiled call (`learn.profile(breakdown=True)`), or None"
     f = _result(self).facts
     return None if f is None else f.breakdown
+
+@patch(as_prop=True)
+def simple_profile_telemetry(self:Learner) -> dict:
+    "GPU utilization and power per phase, energy, throttling and CPU utilization of the last profiled call (`telemetry_summary`)"
+    return telemetry_summary(_result(self))
 
 @patch(as_prop=True)
 def simple_profile_efficiency(self:Learner) -> dict:

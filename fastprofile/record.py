@@ -133,6 +133,7 @@ class ProfileRecord:
         self.closed = False
         self._overhead,self._overhead_fn = math.nan,None  # the profiler's own cost per training batch (`overhead_per_batch`)
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
+        self.telemetry = None  # what the call's `TelemetryProbe` measured in this process (`fastprofile.telemetry.Telemetry`): gathered with the record under DDP
         self._apart = []  # the marks of batches `set_apart` (in flight or queued): folded with the warm-up
         self.n_apart = {}  # phase -> batches past the warm-up set apart from the statistics (they compiled)
 
@@ -140,7 +141,7 @@ class ProfileRecord:
     STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','tokens','ring','n_batches','epochs','stages','gpu_stats',
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
                   '_overhead','last_seen','n_apart','timing','_phase_batches','_phase_span','_epoch_totals',
-                  '_stage_phases','_stage_epochs','_stage_train_batches')
+                  '_stage_phases','_stage_epochs','_stage_train_batches','telemetry')
     def state(self) -> dict:
         "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
         self.fold()

@@ -245,7 +245,7 @@ class ProfileReport:
     def _values(self) -> pd.DataFrame:
         "Each shown number as a string with its unit, under the results' column names"
         L = self._layout()
-        return pd.DataFrame({c: pd.Series(L.cells[c], index=self.results.index, dtype=object) for c in L.columns[3:]}, index=self.results.index)
+        return pd.DataFrame({c: pd.Series(L.cells[c], index=self.results.index) for c in L.columns[3:]}, index=self.results.index)  # text columns, as pandas types them
 
     def formatted(self) -> pd.DataFrame:
         "The results as strings with units under their labels (`LABELS`), repeated Phase/Action names blanked"

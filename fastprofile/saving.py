@@ -8,7 +8,7 @@ Docs: https://fastprofile.github.io/fastprofile/saving.html.md"""
 from __future__ import annotations
 import json, math, os, platform
 from collections import deque
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from pathlib import Path
 import numpy as np
@@ -25,6 +25,7 @@ from .efficiency import Efficiency, StageFlops
 from .compiles import CompileStats, Compile, Baseline
 from .layers import LayerTimes, LayerTime
 from .tokens import TokenPhase
+from .telemetry import Telemetry
 from .distributed import MergedRecord, RankProfile
 from .learner import SECTIONS
 
@@ -164,6 +165,20 @@ def _compile_from(d:dict) -> CompileStats:
     d = _unplain(d)
     return CompileStats([Compile(**c) for c in d['compiles']], d['graph_breaks'], None if d['baseline'] is None else Baseline(**d['baseline']))
 
+def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data=_plain(a.tolist()))
+def _array_from(d): return None if d is None else np.asarray(_unplain(d['data']), dtype=d['dtype'])
+
+def _telemetry_state(t:Telemetry) -> dict:
+    "A `Telemetry` as plain values: its numpy arrays with their dtype"
+    return {f.name:(_array_state(v) if isinstance(v, np.ndarray) or f.name == 'recent' else _plain(v))
+            for f in fields(t) for v in [getattr(t, f.name)]}
+
+def _telemetry_from(d:dict) -> Telemetry:
+    arrays = {k for k,v in d.items() if isinstance(v, dict) and 'dtype' in v} | {'recent'}
+    out = {k:(_array_from(v) if k in arrays else _unplain(v)) for k,v in d.items()}
+    out['reasons'] = {int(k):v for k,v in out.get('reasons', {}).items()}
+    return Telemetry(**out)
+
 def _layers_from(d:dict) -> LayerTimes:
     d = _unplain(d)
     return LayerTimes(**{**d, 'layers':{k:LayerTime(**v) for k,v in d['layers'].items()}})
@@ -183,6 +198,7 @@ def facts_state(f:Facts) -> dict:
                                                                'baseline':None if f.compile.baseline is None else f.compile.baseline._asdict()}),
                 layers=None if f.layers is None else _plain(asdict(f.layers)),
                 tokens={p:_plain(asdict(t)) for p,t in f.tokens.items()},
+                telemetry=None if f.telemetry is None else _telemetry_state(f.telemetry), memory_snapshot=f.memory_snapshot,
                 breakdown=None if f.breakdown is None else _breakdown_state(f.breakdown),
                 callback_costs=None if f.callback_costs is None else _sampled_state(f.callback_costs),
                 efficiency=None if f.efficiency is None else _plain(asdict(f.efficiency)),
@@ -197,6 +213,7 @@ def facts_from(d:dict) -> Facts:
                  compile=None if d['compile'] is None else _compile_from(d['compile']),
                  layers=None if d['layers'] is None else _layers_from(d['layers']),
                  tokens={p:TokenPhase(**_unplain(t)) for p,t in d['tokens'].items()},
+                 telemetry=None if d['telemetry'] is None else _telemetry_from(d['telemetry']), memory_snapshot=d['memory_snapshot'],
                  breakdown=None if d['breakdown'] is None else _breakdown_from(d['breakdown']),
                  callback_costs=None if d['callback_costs'] is None else _sampled_from(d['callback_costs']),
                  efficiency=None if d['efficiency'] is None else _efficiency_from(d['efficiency']), extra=_unplain(d['extra']))

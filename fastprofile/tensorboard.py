@@ -10,6 +10,7 @@ import sys, warnings
 from fastai.basics import *
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
 from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
+from .telemetry_report import TelemetryWindow, telemetry_fit_scalars
 
 # %% auto #0
 __all__ = ['TensorBoardSink']
@@ -26,11 +27,11 @@ class TensorBoardSink(Sink):
     def __init__(self,
         learn, # The learner being profiled
     ):
-        self._learn,self.step,self._facts = learn,0,None  # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
+        self._learn,self.step,self._facts,self._window = learn,0,None,TelemetryWindow()  # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
 
     def start(self, s):
-        "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts)"
-        self._facts = s.facts
+        "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the telemetry's readings)"
+        self._facts,self._window = s.facts,TelemetryWindow()
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> TensorBoardSink|None:
@@ -53,6 +54,7 @@ class TensorBoardSink(Sink):
         rates = train_samples_per_second(record, window)
         for a,v in rates.items(): w.add_scalar(f'samples_per_second/train_{a}', v, step)
         for k,v in efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates).items(): w.add_scalar(k, v, step)
+        for k,v in self._window.scalars(getattr(self._facts, 'telemetry', None)).items(): w.add_scalar(k, v, step)  # since the last log
 
     def log_fit(self, result:ProfileResult):
         "Write the call's samples/second and the report (markdown) as text"
@@ -62,5 +64,6 @@ class TensorBoardSink(Sink):
         fit = fit_samples_per_second(result.results)
         if fit is not None: w.add_scalar('samples_per_second/fit', fit, step)
         for k,v in efficiency_fit_scalars(result).items(): w.add_scalar(k, v, step)
+        for k,v in telemetry_fit_scalars(result).items(): w.add_scalar(k, v, step)
         w.add_text('simple_profile_report', result.report.markdown(), step)
         w.close()  # `TensorBoardCallback.after_fit` closed the writer; writing reopened it: close and flush

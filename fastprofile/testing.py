@@ -6,10 +6,14 @@ Docs: https://fastprofile.github.io/fastprofile/testing.html.md"""
 
 # %% ../nbs/90_testing.ipynb #3c4d5e6f
 from __future__ import annotations
+import inspect, pickle, threading, time, types
+import torch, torch.cuda.memory
+from fastcore.basics import patch
 from .record import ProfileRecord, Slot
 
 # %% auto #0
-__all__ = ['FakeClock', 'drive_record', 'FakeStream', 'FakeEvent', 'drive_gpu_batches']
+__all__ = ['NVML_SIGNATURES', 'FakeClock', 'drive_record', 'FakeStream', 'FakeEvent', 'drive_gpu_batches', 'NVMLError',
+           'busy_gpu', 'FakeNvml', 'FakeCudaMemory']
 
 # %% ../nbs/90_testing.ipynb #5e6f7081
 class FakeClock:
@@ -94,3 +98,99 @@ def drive_gpu_batches(rec, clock:FakeClock, fs:FakeStream, n:int=10, gpu=None, h
         fs.sync()  # Recorder's smoothed loss goes to the CPU: the host waits for the GPU
         mk(S.BATCH_END); rec.end_batch(8)
     rec.end_phase()
+
+# %% ../nbs/90_testing.ipynb #c8f59985
+NVML_SIGNATURES = {  # the `pynvml` functions fastprofile calls, with their parameters (nvidia-ml-py 12.x)
+    'nvmlInit':(), 'nvmlShutdown':(), 'nvmlDeviceGetHandleByIndex':('index',), 'nvmlDeviceGetName':('handle',),
+    'nvmlDeviceGetUtilizationRates':('handle',), 'nvmlDeviceGetPowerUsage':('handle',),
+    'nvmlDeviceGetClockInfo':('handle','type'), 'nvmlDeviceGetMaxClockInfo':('handle','type'),
+    'nvmlDeviceGetTemperature':('handle','sensor'), 'nvmlDeviceGetCurrentClocksThrottleReasons':('handle',),
+    'nvmlDeviceGetCurrentClocksEventReasons':('handle',), 'nvmlDeviceGetTotalEnergyConsumption':('handle',)}
+
+class NVMLError(Exception):
+    "`pynvml.NVMLError` of the stand-in: `value` is NVML's return code (3: not supported)"
+    def __init__(self, value:int): self.value = value; super().__init__(f"NVML error {value}")
+
+def busy_gpu(t:float) -> dict:
+    "The readings of a GPU busy at its maximum clock, whatever the time `t`"
+    return dict(util=95, mem_util=40, power=300., clock=1980, temp=60, reasons=0)
+
+# %% ../nbs/90_testing.ipynb #1fce69da
+class FakeNvml:
+    "A stand-in for the `pynvml` module on one GPU: readings from `reading(t)`, each call logged with its thread"
+    NVML_CLOCK_SM,NVML_TEMPERATURE_GPU,NVML_ERROR_NOT_SUPPORTED = 1,0,3
+    NVMLError = NVMLError
+    def __init__(self,
+        reading=busy_gpu, # `reading(t)`: a dict of util, mem_util (%), power (W), clock (MHz), temp (°C) and reasons (throttle bits) at time `t`
+        unsupported=(), # Names of the functions that raise `NVMLError(3)` (not supported), as on GPUs that do not report them
+        max_clock:int=1980, # The SM clock's maximum, MHz
+        clock=time.perf_counter, # The clock `t` is read from
+        fail_init:bool=False, # `nvmlInit` raises, as without a driver
+    ):
+        self.reading,self.unsupported,self.max_clock,self.clock,self.fail_init = reading,set(unsupported),max_clock,clock,fail_init
+        self.calls,self.inits,self._energy = [],0,None  # (name, thread ident) of every call; nvmlInit calls not yet shut down
+
+    def _log(self, name:str):
+        self.calls.append((name, threading.get_ident()))
+        if name in self.unsupported: raise NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+    def _call(self, name:str) -> dict:
+        "Log the call, then read the GPU now"
+        self._log(name)
+        return self.reading(self.clock())
+
+    def nvmlInit(self):
+        self.calls.append(('nvmlInit', threading.get_ident()))
+        if self.fail_init: raise NVMLError(9)  # NVML_ERROR_DRIVER_NOT_LOADED
+        self.inits += 1
+    def nvmlShutdown(self): self._log('nvmlShutdown'); self.inits -= 1
+    def nvmlDeviceGetHandleByIndex(self, index): self._log('nvmlDeviceGetHandleByIndex'); return ('fake handle', index)
+    def nvmlDeviceGetName(self, handle): self._log('nvmlDeviceGetName'); return 'Fake GPU (fastprofile.testing)'
+    def nvmlDeviceGetMaxClockInfo(self, handle, type): self._log('nvmlDeviceGetMaxClockInfo'); return self.max_clock
+
+# %% ../nbs/90_testing.ipynb #d68f6bb3
+@patch
+def nvmlDeviceGetUtilizationRates(self:FakeNvml, handle):
+    r = self._call('nvmlDeviceGetUtilizationRates')
+    return types.SimpleNamespace(gpu=int(r['util']), memory=int(r['mem_util']))
+@patch
+def nvmlDeviceGetPowerUsage(self:FakeNvml, handle): return int(round(self._call('nvmlDeviceGetPowerUsage')['power']*1000))  # mW
+@patch
+def nvmlDeviceGetClockInfo(self:FakeNvml, handle, type): return int(self._call('nvmlDeviceGetClockInfo')['clock'])
+@patch
+def nvmlDeviceGetTemperature(self:FakeNvml, handle, sensor): return int(self._call('nvmlDeviceGetTemperature')['temp'])
+@patch
+def nvmlDeviceGetCurrentClocksThrottleReasons(self:FakeNvml, handle): return int(self._call('nvmlDeviceGetCurrentClocksThrottleReasons')['reasons'])
+@patch
+def nvmlDeviceGetCurrentClocksEventReasons(self:FakeNvml, handle): return int(self._call('nvmlDeviceGetCurrentClocksEventReasons')['reasons'])
+@patch
+def nvmlDeviceGetTotalEnergyConsumption(self:FakeNvml, handle):
+    "Millijoules since the counter started: its power integrated exactly for a power linear in time (trapezoids between calls)"
+    t,p = self.clock(),self._call('nvmlDeviceGetTotalEnergyConsumption')['power']
+    if self._energy is None: self._energy = (t, p, 123_456_789.)  # the real counter starts when the driver loads
+    else:
+        t0,p0,e = self._energy
+        self._energy = (t, p, e + (p0 + p)/2*(t - t0)*1e3)
+    return int(round(self._energy[2]))
+
+# %% ../nbs/90_testing.ipynb #b3f0b342
+_REAL_MEMORY = {n:getattr(torch.cuda.memory, n) for n in ('_record_memory_history','_dump_snapshot')}  # torch's own, kept before any stand-in replaces them
+
+def _bound(name, *args, **kwargs) -> dict:
+    "The arguments of a call to `torch.cuda.memory.<name>`, defaults filled; TypeError unless they bind to torch's real signature"
+    b = inspect.signature(_REAL_MEMORY[name]).bind(*args, **kwargs)
+    b.apply_defaults()
+    return b.arguments
+
+class FakeCudaMemory:
+    "A stand-in for `torch.cuda.memory`'s allocator history on a CPU: each call checked against torch's signature and logged"
+    def __init__(self): self.log,self.recording = [],False
+    def _record_memory_history(self, *args, **kwargs):
+        a = _bound('_record_memory_history', *args, **kwargs)
+        self.recording = a['enabled'] is not None
+        self.log.append(('record', a['enabled'], a['max_entries']))
+    def _dump_snapshot(self, *args, **kwargs):
+        "Write a snapshot with the keys of the real one (empty), as `pickle`"
+        fn = _bound('_dump_snapshot', *args, **kwargs)['filename']
+        if not self.recording: raise RuntimeError("no allocator history is being recorded")
+        with open(fn, 'wb') as f: pickle.dump(dict(segments=[], device_traces=[[]], allocator_settings={}), f)
+        self.log.append(('dump', str(fn)))

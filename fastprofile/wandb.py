@@ -12,6 +12,7 @@ from fastai.basics import *
 from .record import result_rows
 from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
 from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
+from .telemetry_report import TelemetryWindow, telemetry_fit_scalars
 
 # %% auto #0
 __all__ = ['wandb_summary', 'WandbSink', 'fastai_wandb_4173_present', 'fix_fastai_wandb_4173']
@@ -42,11 +43,11 @@ class WandbSink(Sink):
     ):
         # Kept under names that are not `__init__` parameters: fastai's `Learner.gather_args()` (`WandbCallback`'s run
         # config) walks the parameters an object keeps (`init_args`), and would log the learner again and a module
-        self._learn,self._wandb,self.base,self.last,self._facts = learn,wandb,None,None,None
+        self._learn,self._wandb,self.base,self.last,self._facts,self._window = learn,wandb,None,None,None,TelemetryWindow()
 
     def start(self, s):
-        "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts)"
-        self._facts = s.facts
+        "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the telemetry's readings)"
+        self._facts,self._window = s.facts,TelemetryWindow()
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> WandbSink|None:
@@ -69,6 +70,7 @@ class WandbSink(Sink):
         rates = train_samples_per_second(record, window)
         d = {f'samples_per_second/train_{a}':v for a,v in rates.items()}
         d.update(efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates))
+        d.update(self._window.scalars(getattr(self._facts, 'telemetry', None)))  # GPU and CPU readings since the last log
         if d: self._log(d, self._step(step))
 
     def log_fit(self, result:ProfileResult):
@@ -80,6 +82,7 @@ class WandbSink(Sink):
         fit = fit_samples_per_second(res)
         if fit is not None: d['samples_per_second/fit'] = fit
         d.update(efficiency_fit_scalars(result))
+        d.update(telemetry_fit_scalars(result))
         cb = _wandb_callback(self._learn)
         step = cb._wandb_step if cb is not None and hasattr(cb, '_wandb_step') else (wb.run.step if self.last is None else self.last + 1)
         self._log(d, step)

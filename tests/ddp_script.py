@@ -57,6 +57,7 @@ def main():
     p.add_argument('--late', type=float, default=0.)
     p.add_argument('--gather-timeout', type=float, default=20.)
     p.add_argument('--pg-timeout', type=float, default=60.)  # the process group's own timeout (collectives, barriers)
+    p.add_argument('--telemetry', action='store_true')  # each rank's telemetry sampler on (CPU readings, every 5 ms)
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ['RANK'])
@@ -75,7 +76,8 @@ def main():
         learn.add_cb(CudaPrefetchCallback(ops=LoggingOps()))
     stamp = Stamp()
     cbs = [stamp, AtFitEnd(a.late if rank == a.late_rank else 0., rank == a.fail_rank)]
-    learn.profile(plain=True, save_csv=True, logger_callback=None, rank_csv=True, gather_timeout=a.gather_timeout)
+    learn.profile(plain=True, save_csv=True, logger_callback=None, rank_csv=True, gather_timeout=a.gather_timeout,
+                  **(dict(telemetry=True, telemetry_every=.005) if a.telemetry else {}))
     assert fix_cpu_broadcast()
     outcome = 'ok'
     with warnings.catch_warnings(record=True) as caught:
@@ -102,7 +104,8 @@ def main():
                     stragglers=rec.stragglers, calls=int(rec.stats[Row('train','draw')].n),
                     rank_calls=[int(p.record.stats[Row('train','draw')].n) for p in rec.ranks],
                     rank_samples=[int(p.record.samples[Row('fit','train')]) for p in rec.ranks],
-                    samples=int(rec.samples[Row('fit','train')]))
+                    samples=int(rec.samples[Row('fit','train')]),
+                    telemetry_samples=[getattr(p.record.telemetry, 'samples', None) for p in rec.ranks])
         spread = res.section('Distributed')
         if spread is not None: spread.to_csv(a.out/'spread.csv', index=False)
         save_merged_trace(rec, a.out/'trace.json')

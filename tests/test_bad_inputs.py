@@ -72,6 +72,14 @@ ROWS = [
     bad('profile-timing-name', lambda e: e.learn.profile(timing='gpu'), ValueError, '`timing`', "'gpu'", "'wall'"),
     *([bad('profile-timing-events-cpu', lambda e: e.learn.profile(timing='events'), ValueError, '`timing', "'events'", 'CUDA'),
        bad('profile-timing-sync-cpu', lambda e: e.learn.profile(timing='sync'), ValueError, '`timing', "'sync'", 'CUDA')] if CPU_ONLY else []),
+    bad('profile-telemetry-name', lambda e: e.learn.profile(telemetry='always'), ValueError, '`telemetry`', "'always'", "'auto'"),
+    bad('profile-telemetry-every-0', lambda e: e.learn.profile(telemetry=True, telemetry_every=0), ValueError, '`telemetry_every`', '0.005'),
+    bad('profile-telemetry-every-str', lambda e: e.learn.profile(telemetry=True, telemetry_every='50ms'), TypeError, '`telemetry_every`', "'50ms'"),
+    bad('profile-telemetry-every-off', lambda e: e.learn.profile(telemetry=False, telemetry_every=.01), ValueError, '`telemetry_every=0.01`', 'telemetry=False'),
+    bad('profile-memory-snapshot-str', lambda e: e.learn.profile(memory_snapshot='yes'), TypeError, '`memory_snapshot`', "'yes'"),
+    *([bad('profile-telemetry-every-cpu', lambda e: e.learn.profile(telemetry_every=.01), ValueError, '`telemetry_every=0.01`', 'telemetry=True'),
+       bad('profile-memory-snapshot-cpu', lambda e: e.learn.profile(memory_snapshot=True), ValueError, '`memory_snapshot=True`', 'trains on cpu')]
+      if CPU_ONLY else []),
     bad('profile-sps-str', lambda e: e.learn.profile(samples_per_second='y'), TypeError, '`samples_per_second`'),
     bad('profile-unknown-option', lambda e: e.learn.profile(show_reprot=False), TypeError, "'show_reprot'", 'valid options'),
     # ---- ProfileOptions, Profile, ProfileRecord ----

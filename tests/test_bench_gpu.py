@@ -21,13 +21,16 @@ def env():
 @pytest.fixture
 def fakes(monkeypatch):
     "This process with `torch.cuda` stood in (undone after the test: every replaced attribute is put back)"
-    import torch.cuda.nvtx, fastprofile.core, fastprofile.learner, fastprofile.trace
+    import torch.cuda.nvtx, torch.cuda.memory, fastprofile.core, fastprofile.learner, fastprofile.trace, fastprofile.telemetry
     from fastai.learner import Learner
     import bench.gpu.fakes as fk
     saved = [(torch.cuda, n) for n in ('Event','synchronize','_sleep','current_stream','init','empty_cache','get_device_name',
                                       'get_device_properties')] + [(torch.cuda.nvtx, 'range_push'), (torch.cuda.nvtx, 'range_pop'),
-             (fastprofile.core, 'resolve_timing'), (fastprofile.learner, 'resolve_timing'), (Learner, 'annotate')]
+             (fastprofile.core, 'resolve_timing'), (fastprofile.learner, 'resolve_timing'), (Learner, 'annotate'),
+             (torch.cuda.memory, '_record_memory_history'), (torch.cuda.memory, '_dump_snapshot'), (fastprofile.telemetry, 'reads_gpu'),
+             (fastprofile.learner, 'reads_gpu'), (fastprofile.learner, 'check_memory_snapshot')]
     for obj,n in saved: monkeypatch.setattr(obj, n, getattr(obj, n))
+    monkeypatch.setitem(sys.modules, 'pynvml', sys.modules.get('pynvml'))  # put back (or taken out) after the test
     monkeypatch.setattr(fk, 'INSTALLED', False)
     import bench.gpu.common as common
     monkeypatch.setattr(common, '_PER_MS', None)
@@ -150,7 +153,9 @@ TINY = dict(
                    regimes={'input-bound':dict(t_load=.01, bs=4, size=8, channels=2, depth=1),
                             'copy-bound':dict(bs=4, max_mb=.01, min_copy_ms=.1),
                             'compute-bound':dict(t_load=0., workers=0, bs=4, size=8, channels=2, depth=1, spin_ms=2.)}),
-    nvtx=dict(device='cpu', batches=3, valid=2, bs=2, size=8))
+    nvtx=dict(device='cpu', batches=3, valid=2, bs=2, size=8),
+    telemetry=dict(device='cpu', every=.005, phases=dict(batches=4, valid=1, draw_ms=20., spin_ms=20., bs=4),
+                   overhead=dict(trials=1, batches=20, everies=[.05])))
 
 NB_META = dict(kernelspec=dict(display_name='python3', language='python', name='python3'), language_info=dict(name='python'))
 
@@ -178,8 +183,8 @@ def test_suite_end_to_end_on_stand_ins(tmp_path, monkeypatch):
             dict(cell_type='code', id='0', metadata={}, execution_count=None, outputs=[], source=src)])))
     configs = dict(TINY, tests=dict(paths=[str(tdir)], nbs=str(nbs)))
     t0 = time.monotonic()
-    rc = suite.run_suite(out, python=FAKES, configs=configs, info=dict(INFO), total=1200,
-                         limits=dict(tests=120, timing=400, prefetch=300, diagnosis=300, nvtx=120))
+    rc = suite.run_suite(out, python=FAKES, configs=configs, info=dict(INFO), total=1300,
+                         limits=dict(tests=120, timing=400, prefetch=300, diagnosis=300, nvtx=120, telemetry=120))
     assert rc == 1  # a CUDA test failed
     md = (out/suite.MD).read_text()
     raw = json.loads((out/suite.JSON).read_text())
@@ -188,7 +193,8 @@ def test_suite_end_to_end_on_stand_ins(tmp_path, monkeypatch):
     assert {n:o['status'] for n,o in parts.items()} == {n:'ok' for n in suite.PARTS}, {n:(o['status'], o.get('tail')) for n,o in parts.items()}
     assert all(o['results']['stand_ins'] for o in parts.values())
     assert md.startswith('## Measured on a GPU — NOT A MEASUREMENT') and '**Not a measurement.**' in md
-    for title in ('### Goals', '### CUDA tests', '### Timing accuracy', '### CudaPrefetchCallback', '### The diagnosis', '### NVTX', '### Parts'):
+    for title in ('### Goals', '### CUDA tests', '### Timing accuracy', '### CudaPrefetchCallback', '### The diagnosis', '### NVTX',
+                  '### Telemetry', '### Parts'):
         assert title in md, title
     # tests: each outcome read back
     t = parts['tests']['results']
@@ -228,7 +234,33 @@ def test_suite_end_to_end_on_stand_ins(tmp_path, monkeypatch):
     assert n['checks']['torch_profiler'] and n['checks']['nvtx_calls'] and n['checks']['profiled_together'], n
     assert n['checks']['gpu_projection'] is None  # no CUDA activity on a CPU
     assert '| `fastai.backward` | 3 | 3 | — | 3 |' in md
-    assert time.monotonic() - t0 < 900
+    te = parts['telemetry']['results']
+    assert te['snapshot']['checks'] == dict(raised=True, written=True, named_in_note=True, loads=True, profile_kept=True, nothing_without_error=True)
+    assert te['phases']['gpu_name'] == 'Fake GPU (fastprofile.testing)' and te['overhead']['median']
+    assert time.monotonic() - t0 < 1000
+
+def test_telemetry_part_on_stand_ins(tmp_path):
+    "The telemetry part end to end on a stand-in NVML and allocator: every step runs, the markdown has its section and goals"
+    from bench.gpu import suite
+    out = tmp_path/'out'
+    rc = suite.run_suite(out, parts=('telemetry',), python=FAKES, configs=dict(telemetry=TINY['telemetry']), info=dict(INFO),
+                         limits=dict(telemetry=150), total=200)
+    raw = json.loads((out/suite.JSON).read_text())['parts']['telemetry']
+    assert rc == 0 and raw['status'] == 'ok', raw.get('tail')
+    r = raw['results']
+    assert r['stand_ins'] and r['phases']['checks']['gpu_read'] and r['phases']['checks']['thread_joined']
+    assert r['phases']['energy_rel'] == pytest.approx(0, abs=.05)  # the stand-in's counter integrates the same constant power
+    assert r['phases']['summary']['cpu_cores']['train'] > 0 and set(r['overhead']['median']) == {'off', 'every 50 ms'}
+    assert all(r['snapshot']['checks'].values()), r['snapshot']
+    md = (out/suite.MD).read_text()
+    assert '### Telemetry (NVML) and the out-of-memory snapshot' in md and 'NOT A MEASUREMENT' in md
+    assert '| memory_snapshot: written on a real OOM, loads, named in the error; nothing without one |' in md
+    assert '| `train_batch` | 95% | 300 W |' in md
+
+def test_suite_has_the_telemetry_part_within_8_minutes():
+    from bench.gpu import suite, part
+    assert 'telemetry' in suite.PARTS and 'telemetry' in part.PARTS and set(suite.LIMITS) == set(suite.PARTS)
+    assert sum(suite.LIMITS.values()) <= suite.TOTAL < 8*60
 
 def test_a_failed_or_stopped_part_does_not_stop_the_others(tmp_path, monkeypatch):
     "A part that fails and a part stopped at its time limit are recorded as such (with what they saved); the next part runs"

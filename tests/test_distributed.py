@@ -26,7 +26,7 @@ def show(capsys, what, r0, r1):
 def slow_run(tmp_path_factory):
     "Rank 1's items sleep 2 ms (16 ms a batch); rank 1's profiler clock reads 1000 s ahead"
     out = tmp_path_factory.mktemp('ddp')
-    ranks,stdout = launch(out, '--slow-rank', '1', '--clock-shift', '1000')
+    ranks,stdout = launch(out, '--slow-rank', '1', '--clock-shift', '1000', '--telemetry')
     return out,ranks,stdout
 
 @pytest.fixture(scope='module')
@@ -50,6 +50,14 @@ def test_gathered_on_rank_0(slow_run):
     assert sorted(p.name for p in (out/'rank0').glob('*.csv')) == \
         ['simple_profile.csv', 'simple_profile_rank0.csv', 'simple_profile_rank1.csv']
     assert not (out/'rank1').exists()
+
+def test_telemetry_of_each_rank_in_the_spread(slow_run):
+    "Each rank samples itself (here its CPU); its telemetry travels with its record to rank 0, whose Distributed section shows the spread"
+    _,(r0,r1),_ = slow_run
+    assert len(r0['telemetry_samples']) == 2 and all(n and n >= 2 for n in r0['telemetry_samples'])
+    rep = r0['report']
+    assert 'Telemetry across ranks (min / median / max, highest rank):' in rep and 'CPU in training ' in rep
+    assert 'Telemetry:' in rep and r0['warnings'] == [] and r1['warnings'] == []
 
 def test_spread_and_per_rank_csv(slow_run):
     out,_,_ = slow_run

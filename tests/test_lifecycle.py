@@ -2,7 +2,7 @@
 that the result lands on the learner before any output step, and that the learner is exactly as before however the
 call ends (`helpers.state`: every attribute of the learner, its callbacks, metrics, loaders, datasets and modules, and
 fastai's functions, against the same run without the profiler)"""
-import math
+import math, threading
 from types import SimpleNamespace
 import pandas as pd, pytest, torch
 from fastai.basics import *
@@ -20,7 +20,8 @@ from test_core import Raiser, EXITS, check_sums
 
 N_TRN,N_VAL,BS = 6,3,16  # batches per epoch (synth_learner's batches hold 16 samples)
 QUIET = dict(show_report=False, logger_callback=None)
-OPTIONS = {'default':{}, 'breakdown':dict(breakdown=True), 'efficiency':dict(efficiency=True)}
+OPTIONS = {'default':{}, 'breakdown':dict(breakdown=True), 'efficiency':dict(efficiency=True),
+           'telemetry':dict(telemetry=True, telemetry_every=.005)}  # telemetry: the sampler thread (CPU readings) on
 
 class Tally(Callback):
     "A user's callback with its own state and an event method set on the instance (as some libraries do)"
@@ -49,6 +50,7 @@ def check_as_twin(p, t, same_error=True):
     if same_error: assert ended == twin_ended, f"the profiled run ended by {ended}, its twin by {twin_ended}"
     assert not outcome_diff(p.outcome, t.outcome), outcome_diff(p.outcome, t.outcome)
     assert fastai.data.load.to_device is fastai.torch_core.to_device
+    assert not [t for t in threading.enumerate() if t.name == 'fastprofile-telemetry'], "the telemetry sampler's thread is still running"
 
 def result_or_none(learn):
     "The learner's last profile, or None"
@@ -277,7 +279,8 @@ def test_ops_inside_profiling_are_not_stages(opts, tmp_path):
     assert counts(p.learn) == want
 
 BAD = [(dict(warmup=-1), ValueError), (dict(bogus=1), TypeError), (dict(logger_callback='nope'), ValueError),
-       (dict(csv_name='x.csv'), ValueError), (dict(efficiency='sometimes'), ValueError), (dict(breakdown='yes'), (ValueError, TypeError))]
+       (dict(csv_name='x.csv'), ValueError), (dict(efficiency='sometimes'), ValueError), (dict(breakdown='yes'), (ValueError, TypeError)),
+       (dict(telemetry='often'), ValueError), *([(dict(memory_snapshot=True), ValueError)] if not torch.cuda.is_available() else [])]  # a CPU learner
 
 @pytest.mark.parametrize('bad,err', BAD, ids=[next(iter(b)) for b,_ in BAD])
 def test_profiling_checks_its_options_at_the_call(bad, err):
@@ -431,7 +434,7 @@ def test_interrupt_during_a_fit_end_step(step, tmp_path, monkeypatch, capsys):
 # ---- E. an interrupt or an error at each fastai event, with the options that patch more ----
 _TWINS = {}
 
-@pytest.mark.parametrize('opts', ['breakdown', 'efficiency'])
+@pytest.mark.parametrize('opts', ['breakdown', 'efficiency', 'telemetry'])
 @pytest.mark.parametrize('event,exc', EXITS, ids=[f'{e}-{x.__name__}' for e,x in EXITS])
 def test_every_exit_with_breakdown_and_efficiency(event, exc, opts):
     "KeyboardInterrupt or RuntimeError at each event: it propagates, the learner is as before (and trained as without the profiler), the partial profile sums"

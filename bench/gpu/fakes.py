@@ -1,8 +1,10 @@
 """CPU stand-ins for `torch.cuda`, so the GPU suite's parts run end to end in the CPU tests. Never a measurement.
 
 `install()` replaces, in this process: `torch.cuda.Event` (host-clock events), `synchronize`, `_sleep` (sleeps
-`cycles/1e9` seconds: 1e6 cycles per ms), `current_stream`, `init`, `empty_cache`, the device queries, and the NVTX
-calls; each stand-in checks its arguments against torch's real signature. It lets fastprofile take `timing='events'`
+`cycles/1e9` seconds: 1e6 cycles per ms), `current_stream`, `init`, `empty_cache`, the device queries, the NVTX
+calls, and the allocator's history (`torch.cuda.memory._record_memory_history`, `_dump_snapshot`); each stand-in
+checks its arguments against torch's real signature. It puts a stand-in NVML (`fastprofile.testing.FakeNvml`, a busy
+GPU) in `sys.modules['pynvml']` and lets fastprofile's telemetry read it, and `memory_snapshot=True`, on a CPU model. It lets fastprofile take `timing='events'`
 and `'sync'` on a CPU model, and lets `annotate(nvtx=True)` believe CUDA is there. `torch.cuda.is_available()` stays
 False, so nothing else in torch or fastai takes a CUDA path. Results saved from such a process carry `stand_ins: true`,
 and the report says in its title that they are not measurements.
@@ -75,6 +77,15 @@ def install():
         try: return annotate(self, **kwargs)
         finally: torch.cuda.is_available = avail
     Learner.annotate = annotate_with_cuda
+    # telemetry: NVML (`pynvml`) and the allocator's history stood in (checked against NVML's documented and torch's real
+    # signatures, `fastprofile.testing`); the sampler reads the stand-in GPU and `memory_snapshot=True` is taken for a CPU model
+    import fastprofile.telemetry, torch.cuda.memory
+    from fastprofile.testing import FakeNvml, FakeCudaMemory
+    sys.modules['pynvml'] = FakeNvml()
+    mem = FakeCudaMemory()
+    torch.cuda.memory._record_memory_history,torch.cuda.memory._dump_snapshot = mem._record_memory_history,mem._dump_snapshot
+    fastprofile.telemetry.reads_gpu = fastprofile.learner.reads_gpu = lambda device: True
+    fastprofile.learner.check_memory_snapshot = lambda memory_snapshot, device: bool(memory_snapshot)
     INSTALLED = True
 
 def main(argv=None) -> int:

@@ -7,7 +7,7 @@ import argparse, importlib, json, signal, sys, traceback
 from .common import Deadline, Results, log
 
 PARTS = {'tests':'bench.gpu.cudatests', 'timing':'bench.gpu.timing', 'prefetch':'bench.gpu.prefetch',
-         'diagnosis':'bench.gpu.diagnosis', 'nvtx':'bench.gpu.nvtx'}
+         'diagnosis':'bench.gpu.diagnosis', 'nvtx':'bench.gpu.nvtx', 'telemetry':'bench.gpu.telemetry'}
 
 class Stopped(Exception):
     "The suite stopped this part (SIGTERM at its time limit)"

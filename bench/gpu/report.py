@@ -7,7 +7,7 @@ import math
 
 TITLES = {'tests':'CUDA tests', 'timing':'Timing accuracy: events, sync and wall against a synchronized truth',
           'prefetch':'CudaPrefetchCallback against the pipeline bound', 'diagnosis':'The diagnosis on a GPU',
-          'nvtx':'NVTX ranges from annotate()'}
+          'nvtx':'NVTX ranges from annotate()', 'telemetry':'Telemetry (NVML) and the out-of-memory snapshot'}
 NAMED = ('draw','forward','loss','backward','opt_step','zero_grad')
 MATERIAL = .05  # a phase counts for the 5% goal when it is at least this share of the step
 
@@ -109,6 +109,19 @@ def goal_rows(outs:dict) -> list:
         c = nv['checks']
         rows.append(["annotate(): ranges in torch.profiler and NVTX calls", ', '.join(f"{k} {yes(v)}" for k,v in c.items() if v is not None),
                      yes(all(v for v in c.values() if v is not None))])
+    te = (outs.get('telemetry') or {}).get('results') or {}
+    ph = te.get('phases') or {}
+    if ph.get('checks'):
+        c = ph['checks']
+        rows.append(["telemetry: samples tagged `batch` busier than `draw` (by 30 points), as many samples as asked, energy within 15% of NVML's counter",
+                     ', '.join(f"{k} {yes(v)}" for k,v in c.items() if v is not None), yes(all(v for v in c.values() if v is not None))])
+    rel = ((te.get('overhead') or {}).get('relative') or {}).get('every 50 ms')
+    if rel is not None: rows.append(["telemetry: the sampler (50 ms) costs a host-bound fit under 1% per batch", fpct(rel), yes(rel < .01)])
+    sn = te.get('snapshot') or {}
+    if sn.get('checks'):
+        c = sn['checks']
+        rows.append(["memory_snapshot: written on a real OOM, loads, named in the error; nothing without one",
+                     ', '.join(f"{k} {yes(v)}" for k,v in c.items()), yes(all(c.values()))])
     return rows
 
 # ---------------------------------------------------------------- sections
@@ -270,7 +283,38 @@ def nvtx_section(o:dict) -> list:
                 f"{yes(r.get('fastprofile_gpu_columns'))}." + (f" Unexpected ranges: {r['unexpected']}." if r.get('unexpected') else '')]
     return out
 
-SECTIONS = {'tests':tests_section, 'timing':timing_section, 'prefetch':prefetch_section, 'diagnosis':diagnosis_section, 'nvtx':nvtx_section}
+def telemetry_section(o:dict) -> list:
+    r = o.get('results') or {}
+    out = ["`learn.profile(telemetry=True)` on a fit whose draws sleep on the host (the GPU idles) and whose batches spin "
+           "the GPU (`torch.cuda._sleep`), each longer than NVML's averaging window, synchronized at each batch's end; a "
+           "host-bound tiny MLP with the sampler off and on (interleaved trials); a fit that allocates twice the GPU's "
+           "memory at batch 2 with `memory_snapshot=True`."]
+    if r.get('nvml'): out += ['', f"NVML: {r['nvml']}."]
+    ph = r.get('phases') or {}
+    if ph:
+        rows = [[f"`{k}`", fpct((v or 0)/100, signed=False, nd=0), f"{(ph.get('power') or {}).get(k, float('nan')):.0f} W"]
+                for k,v in (ph.get('rows') or {}).items()]
+        if rows: out += ['', *table(['row', 'GPU utilization', 'power'], rows)]
+        cps = ph.get('cost_per_sample')
+        out += ['', f"Draws of {ph.get('draw_ms'):.0f} ms, batches of {ph.get('spin_ms'):.0f} ms: {ph.get('samples')} samples in "
+                f"{ph.get('span', 0):.1f} s at {ftime(ph.get('every'))} (asked: {ph.get('expected_samples', 0):.0f}), "
+                f"{ftime(cps)} per sample on the sampler's thread. Energy: {ph.get('energy') or float('nan'):.1f} J from the power "
+                f"samples, {ph.get('energy_counter') or float('nan'):.1f} J on NVML's counter ({fpct(ph.get('energy_rel'))})."]
+    ov = r.get('overhead') or {}
+    if ov.get('median'):
+        out += ['', *table(['sampler', 'seconds per training batch (median)', 'over off'],
+                           [[n, ftime(v), fpct((ov.get('relative') or {}).get(n)) if n != 'off' else '—'] for n,v in ov['median'].items()])]
+    elif ov.get('skipped'): out += ['', f"Overhead: skipped ({ov['skipped']})."]
+    sn = r.get('snapshot') or {}
+    if sn:
+        out += ['', f"Out of memory: raised {yes(sn.get('raised'))}, snapshot written {yes(sn.get('written'))} "
+                f"({sn.get('bytes', 0)/2**20:.1f} MiB, {sn.get('trace_events', 0)} allocator events, loaded in "
+                f"{ftime(sn.get('load_seconds'))}), named in the error's note {yes((sn.get('checks') or {}).get('named_in_note'))}, "
+                f"profile kept {yes(sn.get('profile_kept'))}; a fit without the error wrote {'a file' if sn.get('written_without_error') else 'nothing'}."]
+    return out
+
+SECTIONS = {'tests':tests_section, 'timing':timing_section, 'prefetch':prefetch_section, 'diagnosis':diagnosis_section, 'nvtx':nvtx_section,
+            'telemetry':telemetry_section}
 
 # ---------------------------------------------------------------- the file
 

@@ -10,11 +10,11 @@ import argparse, json, os, signal, subprocess, sys, threading, time
 from pathlib import Path
 from .common import ROOT, atomic_write, clean, log
 
-PARTS = ('tests','timing','prefetch','diagnosis','nvtx')
+PARTS = ('tests','timing','prefetch','diagnosis','nvtx','telemetry')
 # Seconds each part may take on an H100 (its process, imports included) before it is stopped; it plans to finish
 # `GRACE` seconds earlier. The sum stays under `TOTAL`, and `TOTAL` under the 8 minutes.
-LIMITS = dict(tests=160, timing=110, prefetch=90, diagnosis=55, nvtx=40)
-GRACE,STOP,TOTAL = 12,5,460  # the part plans to end GRACE s early; SIGTERM at limit-STOP, SIGKILL at limit
+LIMITS = dict(tests=150, timing=105, prefetch=85, diagnosis=50, nvtx=35, telemetry=45)
+GRACE,STOP,TOTAL = 12,5,475  # the part plans to end GRACE s early; SIGTERM at limit-STOP, SIGKILL at limit
 MD,JSON = 'gpu_benchmarks.md','gpu_benchmarks.json'
 
 def no_cuda_line() -> str|None:
