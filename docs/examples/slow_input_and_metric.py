@@ -12,9 +12,14 @@ class SlowItems(torch.utils.data.Dataset):                  # a dataset whose it
 class SlowMetric(AvgMetric):                                 # a metric that costs 20 ms per validation batch
     def accumulate(self, learn): time.sleep(.02); super().accumulate(learn)
 
-set_seed(0)
-dls = DataLoaders.from_dsets(SlowItems(2048), SlowItems(512), bs=32, num_workers=0)
-model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 1))
-learn = Learner(dls, model, loss_func=MSELossFlat(), metrics=SlowMetric(mae))
-with learn.no_bar(): learn.profile(logger_callback=None, plain=True).fit_one_cycle(2, 1e-3)
-with learn.no_bar(): print(check_advice(learn))  # apply the fix for a short window and measure it
+def make_learner():
+    "The example's learner: 2048 slow items in batches of 32, loaded in the main process; the slow metric"
+    set_seed(0)
+    dls = DataLoaders.from_dsets(SlowItems(2048), SlowItems(512), bs=32, num_workers=0)
+    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 1))
+    return Learner(dls, model, loss_func=MSELossFlat(), metrics=SlowMetric(mae))
+
+if __name__ == '__main__':
+    learn = make_learner()
+    with learn.no_bar(): learn.profile(logger_callback=None, plain=True).fit_one_cycle(2, 1e-3)
+    with learn.no_bar(): print(check_advice(learn))  # apply the fix for a short window and measure it
