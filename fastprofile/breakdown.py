@@ -11,11 +11,10 @@ from collections import defaultdict
 import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
-from fasttransform import Pipeline
 from .session import ProbeCallback
 from .checks import check_bool
 from .costs import event_methods, stand_in, _phase
-from .pipeline import TimedPipeline, draw_clock, _loaders
+from .pipeline import timed_pipelines
 from .stats import StreamingStats
 from .report import fmt_time
 
@@ -79,12 +78,7 @@ class BreakdownCallback(ProbeCallback):
 @patch
 def _pipelines(self:BreakdownCallback) -> list:
     "A `TimedPipeline` for each fastai loader of this phase; the outermost does the copy to the device"
-    out = []
-    for i,dl in enumerate(_loaders(self.learn.dl)):
-        ab,dev = dl.after_batch,(dl.device if i == 0 else None)
-        if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
-        out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dl.device), device=dev, loader=dl, patches=self._patches))
-    return out
+    return timed_pipelines(self.learn.dl, self._draw_part, self._patches)
 
 @patch
 def _end_phase(self:BreakdownCallback):

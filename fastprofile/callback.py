@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/callback.html.md"""
 
 # %% ../nbs/07_callback.ipynb #dbb3569a
 from __future__ import annotations
-import functools, sys, time, types
+import functools, time, types
 from fastai.basics import *
 from .loop import *
 from .record import Slot
@@ -183,7 +183,6 @@ def _calibrate(timing, device, n, k):
     rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
     pre,post = SimpleProfilerCallback(scratch),SimpleProfilerPostCallback(scratch)
     fake = types.SimpleNamespace(xb=(torch.zeros(1),), training=True, train_iter=1)  # so `find_bs` costs what it will
-    Session(fake, scratch)
     pre.learn = post.learn = fake
     post._tokens = False  # batches of samples, as most are (token-id batches add a `numel` and a counter check)
     pre._bind(rec); post._bind(rec)

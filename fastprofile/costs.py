@@ -11,11 +11,10 @@ from collections import defaultdict
 import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
-from fasttransform import Pipeline
-from .checks import check_bool, check_int
+from .checks import check_int
 from .core import Probe, Facts
 from .report import fmt_time
-from .pipeline import TimedPipeline, draw_clock, _loaders
+from .pipeline import timed_pipelines
 
 # %% auto #0
 __all__ = ['BATCH_EVENTS', 'EPOCH_EVENTS', 'stand_in', 'metric_name', 'event_methods', 'SampledCosts', 'CostSampler']
@@ -216,12 +215,7 @@ def _end(self:CostSampler, i:int):
 @patch
 def _draw_pipes(self:CostSampler) -> list:
     "A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each `after_batch` transform, timed at the next draw"
-    out = []
-    for i,dl in enumerate(_loaders(getattr(self._learn, 'dl', None))):
-        ab,dev = dl.after_batch,(dl.device if i == 0 else None)
-        if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
-        out.append(TimedPipeline(ab, self._draw_part, clock=draw_clock(dev), device=dev, loader=dl, patches=self._patches))
-    return out
+    return timed_pipelines(getattr(self._learn, 'dl', None), self._draw_part, self._patches)
 
 @patch
 def _draw_part(self:CostSampler, name, t0, t1):

@@ -14,7 +14,7 @@ from .patches import Patches
 from .prefetch import StagedLoader
 
 # %% auto #0
-__all__ = ['TimedPipeline', 'transform_names', 'draw_clock']
+__all__ = ['TimedPipeline', 'transform_names', 'draw_clock', 'timed_pipelines']
 
 # %% ../nbs/07b_pipeline.ipynb #ff177fe6
 _SWITCHED = ('after_batch','_device')  # what `TimedPipeline.on` changes on a loader's instance
@@ -114,4 +114,13 @@ def _loaders(dl) -> list:
         if isinstance(dl, _load.DataLoader): out.append(dl)
         dl = getattr(dl, '__dict__', {}).get('dl', None)
         if dl is None: break
+    return out
+
+def timed_pipelines(dl, sink, patches:Patches|None=None) -> list:
+    "A `TimedPipeline` (timing into `sink`) for each fastai loader under `dl` that has something to time; the outermost one does the copy to the device"
+    out = []
+    for i,l in enumerate(_loaders(dl)):
+        ab,dev = l.after_batch,(l.device if i == 0 else None)
+        if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
+        out.append(TimedPipeline(ab, sink, clock=draw_clock(l.device), device=dev, loader=l, patches=patches))
     return out

@@ -56,16 +56,13 @@ class Session:
         profile:Profile, # Options, record, sinks and the fit-end pipeline of the call
         probes=(), # The `Probe`s of the call, in the order they start (they end in the reverse order)
         cbs=(), # The fastai callbacks `arm` adds to the learner (the profiler pair, probes that listen to batch events)
-        publish=None, # `publish(result)`: where the result goes (default: the profile's `publish`, else `learn.simple_profile`)
     ):
         self.learn,self.profile,self.cbs = learn,profile,list(cbs)
         self.probes = check_items('probes', probes, Probe, 'Probe objects')
-        self._publish = publish
         self.patches = Patches()
         self.depth = 0  # training methods (or `profiling()` blocks) running: the outermost one is the call
         self.contexts = []  # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
         self.active = False  # the call has begun (its first fit started) and not ended
-        self.armed = False
         self.phase,self.stage,self.exc,self.facts,self.result = None,-1,None,None,None
         self._interrupt = None
         profile.session = self
@@ -80,6 +77,10 @@ class Session:
 
     @property
     def record(self): return self.profile.record
+    @property
+    def armed(self) -> bool:
+        "Whether the learner's training methods route through this session"
+        return Session.of(self.learn) is self
     @property
     def measuring(self) -> bool:
         "Inside a fit of the call, and not inside something nested in it"
@@ -108,12 +109,10 @@ def arm(self:Session):
     for n in training_methods(learn): self.patches.set(learn, n, _ProfiledMethod(self, n))
     learn.add_cbs(self.cbs)
     self.patches.call(lambda: learn.remove_cbs([cb for cb in self.cbs if cb in learn.cbs]))
-    self.armed = True
 
 @patch
 def disarm(self:Session):
     "Put the learner back as it was before `arm` (the call's own changes too, if one is running)"
-    self.armed = False
     try: self.patches.restore()
     finally:  # what `preserved` (fastprofile.advice) put back from its own copy of the learner after an earlier `disarm`
         d,learn = self.learn.__dict__,self.learn
@@ -220,7 +219,7 @@ def _contribute(self:Session):
 def _keep(self:Session, res):
     "Put the result where the user finds it (`learn.simple_profile`), before any output step"
     self.result = res
-    publish = self._publish or self.profile.publish  # the pair added by hand to a `Profile(publish=...)`: there
+    publish = self.profile.publish  # the pair added by hand to a `Profile(publish=...)`: there
     if publish is not None: publish(res)
     else: self.learn.__dict__['simple_profile'] = res
 

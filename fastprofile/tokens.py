@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/tokens.html.md"""
 
 # %% ../nbs/06b_tokens.ipynb #0cafc1d5
 from __future__ import annotations
-import functools, math
+import functools
 from dataclasses import dataclass
 import torch
 from torch import nn

@@ -17,7 +17,7 @@ from fastai.callback.tracker import TrackerCallback
 from fastprogress.fastprogress import progress_bar
 from rich.text import Text
 from .checks import check_number, check_int, check_bool, check_choice, check_items
-from .record import PHASES, Row
+from .record import Row
 from .report import ProfileReport, Section, fmt_time, fmt_rate, fmt_pct
 from .core import ProfileResult
 from .diagnosis import Diagnosis, PhaseModel, MIN_GAIN, diagnose
