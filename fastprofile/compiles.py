@@ -131,9 +131,10 @@ def earlier_baseline(learn) -> Baseline|None:
     d,b = st[Row('train','draw')],st[Row('train','batch')]
     return Baseline(d.mean + b.mean, f.batch_size, f.device, b.n) if b.n else None
 
-def _unregister(callbacks:list, f):
-    "Take `f` off torch's list of compile callbacks, if it is still there (`torch._dynamo.reset()` clears them)"
-    if f in callbacks: callbacks.remove(f)
+def _unregister(remove, f):
+    "Take `f` off torch's compile callbacks with torch's own `remove`, unless it is gone already (`torch._dynamo.reset()` clears them)"
+    try: remove(f)
+    except ValueError: pass
 
 def _graph_breaks() -> Counter:
     "Graph breaks dynamo took so far in this process, by reason (its first line)"
@@ -155,8 +156,8 @@ class CompileProbe(Probe):
         h = getattr(sys.modules.get('torch._dynamo'), 'callback_handler', None)  # `torch.compile` imports torch._dynamo
         if h is None: return  # nothing is compiled in this process (or this torch has no compile callbacks)
         self._breaks,self._since,self._seen = _graph_breaks(),time.time_ns()//1000,self._failures()
-        h.register_start_callback(self._began); s.patches.call(_unregister, h.start_callbacks, self._began)
-        h.register_end_callback(self._ended); s.patches.call(_unregister, h.end_callbacks, self._ended)
+        h.register_start_callback(self._began); s.patches.call(_unregister, h.remove_start_callback, self._began)
+        h.register_end_callback(self._ended); s.patches.call(_unregister, h.remove_end_callback, self._ended)
         self._on = True
 
     def end(self, s):

@@ -33,11 +33,11 @@ def cnn():
         body=nn.Conv2d(8, 64, 7, padding=3, stride=2), act=nn.ReLU(), pool=nn.AdaptiveAvgPool2d(1), flat=nn.Flatten(),
         head=nn.Linear(64, 10)))
 
-def cnn_learner(n_trn=6, n_val=2, bs=16, cbs=(), model=None):
-    "A learner on synthetic 3×32×32 images, `n_trn` training batches, the loader in the main process"
+def cnn_learner(n_trn=6, n_val=2, bs=16, cbs=(), model=None, size=32):
+    "A learner on synthetic 3×`size`×`size` images, `n_trn` training batches, the loader in the main process"
     set_seed(0)
     n = (n_trn + n_val)*bs
-    x,y = torch.randn(n, 3, 32, 32),torch.randint(0, 10, (n,))
+    x,y = torch.randn(n, 3, size, size),torch.randint(0, 10, (n,))
     dls = DataLoaders.from_dsets(list(zip(x[:n_trn*bs], y[:n_trn*bs])), list(zip(x[n_trn*bs:], y[n_trn*bs:])), bs=bs,
                                  device='cpu', num_workers=0)
     return Learner(dls, model if model is not None else cnn(), loss_func=nn.CrossEntropyLoss(), cbs=list(cbs))
@@ -68,23 +68,25 @@ def profiler_share(prof, iters, first_op_shape) -> float:
     ops = [e for e in evs if e.name.startswith('aten::') and inside(e)]
     total = sum(e.self_cpu_time_total for e in ops)
     fwd = sum(e.cpu_time_total for e in ops if e.name == 'aten::conv2d' and e.input_shapes and e.input_shapes[0] == first_op_shape)
-    out_shape = [first_op_shape[0], 64, 16, 16]  # the gradient of its output comes first in `convolution_backward`'s inputs
+    out_shape = [first_op_shape[0], 64, first_op_shape[2]//2, first_op_shape[3]//2]  # the gradient of its output comes first in `convolution_backward`'s inputs
     bwd = sum(e.cpu_time_total for e in ops if e.name == 'aten::convolution_backward' and e.input_shapes and e.input_shapes[0] == out_shape)
     assert fwd > 0 and bwd > 0
     return 100*(fwd + bwd)/total
 
 def test_top_layer_and_share_against_torch_profiler():
     "The 7×7 convolution is named first, by the report's compute fix too; its share of forward+backward is within 10 points of torch.profiler's on the same batches"
-    learn = cnn_learner(cbs=[Windows()])
+    # 64×64 images: the convolution's share near 90%, so the time around the ops (hooks, Python: in our denominator, not in
+    # torch.profiler's) and a preemption on a busy machine move the two shares by a few points, not ten
+    learn = cnn_learner(cbs=[Windows()], size=64)
     with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof: res = fit(learn)
     lay = res.facts.layers
     test_eq((lay.batches, lay.samples, lay.iters), (3, 48, [1, 2, 3]))  # the three batches after the warm-up
     top = lay.top(1)[0]
     test_eq((top.name, top.kind), (BIG, 'Conv2d 8→64, 7×7, stride 2'))
-    ours,theirs = lay.share(BIG),profiler_share(prof, set(lay.iters), [16, 8, 32, 32])
+    ours,theirs = lay.share(BIG),profiler_share(prof, set(lay.iters), [16, 8, 64, 64])
     print(f"share of `{BIG}`: LayerTimer {ours:.1f}%, torch.profiler {theirs:.1f}%"); print(lay)
     assert abs(ours - theirs) <= 10, (ours, theirs)
-    assert ours > 30  # it leads by far (52-87% on a busy 2-core machine): a test that tells layers apart
+    assert ours > 30  # it leads by far: a test that tells layers apart
     d = res.section('Diagnosis')
     test_eq(d.verdict, 'compute')
     assert d.knob.startswith(f"`{BIG}` (Conv2d 8→64, 7×7, stride 2) "), d.knob

@@ -240,8 +240,10 @@ def test_gpu_that_stops_answering(monkeypatch):
         n[0] += 1
         if n[0] > 30: raise RuntimeError('GPU is lost')
         return busy_gpu(t)
+    class Slow(Callback):  # 40 batches of at least 2 ms: dozens of 5 ms samples (some 6 reads each), however fast the machine
+        def after_batch(self): time.sleep(.002)
     nv = FakeNvml(flaky)
-    learn = synth_learner(n_trn=40, n_val=2)
+    learn = synth_learner(n_trn=40, n_val=2, cbs=Slow())
     arm(learn, nv, telemetry=True, telemetry_every=.005)
     learn.fit(1)
     tel = learn.simple_profile.facts.telemetry
@@ -276,6 +278,7 @@ def test_nested_validate_is_tagged_nested():
     class NestedValidate(Callback):
         def after_batch(self):
             if self.training and self.iter == 1: self.learn.validate()
+            elif not self.training: time.sleep(.002)  # the nested validation lasts 60 ms or more: a dozen 5 ms samples
     learn = synth_learner(n_trn=4, n_val=30, cbs=NestedValidate())
     arm(learn, FakeNvml(), telemetry=True, telemetry_every=.005)
     learn.fit(1)

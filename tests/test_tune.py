@@ -45,11 +45,11 @@ class Stamps(Callback):
         if self.training: self.t.append(time.perf_counter())
 
 def samples_per_s(num_workers) -> float:
-    "Steady-state training samples/s of a fresh learner with `num_workers`, timed from outside: its first batch left out"
+    "Steady-state training samples/s of a fresh learner with `num_workers`, timed from outside: the median over blocks of consecutive batches (workers hand batches over in bursts), its first batch left out"
     learn,st = make_learner(num_workers=num_workers),Stamps()
     learn.fit(1, cbs=st)
-    t = st.t
-    return (len(t) - 1)*learn.dls.train.bs/(t[-1] - t[0])
+    t,k = st.t,max(2*num_workers, 2)
+    return float(np.median([k*learn.dls.train.bs/(t[i+k] - t[i]) for i in range(0, len(t) - k, k)]))
 
 def test_a_loader_bound_run_picks_workers_and_measures_their_speedup_as_an_independent_timing_does():
     "Items that sleep 4 ms each, loaded in the main process: loader workers first, their speedup within 15% of a fresh learner timed from outside"
@@ -60,7 +60,7 @@ def test_a_loader_bound_run_picks_workers_and_measures_their_speedup_as_an_indep
     w = best.changes[0].value
     assert w >= 2 and best.measured > 1.5, res.table                     # a large effect: the loader is the run
     assert learn.dls.train.fake_l.num_workers == 0                        # apply=False: as it was
-    independent = samples_per_s(w)/samples_per_s(0)
+    independent = np.median([samples_per_s(w)/samples_per_s(0) for _ in range(3)])  # three alternating pairs: a burst of other work hits one
     assert abs(best.measured/independent - 1) < .15, (best.measured, independent, res.table)
     assert not math.isnan(best.changes[0].predicted)                      # the pipeline model predicted it too
     assert 'num_workers' in res.plain() and 'Profile comparison' in res.plain()  # the table, and before/after side by side
@@ -110,8 +110,9 @@ def test_the_budget_is_honoured():
     elapsed = time.perf_counter() - t0
     assert res.elapsed <= elapsed
     # a window is cut at the batch after the deadline: then a batch (32 ms), closing the window (its workers), putting the
-    # learner back; a generous bound, for a busy machine: without the budget, this tune takes 6-10 s
-    assert elapsed < budget + 2.5, (elapsed, res.table)
+    # learner back: less than one whole window. The bound is in this machine's own time (the baseline window's cost, slower
+    # on a busy machine), not in seconds; without the budget this tune takes 6-10 s
+    assert elapsed < budget + res.baseline.cost + 1., (elapsed, res.baseline.cost, res.table)
     assert any(t.status in ('skipped', 'cut short') for t in res.trials), res.table
     assert learn.dls.train.fake_l.num_workers == 0
     assert 'budget' in res.plain()
