@@ -179,12 +179,24 @@ def _after(self:CostSampler, j:int) -> int:
 
 @patch
 def _step(self:CostSampler, i:int):
-    "After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled"
-    if self._target is not None: self._end(i)
+    "After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled (the stand-ins stay on from one sampled batch to the next)"
     j = i + 1
-    if j < self._next: return
+    sample = j >= self._next and j < getattr(self._learn, 'n_iter', j + 1)
+    if self._target is not None:
+        if sample and self._target == (self._learn.training, i): return self._carry_on(j)
+        self._end(i)
+    if not sample: return
     self._next = self._after(j)
-    if j < getattr(self._learn, 'n_iter', j + 1): self._begin(j)
+    self._begin(j)
+
+@patch
+def _carry_on(self:CostSampler, j:int):
+    "Batch `j` is sampled right after the one that just ended: keep that one's sample, the stand-ins stay on, the pipelines time the next draw"
+    training = self._learn.training
+    self.costs._add_sample('train' if training else 'valid', self._sample)
+    if self._pipes: self.costs._add_draw('train' if training else 'valid', self._parts)
+    self._next,self._target,self._sample,self._parts = self._after(j),(training, j),{},{}
+    for tp in self._pipes: tp.on()  # each switched itself off after the draw it timed
 
 @patch
 def _begin(self:CostSampler, j:int):

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
 import numpy as np, pandas as pd
-from .stats import StreamingStats
+from .stats import StreamingStats, update_columns
 from .checks import check_int, check_callable
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'FIT_ACTIONS', 'PHASE_ACTIONS', 'ROW_KEYS',
            'N_COLS', 'MAX_KEEP_BATCHES', 'GPU_COLS', 'KEY_COLUMNS', 'RESULT_COLUMNS', 'EXTRA_COLUMNS', 'Slot', 'Step',
-           'Row', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals', 'ProfileRecord', 'ResultRow',
-           'result_rows', 'result_row', 'results_frame']
+           'Row', 'part_durations', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals',
+           'ProfileRecord', 'ResultRow', 'result_rows', 'result_row', 'results_frame']
 
 # %% ../nbs/03_record.ipynb #42b22d2c
 class Slot(IntEnum):
@@ -70,15 +70,27 @@ ROW_KEYS = (*[Row('fit',a) for a in FIT_ACTIONS],  # every row of the results, i
                                           Row(p,'batch','other'), Row(p,'warmup'), Row(p,'other'))])
 
 # %% ../nbs/03_record.ipynb #a1971c92
+def _part_slots(phase:str) -> tuple:
+    "Start and end slots of `draw`, `batch` and each step of `phase`: the columns of `part_durations`"
+    parts = [(Slot.DRAW_START, Slot.BATCH_START), (Slot.BATCH_START, Slot.BATCH_END), *[(s.start, s.end) for s in STEPS[phase]]]
+    return np.array([a for a,_ in parts]),np.array([z for _,z in parts])
+
+_PART_SLOTS = {p:_part_slots(p) for p in PHASES}
+_PART_ROWS = {p:[Row.part(p, a) for a in ('draw', 'batch', *[s.name for s in STEPS[p]], 'other')] for p in PHASES}  # their rows
+
+def part_durations(marks:np.ndarray, phase:str) -> np.ndarray:
+    "Per-batch durations (seconds) as an `(n, 3 + steps)` array: `draw`, `batch`, each step of `phase`, `other` (the columns of `batch_durations`)"
+    m = np.asarray(marks, dtype=np.float64).reshape(-1, N_MARKS)
+    a,z = _PART_SLOTS[phase]
+    d = np.empty((len(m), len(a)+1))
+    d[:,:-1] = m[:,z] - m[:,a]
+    d[:,-1] = d[:,1] - np.nansum(d[:,2:-1], axis=1)
+    return d
+
 def batch_durations(marks:np.ndarray, phase:str) -> dict:
     "Per-batch durations (seconds) of `draw`, `batch`, its steps and `other` from an `(n, N_MARKS)` array"
-    m = np.asarray(marks, dtype=np.float64).reshape(-1, N_MARKS)
-    res = {'draw': m[:,Slot.BATCH_START]-m[:,Slot.DRAW_START], 'batch': m[:,Slot.BATCH_END]-m[:,Slot.BATCH_START]}
-    steps = {s.name: m[:,s.end]-m[:,s.start] for s in STEPS[phase]}
-    named = np.nansum(np.stack(list(steps.values())), axis=0)
-    res.update(steps)
-    res['other'] = res['batch'] - named
-    return res
+    d = part_durations(marks, phase)
+    return dict(zip(('draw', 'batch', *[s.name for s in STEPS[phase]], 'other'), d.T))
 
 # %% ../nbs/03_record.ipynb #740408be
 class Col(IntEnum):
@@ -288,54 +300,53 @@ def fit_total(self:ProfileRecord) -> float:
 def fold(self:ProfileRecord):
     "Fold queued batches into the statistics and the ring of recent batches"
     if not self._queue: return
-    p,queue = self.phase,self._queue
-    m = np.array(queue, dtype=np.float64)
-    bs = np.array(self._queue_bs, dtype=np.float64)
+    p,queue,bss = self.phase,self._queue,self._queue_bs
     self._queue,self._queue_bs = [],[]
-    n = len(m)
-    tok = None
-    if self._queue_tokens:  # token counts of the batches that have them, by position in the queue
-        tok = np.zeros(n)
-        for i,c in self._queue_tokens.items():
-            if i < n: tok[i] = c
-        self._queue_tokens = {}
-    idx = self._phase_batches + np.arange(n)
-    warm = idx < self.warmup
+    n,i0 = len(queue),self._phase_batches
+    toks,self._queue_tokens = self._queue_tokens,{}  # token counts of the batches that have them, by position in the queue
+    tok = [toks.get(i, 0) for i in range(n)] if toks else None
+    warm = [i0 + i < self.warmup for i in range(n)]
     if self._apart:  # batches set apart (they compiled): with the warm-up
-        apart = np.array([any(a is q for a in self._apart) for q in queue])
-        if (apart & ~warm).any(): self.n_apart[p] = self.n_apart.get(p, 0) + int((apart & ~warm).sum())
-        warm = warm | apart
+        apart = [any(a is q for a in self._apart) for q in queue]
+        late = sum(a and not w for a,w in zip(apart, warm))
+        if late: self.n_apart[p] = self.n_apart.get(p, 0) + late
+        warm = [a or w for a,w in zip(apart, warm)]
         self._apart = [a for a in self._apart if not any(a is q for q in queue)]
     self._phase_batches += n
-    span = m[:,Slot.BATCH_END] - m[:,Slot.DRAW_START]
-    self._phase_span += float(np.nansum(span))
+    # plain Python over the queue: in a fit, each numpy call costs 10-20 µs (cold caches), a phase's fold a few dozen of them
+    DS,BE,(starts,ends) = Slot.DRAW_START,Slot.BATCH_END,_PART_SLOTS[p]
+    span = [m[BE] - m[DS] for m in queue]
+    self._phase_span += math.fsum(x for x in span if x == x)
     sec = self._epoch_totals.seconds if self._epoch_totals is not None else {}
-    if warm.any():
-        k = Row(p,'warmup')
-        self.stats[k].update(span[warm])
-        self.samples[k] += int(bs[warm].sum())
-        if tok is not None: self.tokens[k] += int(tok[warm].sum())
-        sec[k] = sec.get(k, 0.) + float(np.nansum(span[warm]))
-    keep = ~warm
-    if keep.any():
-        d = batch_durations(m[keep], p)
-        nsamp = int(bs[keep].sum())
-        for a,v in d.items():
-            k = Row.part(p, a)
-            self.stats[k].update(v)
-            self.samples[k] += int(bs[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else nsamp
-            if tok is not None: self.tokens[k] += int(tok[keep][~np.isnan(v)].sum()) if a not in ('draw','batch') else int(tok[keep].sum())
-            sec[k] = sec.get(k, 0.) + float(np.nansum(v))
-    self.samples[Row('fit',p)] += int(bs.sum())
-    if tok is not None: self.tokens[Row('fit',p)] += int(tok.sum())
-    rows = np.empty((n, N_COLS))
-    rows[:,:N_MARKS] = m
-    rows[:,Col.BS],rows[:,Col.PHASE],rows[:,Col.STAGE] = bs,PHASES.index(p),self.stage
-    rows[:,Col.EPOCH],rows[:,Col.ITER],rows[:,Col.WARMUP] = self.epoch,idx,warm
-    k = self.keep_batches
-    start = self.n_batches + max(0, n-k)
-    rows = rows[-k:]
-    self.ring[(start + np.arange(len(rows))) % k] = rows
+    if any(warm):
+        k,w = Row(p,'warmup'),[x for x,wm in zip(span, warm) if wm]
+        self.stats[k].update(w)
+        self.samples[k] += sum(b for b,wm in zip(bss, warm) if wm)
+        if tok is not None: self.tokens[k] += sum(t for t,wm in zip(tok, warm) if wm)
+        sec[k] = sec.get(k, 0.) + math.fsum(x for x in w if x == x)
+    kept = [i for i in range(n) if not warm[i]]
+    if kept:  # every part of the kept batches at once: rows of (draw, batch, steps..., other), one `update_columns`
+        rows = []
+        for i in kept:
+            m = queue[i]
+            d = [m[e] - m[a] for a,e in zip(starts, ends)]
+            d.append(d[1] - math.fsum(x for x in d[2:] if x == x))
+            rows.append(d)
+        keys = _PART_ROWS[p]
+        tot = update_columns([self.stats[k] for k in keys], rows)
+        for j,k in enumerate(keys):
+            every = j < 2  # 'draw' and 'batch' count every kept batch's samples (and tokens); a step, the batches it ran in
+            self.samples[k] += sum(bss[i] for r,i in zip(rows, kept) if every or r[j] == r[j])
+            if tok is not None: self.tokens[k] += sum(tok[i] for r,i in zip(rows, kept) if every or r[j] == r[j])
+            sec[k] = sec.get(k, 0.) + float(tot[j])
+    self.samples[Row('fit',p)] += sum(bss)
+    if tok is not None: self.tokens[Row('fit',p)] += sum(tok)
+    ph,k = PHASES.index(p),self.keep_batches
+    ring = [[*m, b, ph, self.stage, self.epoch, i0 + i, w] for i,(m,b,w) in enumerate(zip(queue, bss, warm))][-k:]
+    at = (self.n_batches + n - len(ring)) % k  # where the first row kept goes; the ring wraps at most once
+    head = min(len(ring), k - at)
+    self.ring[at:at+head] = ring[:head]
+    if head < len(ring): self.ring[:len(ring)-head] = ring[head:]
     self.n_batches += n
 
 @patch(as_prop=True)

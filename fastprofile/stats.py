@@ -7,10 +7,11 @@ Docs: https://fastprofile.github.io/fastprofile/stats.html.md"""
 # %% ../nbs/01_stats.ipynb #b476dcf7
 from __future__ import annotations
 import math
+from array import array
 import numpy as np
 
 # %% auto #0
-__all__ = ['LogHistogram', 'StreamingStats']
+__all__ = ['LogHistogram', 'StreamingStats', 'update_columns']
 
 # %% ../nbs/01_stats.ipynb #37f1ff93
 _SMALL = 16  # at most this many values: updated in plain Python (numpy's per-call cost dominates there)
@@ -26,21 +27,37 @@ class LogHistogram:
         if not (0 < rel_err < 1): raise ValueError(f"rel_err must be in (0, 1), got {rel_err}")
         self.lo,self.hi,self._log_lo,self._log_g = lo,hi,math.log(lo),math.log1p(rel_err)
         self.n_buckets = int(math.ceil((math.log(hi)-self._log_lo)/self._log_g))
-        self.counts = np.zeros(self.n_buckets, dtype=np.int64)
+        self._counts,self._pending = None,array('d')  # the counts, made when first read; values not yet counted (8 bytes each)
+
+    _PENDING = 4096  # values held before they are counted (one vectorized pass)
+    @property
+    def counts(self) -> np.ndarray:
+        "Values per bucket (the pending ones counted now)"
+        if self._counts is None: self._counts = np.zeros(self.n_buckets, dtype=np.int64)
+        if self._pending:
+            xs,self._pending = np.frombuffer(self._pending, dtype=np.float64),array('d')
+            self._count(xs[~np.isnan(xs)])
+        return self._counts
+    @counts.setter
+    def counts(self, c): self._counts,self._pending = np.asarray(c, dtype=np.int64),array('d')
+
+    def __getstate__(self): self.counts; return dict(self.__dict__)  # pickled with its pending values counted
+
+    def _count(self, xs:np.ndarray):
+        idx = np.floor((np.log(np.maximum(xs, self.lo)) - self._log_lo)/self._log_g).astype(np.int64)
+        np.add.at(self._counts, np.clip(idx, 0, self.n_buckets-1), 1)
 
     def update(self, xs):
         "Count the values `xs`"
-        xs = np.asarray(xs, dtype=np.float64)
-        if xs.size <= _SMALL: return self._update_small(xs.ravel().tolist())
-        idx = np.floor((np.log(np.maximum(xs, self.lo)) - self._log_lo)/self._log_g).astype(np.int64)
-        np.add.at(self.counts, np.clip(idx, 0, self.n_buckets-1), 1)
+        xs = np.asarray(xs, dtype=np.float64).ravel()
+        if xs.size <= _SMALL: return self._update_small(xs.tolist())
+        self.counts  # made, the pending ones counted
+        self._count(xs[~np.isnan(xs)])
 
     def _update_small(self, vals:list):
-        "`update` for a few values (a phase of a short fit): plain Python, a few microseconds instead of a dozen numpy calls"
-        c,lo,log_lo,g,last = self.counts,self.lo,self._log_lo,self._log_g,self.n_buckets-1
-        for x in vals:
-            if x != x: continue  # NaN: not counted (`StreamingStats` leaves them out before)
-            c[min(max(int(math.floor((math.log(max(x, lo)) - log_lo)/g)), 0), last)] += 1
+        "`update` for a few values (a phase of a short fit): held, and counted with the next ones in one vectorized pass when the counts are read"
+        self._pending.extend(vals)
+        if len(self._pending) > self._PENDING: self.counts
 
     def merge(self, other:LogHistogram):
         "Add the counts of `other` (same buckets)"
@@ -64,7 +81,9 @@ class StreamingStats:
         self.hist = LogHistogram(**hist_kwargs)
 
     def update(self, xs):
-        "Fold in the values `xs` (a number or an array; NaNs are skipped)"
+        "Fold in the values `xs` (a number, a list or an array; NaNs are skipped)"
+        if isinstance(xs, (float, int)): return self._update_small([xs] if xs == xs else [])
+        if isinstance(xs, list) and len(xs) <= _SMALL: return self._update_small([x for x in xs if x == x])
         xs = np.asarray(xs, dtype=np.float64).ravel()
         if xs.size <= _SMALL: return self._update_small([x for x in xs.tolist() if x == x])
         xs = xs[~np.isnan(xs)]
@@ -125,3 +144,42 @@ class StreamingStats:
         return self.hist.counts.nbytes
 
     def __repr__(self): return f"StreamingStats(n={self.n}, mean={self.mean:.4g}, std={self.std:.4g})"
+
+    def _add_moments(self, nb:int, tot:float, m2b:float, lo:float, hi:float):
+        "Fold in `nb` values with sum `tot`, squared deviations from their mean `m2b`, min `lo` and max `hi` (the histogram apart)"
+        n = self.n + nb
+        delta = tot/nb - self.mean
+        self.mean += delta*nb/n
+        self.m2 += m2b + delta*delta*self.n*nb/n
+        self.n,self.total = n,self.total + tot
+        self.min,self.max = min(self.min, lo),max(self.max, hi)
+
+# %% ../nbs/01_stats.ipynb #52f09d6c
+_SMALL_ROWS = 64  # at most this many rows: `update_columns` in plain Python (in a fit, each numpy call costs 10-20 µs: cold caches)
+
+def update_columns(stats:list, xs) -> list:
+    "Fold column `j` of `xs` (n rows x k columns: an array or lists) into `stats[j]` (NaNs skipped), in plain Python for a few rows, else a dozen numpy calls for all the columns; each column's sum"
+    if len(xs) <= _SMALL_ROWS:  # a short phase: plain Python per column (as `update` does)
+        sums = []
+        for s,col in zip(stats, zip(*(xs.tolist() if isinstance(xs, np.ndarray) else xs))):
+            vals = [x for x in col if x == x]
+            s._update_small(vals)
+            sums.append(math.fsum(vals))
+        return sums + [0.]*(len(stats) - len(sums))
+    xs = np.asarray(xs, dtype=np.float64).reshape(-1, len(stats))
+    n,k = xs.shape
+    ok = ~np.isnan(xs)
+    nb = ok.sum(0)
+    z = np.where(ok, xs, 0.)
+    tot = z.sum(0)
+    mb = tot/np.maximum(nb, 1)
+    m2b = (np.where(ok, xs - mb, 0.)**2).sum(0)
+    lo,hi = np.where(ok, xs, np.inf).min(0),np.where(ok, xs, -np.inf).max(0)
+    h = stats[0].hist  # every column's histogram has the same buckets (checked below)
+    idx = np.clip(np.floor((np.log(np.maximum(np.where(ok, xs, h.lo), h.lo)) - h._log_lo)/h._log_g).astype(np.int64), 0, h.n_buckets-1)
+    for j,s in enumerate(stats):
+        if not nb[j]: continue
+        if s.hist.n_buckets != h.n_buckets or s.hist.lo != h.lo or s.hist._log_g != h._log_g: s.hist.update(xs[ok[:,j], j])
+        else: np.add.at(s.hist.counts, idx[ok[:,j], j], 1)
+        s._add_moments(int(nb[j]), float(tot[j]), float(m2b[j]), float(lo[j]), float(hi[j]))
+    return tot.tolist()
