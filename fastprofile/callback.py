@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools, time, types
 from fastai.basics import *
 from .loop import *
-from .record import Slot
+from .record import Slot, ProfileRecord
 from .core import Profile, ProfileOptions, Probe
 from .gpu_timing import make_record
 from .tokens import token_ids, pad_index, TokenCounter
@@ -27,14 +27,23 @@ TIMED_EVENTS = ('before_draw','before_batch','after_pred','after_loss','before_b
                 'before_step','after_step','after_batch')
 
 # %% ../nbs/07_callback.ipynb #4904ffe2
+_perf = time.perf_counter
+
+def _wall(rec) -> ProfileRecord|None:
+    "`rec` if its `mark` is the plain one on `perf_counter` (the callbacks then write its marks themselves: one call less per mark), else None"
+    return rec if type(rec).mark is ProfileRecord.mark and 'mark' not in rec.__dict__ and rec.clock is _perf else None
+
 class _TableDispatch(Callback, Probe):
     "A `Callback` whose events go through two tables: `_slots` (mark a time) and `_handlers` (run a method); a `Probe` of its session"
-    _slots,_handlers,_untimed = {},{},True  # `_untimed`: left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
+    _slots,_handlers,_untimed,_wall = {},{},True,None  # `_untimed`: left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __call__(self, event_name):
         "Mark the slot of `event_name`, or run its handler; one dict lookup for the events not used"
         slot = self._slots.get(event_name)
         if slot is not None:
-            if self.run: self._mark(slot)
+            if self.run:
+                rec = self._wall
+                if rec is not None: rec.marks[slot] = _perf()  # `rec.mark(slot)`, inlined
+                else: self._mark(slot)
             return
         h = self._handlers.get(event_name)
         if h is not None and self.run: h()
@@ -59,12 +68,12 @@ class SimpleProfilerCallback(_TableDispatch):
     "First at every event: marks where fastai's phases end, and tells the session when a fit and a phase start"
     order,remove_on_fetch = -1000,True  # before TrainEvalCallback (-10), ModelToHalf (-50)
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
-    def _idle(self): self._slots,self._handlers = {},dict(before_fit=self._before_fit)
+    def _idle(self): self._slots,self._handlers,self._wall = {},dict(before_fit=self._before_fit),None
 
     def _bind(self, rec):
         "Mark into `rec`, follow the stage's epochs, tell the session when a phase starts"
         s = self.profile.session
-        self._mark,self._slots = rec.mark,_PRE_SLOTS
+        self._mark,self._slots,self._wall = rec.mark,_PRE_SLOTS,_wall(rec)
         self._handlers = dict(before_fit=self._before_fit, before_epoch=lambda: rec.start_epoch(self.learn.epoch),
                               before_train=lambda: s.phase_starts('train'), before_validate=lambda: s.phase_starts('valid'))
 
@@ -88,12 +97,12 @@ class SimpleProfilerPostCallback(_TableDispatch):
     order,remove_on_fetch = 1000,True  # after Recorder (50), ProgressCallback (60), trackers
     def __init__(self, profile:Profile): self.profile,self._tokens,self.token_phases = profile,None,{}; self._idle()
     def _idle(self):
-        self._slots,self._handlers = {},dict(after_fit=self._after_fit)
+        self._slots,self._handlers,self._wall = {},dict(after_fit=self._after_fit),None
         self._count_samples = self.profile.options.samples_per_second
 
     def _bind(self, rec):
         s = self.profile.session
-        self._rec,self._mark,self._slots = rec,rec.mark,_POST_SLOTS
+        self._rec,self._mark,self._slots,self._wall = rec,rec.mark,_POST_SLOTS,_wall(rec)
         self._log_every = self.profile.options.log_every if self.profile.sinks else 0
         self._on_batch,self._count_samples = self.profile.on_batch,self.profile.options.samples_per_second
         # a phase's first batch says whether its batches are token ids (`_first_batch`): one handler or the other from then on
@@ -103,12 +112,16 @@ class SimpleProfilerPostCallback(_TableDispatch):
 
     def _bs(self) -> int:
         if not self._count_samples: return 0
-        try: return find_bs(self.learn.xb)
+        try:
+            xb = self.learn.xb
+            if type(xb) is tuple and xb and isinstance(xb[0], Tensor): return xb[0].shape[0]  # what `find_bs` finds there, sooner
+            return find_bs(xb)
         except Exception: return 0
 
     def _after_batch(self):
         rec = self._rec
-        rec.mark(Slot.BATCH_END)
+        if self._wall is not None: rec.marks[Slot.BATCH_END] = _perf()
+        else: rec.mark(Slot.BATCH_END)
         rec.end_batch(self._bs())
         if self._on_batch is not None: self._on_batch()
         # `train_iter`: fastai's count of training batches in this fit (TrainEvalCallback, which runs before us)

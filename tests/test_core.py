@@ -496,3 +496,25 @@ def test_training_bit_identical_with_workers_and_fine_tune():
         learn.fine_tune(2, 1e-2, freeze_epochs=1)
         return [float(v) for v in L(learn.recorder.losses)], [list(map(float, v)) for v in learn.recorder.values]
     assert run(True) == run(False)
+
+# ---- the pair writes a plain wall-clock record's marks itself; any other record gets its `mark` called ----
+def test_marks_inlined_only_for_the_plain_record():
+    "A record with its own `mark` (GPU events, a sync clock, a subclass) is called for every mark; the plain one is written directly: the same rows either way"
+    from fastprofile.record import ProfileRecord
+    calls = []
+    class Counting(ProfileRecord):
+        def mark(self, slot): calls.append(slot); super().mark(slot)
+    import fastprofile.core as fcore
+    made = fcore.make_record
+    try:
+        fcore.make_record = lambda timing, dev, **kw: Counting(**kw)
+        learn = synth_learner(n_trn=8, n_val=2)
+        _noreport(learn).fit(1)
+    finally: fcore.make_record = made
+    assert len(calls) >= 13*(2 + 1)  # 13 marks a training batch (one batch of each phase at least)
+    rows = _rows(learn)
+    learn2 = synth_learner(n_trn=8, n_val=2)
+    _noreport(learn2).fit(1)
+    assert list(_rows(learn2).index) == list(rows.index)
+    assert not learn2.simple_profile_results['Total Time'].isna().any()
+    assert fcb._wall(learn2.simple_profile.record) is learn2.simple_profile.record and fcb._wall(learn.simple_profile.record) is None
