@@ -18,7 +18,7 @@ from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
 from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
-__all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'Staging', 'LoadTime', 'Facts', 'Probe', 'Sink',
+__all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'Sink',
            'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'row_flops_per_second',
            'report_notes', 'ProfileResult', 'Profile']
 
@@ -55,14 +55,43 @@ class ProfileOptions:
         check_int('keep_batches', self.keep_batches, 1, MAX_KEEP_BATCHES)
         check_timing(self.timing)
 
+# %% ../nbs/06_core.ipynb #7ed928cb
+class LoadTime:
+    "Mean time to build one batch where the loader builds it (`workers` processes, or 0: the main process), in one phase; and to move one between processes"
+    _fields = ('seconds', 'cpu_seconds', 'batches', 'workers', 'send', 'receive')
+    def __init__(self,
+                 seconds:float, # Wall seconds to build one batch
+                 cpu_seconds:float, # CPU seconds of it (NaN: not read)
+                 batches:int, # Batches timed
+                 workers:int, # Loader workers that built them (0: the main process)
+                 send:float=math.nan, # Seconds to send one batch from a worker to the main process (NaN: not measured)
+                 receive:float=math.nan, # Seconds to receive it there
+                 probe:Callable|None=None, # Measures `(send, receive)` when either is first read, instead of the two: a probe kept out of training
+                ):
+        self.seconds,self.cpu_seconds,self.batches,self.workers = seconds,cpu_seconds,batches,workers
+        self._transfer,self._probe = (send, receive),probe
+
+    def transfer(self) -> tuple:
+        "`(send, receive)`; a deferred probe runs once, at the first read (NaN if it fails)"
+        if self._probe is not None:
+            probe,self._probe = self._probe,None  # dropped first: what it holds (a batch) goes with it
+            try: self._transfer = tuple(float(v) for v in probe())
+            except Exception: self._transfer = (math.nan, math.nan)
+        return self._transfer
+    send = property(lambda self: self.transfer()[0], doc="Seconds to send one batch from a worker to the main process (NaN: not measured)")
+    receive = property(lambda self: self.transfer()[1], doc="Seconds to receive it in the main process (NaN: not measured)")
+
+    def __iter__(self): return iter((self.seconds, self.cpu_seconds, self.batches, self.workers, *self.transfer()))
+    def _asdict(self) -> dict: return dict(zip(self._fields, self))
+    def __eq__(self, o): return isinstance(o, LoadTime) and tuple(self) == tuple(o)
+    def __hash__(self): return hash(tuple(self))
+    def __reduce__(self): return (LoadTime, tuple(self))  # pickled (`learn.export`, a DDP gather) as numbers: the probe runs first
+    def __repr__(self): return f"LoadTime({', '.join(f'{k}={v!r}' for k,v in zip(self._fields, self))})"
+
 # %% ../nbs/06_core.ipynb #b5c6d7ea
 class Staging(NamedTuple):
     "Host time that `CudaPrefetchCallback` spent drawing and staging next batches inside the current ones, in one phase"
     seconds:float; batches:int
-
-class LoadTime(NamedTuple):
-    "Mean time to build one batch where the loader builds it (`workers` processes, or 0: the main process), in one phase; and to move one between processes"
-    seconds:float; cpu_seconds:float; batches:int; workers:int; send:float=math.nan; receive:float=math.nan
 
 @dataclass
 class Facts:

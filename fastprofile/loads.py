@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/loads.html.md"""
 
 # %% ../nbs/08b_loads.ipynb #5ac147d3
 from __future__ import annotations
-import ctypes, math, multiprocessing, time, types
+import ctypes, functools, math, multiprocessing, time, types
 from enum import IntEnum
 import numpy as np
 from fastai.basics import *
@@ -37,6 +37,8 @@ _MISSING = object()  # no `create_batches` set on the loader instance
 _CPU_EVERY = 8  # a CPU clock costs ~0.5 µs to read: taken on one batch in 8
 
 _PROBES = {}  # batch signature -> (send, receive) seconds: probed once per process for each kind of batch (as `pair_overhead`)
+_FREE = []  # shared buffers of ended calls that only the main process wrote, to reuse (`LoadTimer.contribute`)
+_MOST_FREE = 8  # buffers kept for reuse, at most (4.6 KB each)
 
 def _signature(b):
     "Type, dtype and shape of each tensor of batch `b` (tuples, lists and dicts of tensors)"
@@ -44,6 +46,13 @@ def _signature(b):
     if isinstance(b, (tuple, list)): return tuple(_signature(o) for o in b)
     if isinstance(b, dict): return tuple((k, _signature(v)) for k,v in b.items())
     return type(b).__name__
+
+def _on_host(b) -> bool:
+    "Whether every tensor of batch `b` (tuples, lists and dicts of tensors) is in host memory"
+    if isinstance(b, torch.Tensor): return b.device.type == 'cpu'
+    if isinstance(b, (tuple, list)): return all(_on_host(o) for o in b)
+    if isinstance(b, dict): return all(_on_host(o) for o in b.values())
+    return True
 
 def _transfer_cost(b) -> tuple:
     "Seconds to send batch `b` from a worker and to receive it in the main process, probed once per kind of batch"
@@ -69,13 +78,18 @@ def _transfer_probe(b, budget:float=.005, most:int=3) -> tuple:
 # %% ../nbs/08b_loads.ipynb #af662dc0
 class _LoadTimes:
     "Shared memory in which each process that builds a loader's batches adds up its times, one slot per process"
-    def __init__(self, prev=None):
-        self.buf,self.prev = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS),prev  # `prev`: the loader's own `create_batches`, if set on it
+    kept,workers = None,None  # the main process's first batch, kept for a deferred transfer probe (`LoadTimer.result`); the loader's workers
+    def __init__(self,
+                 prev=None, # The loader's own `create_batches`, if set on it
+                 workers:int|None=None): # The loader's workers when the call started (a buffer is reused only if it had none)
+        self.prev,self.workers = prev,workers
+        if _FREE: self.buf = _FREE.pop(); self.reset()  # no process writes it any more (`LoadTimer.contribute`)
+        else: self.buf = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS)
     def reset(self): ctypes.memset(self.buf, 0, ctypes.sizeof(self.buf))
     def __getstate__(self):
-        "To a worker started by `spawn` the shared buffer itself; anywhere else (`learn.export()`) a fresh one"
+        "To a worker started by `spawn` the shared buffer itself; anywhere else (`learn.export()`) a fresh one; never a kept batch"
         from multiprocessing.context import get_spawning_popen
-        return dict(self.__dict__) if get_spawning_popen() is not None else {'prev':self.prev}
+        return {'buf':self.buf, 'prev':self.prev} if get_spawning_popen() is not None else {'prev':self.prev}
     def __setstate__(self, d):
         self.__dict__.update(d)
         if 'buf' not in d: self.buf = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS)
@@ -118,10 +132,13 @@ def _timed_create_batches(dl, samps):
             t1 = clock()
         buf[w] += t1 - t0; buf[n] += 1.
         if i == 0:  # the first batch of the epoch (a warm-up batch)
-            if not buf[o + LoadField.PROBES]:  # once per process and call: what sending a batch to the main process costs
+            if not buf[o + LoadField.PROBES] and lt.kept is None:  # once per process and call: what sending a batch to the main process costs
                 try:
-                    sent,got = _transfer_cost(b)
-                    buf[o + LoadField.SEND] += sent; buf[o + LoadField.RECEIVE] += got; buf[o + LoadField.PROBES] += 1.
+                    # a worker pays it for every batch: probed now; a known kind of batch: at once; a batch on a GPU is not kept
+                    if slot or _signature(b) in _PROBES or not _on_host(b):
+                        sent,got = _transfer_cost(b)
+                        buf[o + LoadField.SEND] += sent; buf[o + LoadField.RECEIVE] += got; buf[o + LoadField.PROBES] += 1.
+                    else: lt.kept = b  # the main process sends nothing: probed later, only if the diagnosis reads it (`LoadTimer.result`)
                 except Exception: pass
             w,n = o + LoadField.WALL,o + LoadField.N
         i += 1
@@ -142,18 +159,33 @@ class LoadTimer(Probe):
             except Exception: continue
             if not isinstance(dl, _load.DataLoader) or _LOAD_KEY in dl.__dict__: continue
             prev = dl.__dict__.get('create_batches', _MISSING)
-            lt = _LoadTimes(prev if prev is not _MISSING else None)
+            lt = _LoadTimes(prev if prev is not _MISSING else None, _workers(dl))
             s.patches.set(dl, _LOAD_KEY, lt); s.patches.set(dl, 'create_batches', types.MethodType(_timed_create_batches, dl))
             self.timed[p] = (dl, lt)
 
-    def contribute(self, facts): facts.loading = self.result()
+    def contribute(self, facts):
+        "The call's `LoadTime`s into `facts`; the loaders' buffers that only the main process wrote go back for reuse"
+        facts.loading = self.result()
+        for dl,lt in self.timed.values():
+            # no worker of this call wrote it, and none started later will (they write their own loader's buffer)
+            if len(_FREE) < _MOST_FREE and lt.workers == 0 == _workers(dl): _FREE.append(lt.buf)
+        self.timed = {}  # nor its loaders, nor a kept batch: the results hold what they need
 
     def result(self) -> dict:
         "phase -> `LoadTime`: mean build time per batch, where the loader builds its batches now"
         out = {}
         for p,(dl,lt) in self.timed.items():
-            try: w = int(dl.fake_l.num_workers)
-            except Exception: continue
+            w = _workers(dl)
+            if w is None: continue
             s,c,n,sent,got = lt.totals(workers=w > 0)
-            if n: out[p] = LoadTime(float(s/n), float(c/n), int(n), w, float(sent), float(got))
+            # the main process's probe, deferred out of the call: it keeps the first batch the main process built (one batch of
+            # host memory, as the loader held while training; no copy) until the diagnosis first reads `send` or `receive`,
+            # the result is pickled or saved (it then carries the numbers), or the result goes (the next profiled call)
+            probe = functools.partial(_transfer_cost, lt.kept) if w == 0 and lt.kept is not None and math.isnan(sent) else None
+            if n: out[p] = LoadTime(float(s/n), float(c/n), int(n), w, float(sent), float(got), probe=probe)
         return out
+
+def _workers(dl) -> int|None:
+    "Worker processes of fastai loader `dl` (None: unknown)"
+    try: return int(dl.fake_l.num_workers)
+    except Exception: return None
