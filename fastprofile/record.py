@@ -115,6 +115,7 @@ class StageTotals:
 
 # %% ../nbs/03_record.ipynb #5b0e6f21
 MAX_KEEP_BATCHES = 1_000_000  # `keep_batches` upper bound: the ring takes 152 bytes a batch (152 MB here)
+_RING_START = 64  # rows of a new record's ring: a short fit needs no more (a full one of 1,000 rows is 152 KB to write)
 
 class ProfileRecord:
     "Timestamps of the batch in flight, the last `keep_batches` batches, and streaming statistics per report row"
@@ -133,7 +134,7 @@ class ProfileRecord:
         self.stats = {k:StreamingStats() for k in ROW_KEYS}
         self.samples = {k:0 for k in ROW_KEYS}
         self.tokens = {k:0 for k in ROW_KEYS}  # token ids in the rows' batches, where batches are token ids (`add_tokens`)
-        self.ring = np.full((keep_batches, N_COLS), np.nan)
+        self.ring = np.full((min(keep_batches, _RING_START), N_COLS), np.nan)  # grown as batches come, up to `keep_batches` rows
         self.n_batches = 0  # batches folded into the ring so far (all phases)
         self.epochs,self.stages = deque(maxlen=keep_epochs),[]
         self.gpu_stats = self.gpu_ring = None  # GPU time per row and per recent batch, when CUDA events were on
@@ -342,6 +343,11 @@ def fold(self:ProfileRecord):
     self.samples[Row('fit',p)] += sum(bss)
     if tok is not None: self.tokens[Row('fit',p)] += sum(tok)
     ph,k = PHASES.index(p),self.keep_batches
+    room = min(k, self.n_batches + n)
+    if len(self.ring) < room:  # the ring grows (doubling) until it holds `keep_batches` rows; the rows so far stay where they are
+        grown = np.full((min(k, max(room, 2*len(self.ring))), N_COLS), np.nan)
+        grown[:len(self.ring)] = self.ring
+        self.ring = grown
     ring = [[*m, b, ph, self.stage, self.epoch, i0 + i, w] for i,(m,b,w) in enumerate(zip(queue, bss, warm))][-k:]
     at = (self.n_batches + n - len(ring)) % k  # where the first row kept goes; the ring wraps at most once
     head = min(len(ring), k - at)

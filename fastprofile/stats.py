@@ -16,6 +16,8 @@ __all__ = ['LogHistogram', 'StreamingStats', 'update_columns']
 # %% ../nbs/01_stats.ipynb #37f1ff93
 _SMALL = 16  # at most this many values: updated in plain Python (numpy's per-call cost dominates there)
 
+_GEOMETRY = {}  # (lo, hi, rel_err) -> (log lo, log bucket ratio, buckets): worked out once (a record makes two dozen histograms a fit)
+
 class LogHistogram:
     "Fixed-size histogram with log-spaced buckets from `lo` to `hi` (seconds)"
     def __init__(self,
@@ -23,10 +25,13 @@ class LogHistogram:
         hi:float=1e5, # Upper edge of the last bucket
         rel_err:float=0.01, # Relative width of a bucket
     ):
-        if not (0 < lo < hi): raise ValueError(f"LogHistogram needs 0 < lo < hi, got lo={lo}, hi={hi}")
-        if not (0 < rel_err < 1): raise ValueError(f"rel_err must be in (0, 1), got {rel_err}")
-        self.lo,self.hi,self._log_lo,self._log_g = lo,hi,math.log(lo),math.log1p(rel_err)
-        self.n_buckets = int(math.ceil((math.log(hi)-self._log_lo)/self._log_g))
+        g = _GEOMETRY.get((lo, hi, rel_err))
+        if g is None:
+            if not (0 < lo < hi): raise ValueError(f"LogHistogram needs 0 < lo < hi, got lo={lo}, hi={hi}")
+            if not (0 < rel_err < 1): raise ValueError(f"rel_err must be in (0, 1), got {rel_err}")
+            log_lo,log_g = math.log(lo),math.log1p(rel_err)
+            g = _GEOMETRY[(lo, hi, rel_err)] = (log_lo, log_g, int(math.ceil((math.log(hi)-log_lo)/log_g)))
+        self.lo,self.hi,(self._log_lo,self._log_g,self.n_buckets) = lo,hi,g
         self._counts,self._pending = None,array('d')  # the counts, made when first read; values not yet counted (8 bytes each)
 
     _PENDING = 4096  # values held before they are counted (one vectorized pass)
