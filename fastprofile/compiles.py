@@ -122,9 +122,9 @@ def lines(self:CompileStats, fit:float|None=None, most:int=6) -> list:
     return out
 
 # %% ../nbs/08c_compiles.ipynb #12117999
-def earlier_baseline(learn) -> Baseline|None:
-    "The learner's last profile (`learn.simple_profile`, before this call replaces it) as a `Baseline`, if its model was not compiled"
-    r = learn.__dict__.get('simple_profile')
+def earlier_baseline(learn_or_result) -> Baseline|None:
+    "The learner's last profile (`learn.simple_profile`, before this call replaces it; or that `ProfileResult`) as a `Baseline`, if its model was not compiled"
+    r = learn_or_result if isinstance(learn_or_result, ProfileResult) or learn_or_result is None else learn_or_result.__dict__.get('simple_profile')
     f = getattr(r, 'facts', None)
     if f is None or f.model.get('compiled') or (f.compile is not None and f.compile.compiles): return None
     st = r.record.stats
@@ -146,13 +146,13 @@ def _graph_breaks() -> Counter:
 
 class CompileProbe(Probe):
     "A probe: torch.compile's compiles and recompiles in the call, from torch's compile callbacks (nothing per batch); a batch that compiled leaves the steady state"
-    def __init__(self, learn): self.learn,self.stats,self._s,self._on = learn,None,None,False
+    def __init__(self, learn): self.learn,self.stats,self._s,self._on,self._earlier = learn,None,None,False,None
     def __getstate__(self): return {'learn':self.learn, 'stats':None, '_s':None, '_on':False}  # pickled with the learner: nothing in flight
 
     def start(self, s):
         "The call starts: listen to torch's compile callbacks (through the session's `patches`) if torch.compile is loaded"
         self._s,self.stats,self._on,self._open,self._got = s,None,False,[],[]
-        self._baseline = earlier_baseline(self.learn)
+        self._earlier = self.learn.__dict__.get('simple_profile')  # read only if something compiles (reading it folds that record)
         h = getattr(sys.modules.get('torch._dynamo'), 'callback_handler', None)  # `torch.compile` imports torch._dynamo
         if h is None: return  # nothing is compiled in this process (or this torch has no compile callbacks)
         self._breaks,self._since,self._seen = _graph_breaks(),time.time_ns()//1000,self._failures()
@@ -162,6 +162,7 @@ class CompileProbe(Probe):
 
     def end(self, s):
         "The call ends: a reason from torch's compilation metrics for a recompile whose guard failures were not kept, the graph breaks, the stats"
+        earlier,self._earlier = self._earlier,None  # the last call's result: not kept alive past this one
         if not self._on: return
         self._on = False
         from torch._dynamo.utils import get_compilation_metrics
@@ -169,7 +170,7 @@ class CompileProbe(Probe):
         reason = lambda c: getattr(ms.get(c.compile_id), 'recompile_reason', None)
         got = [c._replace(reason=clean_reason(r)) if c.reason is None and c.trigger == 'DYNAMO' and (r := reason(c)) else c for c in self._got]
         gb = {k:n for k,v in _graph_breaks().items() if (n := v - self._breaks.get(k, 0)) > 0}
-        if got or gb: self.stats = CompileStats(got, gb, self._baseline)
+        if got or gb: self.stats = CompileStats(got, gb, earlier_baseline(earlier))
 
     def contribute(self, facts:Facts): facts.compile = self.stats
 

@@ -253,8 +253,15 @@ class ProfileResult:
         if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
         if about is not None: check_type('about', about, dict, 'a dict or None')
         sections = check_items('sections', sections, Callable, 'functions f(result)')
-        self.record,self.facts,self.sections,self.interrupted,self.own_cost = record,facts,list(sections),interrupted,own_cost
+        self._record,self.facts,self.sections,self.interrupted,self.own_cost = record,facts,list(sections),interrupted,own_cost
         self.about = about
+
+    @property
+    def record(self) -> ProfileRecord:
+        "The closed record: a `Profile`'s folds its last phases' batches into its statistics when first read here"
+        r = self._record
+        if r._sealed or r._queue: r.fold()
+        return r
 
     @cached_property
     def results(self) -> pd.DataFrame:
@@ -282,6 +289,9 @@ class ProfileResult:
         "Pickle the record, facts and what was built; sections are functions of this run, left out"
         d = dict(self.__dict__); d['sections'] = []
         return d
+    def __setstate__(self, d):
+        if 'record' in d: d['_record'] = d.pop('record')  # pickled before the record was folded when read
+        self.__dict__.update(d)
 
     def __repr__(self): return f"ProfileResult({len(self.record.stages)} fit(s), {self.record.fit_total:.3f} s)"
 
@@ -321,7 +331,8 @@ def start_stage(self:Profile, device='cpu', overhead=None) -> ProfileRecord:
     t0 = self.clock()
     if self.record is None:
         o = self.options
-        self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches, warmup=o.warmup)
+        self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches, warmup=o.warmup,
+                                  lazy=True)  # folded when the result is read
     if overhead is not None: self.record.overhead_per_batch = overhead  # a function: measured when first asked for
     self.own_cost += self.clock() - t0
     self.record.start_stage()

@@ -126,6 +126,7 @@ class ProfileRecord:
         fold_every:int=256, # Batches queued before they are folded into the statistics
         keep_epochs:int=1000, # Epochs whose per-phase totals are kept (the most recent ones)
         clock=time.perf_counter, # Wall clock, in seconds
+        lazy:bool=False, # Fold a phase's batches when they are read (`fold`, `results`...), not when it ends: a `Profile`'s records, so that a fit ends sooner
     ):
         for n,v,lo,hi in (('keep_batches',keep_batches,1,MAX_KEEP_BATCHES),('warmup',warmup,0,None),('fold_every',fold_every,1,None),
                           ('keep_epochs',keep_epochs,1,None)): check_int(n, v, lo, hi)
@@ -140,6 +141,7 @@ class ProfileRecord:
         self.gpu_stats = self.gpu_ring = None  # GPU time per row and per recent batch, when CUDA events were on
         self.marks = list(_NAN_MARKS)
         self._queue,self._queue_bs,self._queue_tokens = [],[],{}
+        self._sealed,self._n_sealed,self.lazy = [],0,lazy  # queued batches of phases that ended, not yet folded (`_seal`)
         self.phase,self.stage,self.epoch = None,-1,-1
         self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
         self._epoch_totals = None
@@ -203,7 +205,7 @@ def end_batch(self:ProfileRecord, bs:int):
     self._queue_bs.append(bs)
     self.last_seen = m[Slot.BATCH_END]
     self.marks = list(_NAN_MARKS)
-    if len(self._queue) >= self.fold_every: self.fold()
+    if len(self._queue) + self._n_sealed >= self.fold_every: self.fold()
 
 @patch
 def set_apart(self:ProfileRecord) -> bool:
@@ -243,7 +245,8 @@ def end_phase(self:ProfileRecord, bs:int=0, at:float|None=None):
     if self.phase is None: return
     if not math.isnan(self.marks[Slot.BATCH_START]) and at is None:  # a batch cancelled out of its phase ends here
         self.mark(Slot.BATCH_END); self.end_batch(bs)
-    self.fold()
+    self._seal()
+    if not self.lazy or self._n_sealed >= self.fold_every: self.fold()  # lazy: when read, or once `fold_every` batches wait
     p,now = self.phase,(self.clock() if at is None else at)
     total = max(now - self.phase_start, self._phase_span)
     self.stats[Row('fit',p)].update(total)
@@ -287,7 +290,7 @@ def close(self:ProfileRecord, interrupted:bool=False):
         starts = [t for t in (self.phase_start, self.epoch_start, self.stage_start) if t is not None]
         at = self.clock() if not starts else max([*starts, *([] if math.isnan(self.last_seen) else [self.last_seen])])
     self.end_stage(at=at)
-    self.fold()
+    if not self.lazy: self.fold()
     self.closed = True
     return self
 
@@ -298,8 +301,8 @@ def fit_total(self:ProfileRecord) -> float:
 
 # %% ../nbs/03_record.ipynb #082f47c4
 @patch
-def fold(self:ProfileRecord):
-    "Fold queued batches into the statistics and the ring of recent batches"
+def _seal(self:ProfileRecord):
+    "Close the queue of the phase in flight into a segment: its bookkeeping now (batches, span, warm-up, set apart); its statistics and ring rows when `fold`ed"
     if not self._queue: return
     p,queue,bss = self.phase,self._queue,self._queue_bs
     self._queue,self._queue_bs = [],[]
@@ -314,11 +317,25 @@ def fold(self:ProfileRecord):
         warm = [a or w for a,w in zip(apart, warm)]
         self._apart = [a for a in self._apart if not any(a is q for q in queue)]
     self._phase_batches += n
-    # plain Python over the queue: in a fit, each numpy call costs 10-20 µs (cold caches), a phase's fold a few dozen of them
-    DS,BE,(starts,ends) = Slot.DRAW_START,Slot.BATCH_END,_PART_SLOTS[p]
+    DS,BE = Slot.DRAW_START,Slot.BATCH_END
     span = [m[BE] - m[DS] for m in queue]
     self._phase_span += math.fsum(x for x in span if x == x)
     sec = self._epoch_totals.seconds if self._epoch_totals is not None else {}
+    self._sealed.append((p, self.stage, self.epoch, i0, queue, bss, tok, warm, span, sec))
+    self._n_sealed += n
+
+@patch
+def fold(self:ProfileRecord):
+    "Fold queued batches into the statistics and the ring of recent batches"
+    self._seal()
+    sealed,self._sealed,self._n_sealed = self._sealed,[],0
+    for seg in sealed: self._fold_segment(*seg)
+
+@patch
+def _fold_segment(self:ProfileRecord, p, stage, epoch, i0, queue, bss, tok, warm, span, sec):
+    "A sealed segment's batches into the statistics, the samples and tokens of their rows, their epoch's seconds and the ring"
+    # plain Python: in a fit, each numpy call costs 10-20 µs (cold caches), a phase's fold a few dozen of them
+    n = len(queue)
     if any(warm):
         k,w = Row(p,'warmup'),[x for x,wm in zip(span, warm) if wm]
         self.stats[k].update(w)
@@ -327,6 +344,7 @@ def fold(self:ProfileRecord):
         sec[k] = sec.get(k, 0.) + math.fsum(x for x in w if x == x)
     kept = [i for i in range(n) if not warm[i]]
     if kept:  # every part of the kept batches at once: rows of (draw, batch, steps..., other), one `update_columns`
+        starts,ends = _PART_SLOTS[p]
         rows = []
         for i in kept:
             m = queue[i]
@@ -348,7 +366,7 @@ def fold(self:ProfileRecord):
         grown = np.full((min(k, max(room, 2*len(self.ring))), N_COLS), np.nan)
         grown[:len(self.ring)] = self.ring
         self.ring = grown
-    ring = [[*m, b, ph, self.stage, self.epoch, i0 + i, w] for i,(m,b,w) in enumerate(zip(queue, bss, warm))][-k:]
+    ring = [[*m, b, ph, stage, epoch, i0 + i, w] for i,(m,b,w) in enumerate(zip(queue, bss, warm))][-k:]
     at = (self.n_batches + n - len(ring)) % k  # where the first row kept goes; the ring wraps at most once
     head = min(len(ring), k - at)
     self.ring[at:at+head] = ring[:head]

@@ -34,10 +34,13 @@ def _fits_running(learn) -> int:
         f = f.f_back
     return n
 
+_NO_DEVICE = object()
+
 def train_device(learn) -> torch.device:
     "Where the model will train: fastai's `TrainEvalCallback` moves it to the DataLoaders' device after `before_fit`"
-    dev = getattr(learn.dls, 'device', default_device())
-    if dev is not None: return torch.device(dev)
+    dev = getattr(learn.dls, 'device', _NO_DEVICE)
+    if dev is _NO_DEVICE: dev = default_device()  # asked only when the loaders say nothing (it asks CUDA: a few µs)
+    if dev is not None: return dev if isinstance(dev, torch.device) else torch.device(dev)
     p = next(iter(learn.model.parameters()), None)  # `model.to(None)` leaves the model where it is
     return p.device if p is not None else torch.device('cpu')
 
