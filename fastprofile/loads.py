@@ -95,8 +95,8 @@ class _LoadTimes:
         if 'buf' not in d: self.buf = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS)
     def totals(self, workers:bool) -> tuple:
         "Per built batch of the workers' slots (or the main process's): (seconds, cpu seconds, batches, send, receive), past the first batch when there are any"
-        a = np.frombuffer(self.buf, dtype=np.float64).reshape(_LOAD_SLOTS, _PER_SLOT)
-        a = (a[1:] if workers else a[:1]).sum(0)
+        v = self.buf[_PER_SLOT:] if workers else self.buf[:_PER_SLOT]  # plain floats: no numpy call at a fit's end
+        a = [math.fsum(v[f::_PER_SLOT]) for f in range(_PER_SLOT)]
         F = LoadField
         s,n = (a[F.WALL],a[F.N]) if a[F.N] else (a[F.FIRST_WALL],a[F.FIRST_N])
         cpu = a[F.CPU]/a[F.CPU_WALL] if a[F.CPU_WALL] > 0 else math.nan  # CPU seconds per wall second of building
