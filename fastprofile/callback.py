@@ -28,6 +28,7 @@ TIMED_EVENTS = ('before_draw','before_batch','after_pred','after_loss','before_b
 
 # %% ../nbs/07_callback.ipynb #4904ffe2
 _perf = time.perf_counter
+_NAMES = {}  # callback class -> its fastai name
 
 def _wall(rec) -> ProfileRecord|None:
     "`rec` if its `mark` is the plain one on `perf_counter` (the callbacks then write its marks themselves: one call less per mark), else None"
@@ -58,6 +59,12 @@ class _TableDispatch(Callback, Probe):
     def before_step(self):     self('before_step')
     def after_step(self):      self('after_step')
     def after_batch(self):     self('after_batch')
+    @property
+    def name(self) -> str:
+        "fastai's `Callback.name` ('simple_profiler', 'simple_profiler_post'), worked out once per class: fastai reads it at each add and remove"
+        n = _NAMES.get(type(self))
+        if n is None: n = _NAMES[type(self)] = class2attr(self, 'Callback')
+        return n
     # As a probe: mark while the session measures a fit of the call, nothing while something is nested in it
     def pause(self, s): self._idle()
     def resume(self, s): self._bind(s.record)

@@ -30,7 +30,7 @@ def check_timing(timing:str) -> str:
 def resolve_timing(timing:str, device) -> str:
     "The timing mode to use for a model on `device`: `auto` is `events` on CUDA and `wall` elsewhere"
     check_timing(timing)
-    dev_type = getattr(device, 'type', str(device).split(':')[0])
+    dev_type = getattr(device, 'type', None) or str(device).split(':')[0]
     if timing == 'auto': return 'events' if dev_type == 'cuda' else 'wall'
     if timing in ('events','sync') and dev_type != 'cuda':
         raise ValueError(f"`timing={timing!r}` needs a model on a CUDA device, but it trains on {device}: use 'wall' or 'auto'")
