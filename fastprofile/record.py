@@ -490,7 +490,7 @@ def results(self:ProfileRecord) -> pd.DataFrame:
         if s.n == 0 and row != Row('fit','fit'): continue
         g = gpu.get(row)  # GPU time per row, when CUDA events were recorded
         rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, per_second(self.samples, row, s), s.total,
-                              100*s.total/fit_total if fit_total > 0 else nan, s.quantile(.5), s.quantile(.9), s.quantile(.99),
+                              100*s.total/fit_total if fit_total > 0 else nan, *s.quantiles((.5, .9, .99)),
                               s.min if s.n else nan, s.max if s.n else nan, *((g.mean, g.total) if g is not None and g.n else (nan, nan)),
                               tokens_per_s=nan if tokens is None else per_second(tokens, row, s)))
     return results_frame(rows, (('gpu_mean','gpu_total') if self.gpu_stats else ()) + (('tokens_per_s',) if tokens is not None else ()))

@@ -71,11 +71,22 @@ class LogHistogram:
 
     def quantile(self, q:float) -> float:
         "Approximate `q` quantile (0..1): the geometric middle of the bucket holding it"
-        n = int(self.counts.sum())
-        if n == 0: return math.nan
-        rank = min(max(int(math.ceil(q*n)), 1), n)
-        b = int(np.searchsorted(np.cumsum(self.counts), rank))
-        return math.exp(self._log_lo + (b+0.5)*self._log_g)
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs) -> list:
+        "`quantile` of each of `qs`, the counts read once; with nothing counted yet but a few values held, from those values sorted (the same buckets)"
+        if self._counts is None and len(self._pending) <= self._PENDING:  # the bucket is monotonic in the value: the rank-th value's bucket
+            vals = sorted(x for x in self._pending if x == x)
+            n,lo,last = len(vals),self.lo,self.n_buckets-1
+            if n == 0: return [math.nan]*len(qs)
+            bs = [min(max(int(math.floor((math.log(max(vals[min(max(int(math.ceil(q*n)), 1), n) - 1], lo)) - self._log_lo)/self._log_g)), 0), last)
+                  for q in qs]
+        else:
+            c = np.cumsum(self.counts)
+            n = int(c[-1])
+            if n == 0: return [math.nan]*len(qs)
+            bs = np.searchsorted(c, [min(max(int(math.ceil(q*n)), 1), n) for q in qs]).tolist()
+        return [math.exp(self._log_lo + (b+0.5)*self._log_g) for b in bs]
 
 # %% ../nbs/01_stats.ipynb #4a7e5fd3
 class StreamingStats:
@@ -140,8 +151,12 @@ class StreamingStats:
 
     def quantile(self, q:float) -> float:
         "Approximate `q` quantile, clamped to the exact min and max"
-        if self.n == 0: return math.nan
-        return min(max(self.hist.quantile(q), self.min), self.max)
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs) -> list:
+        "`quantile` of each of `qs`, the histogram read once"
+        if self.n == 0: return [math.nan]*len(qs)
+        return [min(max(v, self.min), self.max) for v in self.hist.quantiles(qs)]
 
     @property
     def nbytes(self):
