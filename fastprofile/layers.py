@@ -64,6 +64,14 @@ class LayerTime:
     @property
     def total(self) -> float: return self.forward + self.backward
 
+class _FoldedOnRead:
+    "`LayerTimes.layers`: the marks of the sampled batches (`_raw`) become self times when it is first read (often never)"
+    def __get__(self, obj, cls=None):
+        if obj is None: return None  # the field's default: `__set__` makes it an empty dict
+        if obj._raw: _fold(obj)
+        return obj._layers
+    def __set__(self, obj, v): obj._layers = {} if v is None else v
+
 @dataclass
 class LayerTimes:
     "What `LayerTimer` measured: each module's self time in the forward and backward of the sampled training batches"
@@ -72,8 +80,13 @@ class LayerTimes:
     batches:int=0  # Sampled training batches measured
     samples:int=0  # Their samples
     iters:list=field(default_factory=list)  # fastai's `train_iter` of each (its count of training batches in the fit)
-    layers:dict=field(default_factory=dict)  # Module name -> `LayerTime`
+    layers:dict=_FoldedOnRead()  # Module name -> `LayerTime` (None: empty)
     failure:str|None=None  # Why nothing was measured, if nothing was
+    _raw = ()  # The marks of sampled batches not yet folded into `layers` (`LayerTimer` appends them)
+
+    def __getstate__(self):  # pickled or copied: folded first (on a GPU the marks are CUDA events)
+        if self._raw: _fold(self)
+        return {k:v for k,v in self.__dict__.items() if k != '_raw'}
 
     @property
     def forward(self) -> float: return sum(l.forward for l in self.layers.values())
@@ -121,7 +134,9 @@ def lines(self:LayerTimes, n:int=5) -> list:
     return out
 
 # %% ../nbs/16f_layers.ipynb #f9f0a2aa
-_FWD,_BWD = 0,1
+_NOBODY = -1  # a mark's owner when the time from it is no module's (a hook's own time, the loss)
+_KEEP = 8  # sampled batches whose marks may wait unfolded for a read of `LayerTimes.layers`: more are folded at a training phase's end
+_ENGINE = torch.autograd.Variable._execution_engine  # autograd's engine: it runs a callback when a backward ends
 
 def _tensors(o, depth:int=0) -> list:
     "The tensors in a module's output: itself, or in a tuple, list or dict (two levels deep)"
@@ -132,13 +147,15 @@ def _tensors(o, depth:int=0) -> list:
 
 def _grads(m, args) -> int:
     "How many forwards' worth of FLOPs the backward of a linear or conv layer does: one for its input's gradient, one for its weight's"
-    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
-    return int(x is not None and x.requires_grad) + int(getattr(m, 'weight', None) is not None and m.weight.requires_grad)
+    x,w = (args[0] if args else None),m._parameters.get('weight')  # a registered parameter (not `m.weight`: `Module.__getattr__` is slow)
+    return int(isinstance(x, torch.Tensor) and x.requires_grad) + int(w is not None and w.requires_grad)
 
 def _cuda_mark():
     e = torch.cuda.Event(enable_timing=True)
     e.record()
     return e
+
+def _no_mark(): return None  # on a GPU a hook's end needs no mark of its own: its work is on the CPU, not on the stream
 
 class LayerTimer(Probe):
     "A probe: each module's forward and backward self time on a few sampled training batches; its hooks are on the model only for those"
@@ -151,7 +168,7 @@ class LayerTimer(Probe):
         check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1)
         self.learn,self.warmup,self.first,self.every = learn,warmup,first,every
         self.result,self._patches,self._undo,self._handles,self._off = LayerTimes(),None,None,[],None
-        self._want,self._since,self._pending,self._installed,self._clock,self._cuda = 0,every,[],False,time.perf_counter,False
+        self._want,self._since,self._installed,self._clock,self._cuda = 0,every,False,time.perf_counter,False
         self._new_batch()
 
     def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every})"
@@ -161,13 +178,14 @@ class LayerTimer(Probe):
         self._marks,self._stack,self._hooked,self._queued,self._iter = None,[],None,False,it
         if it is None: return
         n = len(self._names)
-        self._marks,self._hooked,self._calls,self._flops = [],{},[0]*n,[0]*n  # `_hooked`: id -> (weak ref, grad_fn) of each output hooked
+        self._marks,self._hooked,self._calls,self._flops = [],set(),[0]*n,[0]*n  # `_hooked`: the autograd nodes (or leaf tensors) hooked
+        self._out = _no_mark if self._cuda else self._clock  # the clock at a hook's end (on the CPU its own time is no module's)
 
 # %% ../nbs/16f_layers.ipynb #093a5aaf
 @patch
 def start(self:LayerTimer, s):
     "The call starts: nothing measured; hooks go through the session's undo stack"
-    self.result,self._patches,self._pending,self._want,self._since = LayerTimes(),s.patches,[],0,self.every
+    self.result,self._patches,self._want,self._since = LayerTimes(),s.patches,0,self.every
 
 @patch
 def stage(self:LayerTimer, s):
@@ -177,20 +195,22 @@ def stage(self:LayerTimer, s):
     r.model,r.timing,self._clock = type(model).__name__,('events' if self._cuda else 'wall'),(_cuda_mark if self._cuda else time.perf_counter)
     self._off = ("the model is compiled (`torch.compile`): hooks on its modules would recompile it" if is_compiled(model) else
                  "the model is a TorchScript module, which takes no hooks" if isinstance(model, torch.jit.ScriptModule) else None)
-    if self._off and not r.layers: r.failure = f"not measured: {self._off}"
+    if self._off and not r.batches: r.failure = f"not measured: {self._off}"
 
 @patch
 def phase(self:LayerTimer, s):
     "A training phase starts: arm the trigger if the phase has batches to sample"
     if s.phase != 'train' or self._off: return
     if self._since >= self.every and not self._want:
-        self._want,self._since = (self.first if not (self.result.batches or self._pending) else 1),0
+        self._want,self._since = (self.first if not self.result.batches else 1),0
     if self._want: self._arm()
     try: self._since += len(self.learn.dl)
     except Exception: self._since += 1
 
 @patch
-def end_phase(self:LayerTimer, s): self._disarm(); self._fold()
+def end_phase(self:LayerTimer, s):
+    self._disarm()
+    if len(self.result._raw) >= _KEEP: _fold(self.result)  # else when the result is read (with no report shown: maybe never)
 @patch
 def pause(self:LayerTimer, s): self._disarm()  # a nested `validate()` is not a sampled batch
 @patch
@@ -199,7 +219,9 @@ def resume(self:LayerTimer, s):
 @patch
 def end_stage(self:LayerTimer, s): self._disarm()
 @patch
-def end(self:LayerTimer, s): self._disarm(); self._fold()
+def end(self:LayerTimer, s):
+    self._disarm()
+    if self.result.batches: self.result.failure = None  # a hook that failed after some batches were measured: they count
 @patch
 def contribute(self:LayerTimer, facts:Facts): facts.layers = self.result
 
@@ -215,7 +237,7 @@ def _arm(self:LayerTimer):
 @patch
 def _uninstall(self:LayerTimer):
     "Take every hook off the model"
-    hs,self._handles,self._installed = self._handles,[],False
+    hs,self._handles,self._installed,self._bwds = self._handles,[],False,()
     for h in hs: h.remove()
 
 @patch
@@ -229,13 +251,15 @@ def _disarm(self:LayerTimer):
 def _install(self:LayerTimer, model):
     "Hooks on every module: a forward pre-hook and a forward hook (the model's own pre-hook is the trigger)"
     mods = list(model.named_modules())
-    self._names,self._kinds = [n for n,_ in mods],[describe_module(m) for _,m in mods]
+    self._names,self._kinds = [n for n,_ in mods],[describe_module(m) for _,m in mods]  # no module kept past the call
     self._dense = [isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) for _,m in mods]  # the layers whose FLOPs are estimated
-    hs = self._handles
-    hs.append(model.register_forward_hook(partial(self._post, 0)))
+    n = len(mods)
+    self._bwds = [partial(self._bwd, n+i) for i in range(n)]  # the gradient hook of module `i`'s outputs (its backward's owner: `n+i`)
+    hs,post = self._handles,self._post
+    hs.append(model.register_forward_hook(partial(post, 0)))
     for i,(_,m) in enumerate(mods[1:], 1):
         hs.append(m.register_forward_pre_hook(partial(self._pre, i)))
-        hs.append(m.register_forward_hook(partial(self._post, i)))
+        hs.append(m.register_forward_hook(partial(post, i)))
     self._installed = True
 
 @patch
@@ -243,8 +267,12 @@ def _close_batch(self:LayerTimer, backward:bool=False):
     "The sampled batch in flight is over: kept if its forward finished (with its backward, if `backward`), dropped if not"
     marks = self._marks
     if marks is None: return
-    if backward: marks.append((self._clock(), None, _BWD))
-    if not self._stack: self._pending.append((marks, self._calls, self._flops, self._bs, self._names, self._kinds, self._iter))
+    if backward: marks.append((self._clock(), None, _NOBODY))
+    if not self._stack:
+        r = self.result
+        if not r._raw: r._raw = []
+        r._raw.append((marks, self._calls, self._flops, self._names, self._kinds, self._cuda))
+        r.batches += 1; r.samples += self._bs; r.iters.append(self._iter)
     self._new_batch()
     self._want -= 1
 
@@ -262,7 +290,8 @@ def _trigger(self:LayerTimer, model, args):
             if self._want <= 0: return self._disarm()
         if not self._installed: self._install(model)
         self._new_batch(it)
-        x = next((a for a in _tensors(args) if a.dim()), None)
+        x = args[0] if args else None
+        if not (isinstance(x, torch.Tensor) and x.dim()): x = next((a for a in _tensors(args) if a.dim()), None)
         self._bs = int(x.shape[0]) if x is not None else 0
         self._pre(0, model, args)
     except Exception as e: self._fail(e)
@@ -272,42 +301,42 @@ def _pre(self:LayerTimer, i, m, args):
     "Module `i`'s forward starts: the time from here is its own"
     marks = self._marks
     if marks is None: return
-    if not self._cuda: marks.append((self._clock(), None, _FWD))  # on the CPU the hook's own time is no module's
+    t = self._clock()
     self._stack.append(i)
     self._calls[i] += 1
-    marks.append((self._clock(), i, _FWD))
+    marks.append((t, self._out(), i))  # each mark: the clock at the hook's start and end, whose time starts at its end
 
 @patch
 def _post(self:LayerTimer, i, m, args, out):
     "Module `i`'s forward ends: the time is its parent's again; the gradient of its output will start its backward"
     marks = self._marks
     if marks is None: return
+    t = self._clock()
     try:
-        if not self._cuda: marks.append((self._clock(), None, _FWD))
-        st = self._stack
+        st,hooked = self._stack,self._hooked
         while st and st.pop() != i: pass  # a submodule whose forward raised (and was caught) left its entry
         if self._dense[i]: self._flops[i] += layer_flops(m, args, out)*(1 + _grads(m, args))
-        for x in _tensors(out):
+        for x in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
             if not x.requires_grad: continue
-            seen = self._hooked.get(id(x))
-            if seen is None or seen[0]() is not x or seen[1] is not x.grad_fn:  # new here, or changed in place since a submodule returned it
-                self._hooked[id(x)] = (weakref.ref(x), x.grad_fn)
-                x.register_hook(partial(self._bwd, i))
-        marks.append((self._clock(), st[-1] if st else None, _FWD))
+            g = x.grad_fn  # the node that makes its gradient flow on: hooked once, by the innermost module that returned it
+            if g is None:  # a leaf (a parameter returned as it is)
+                if x not in hooked: hooked.add(x); x.register_hook(self._bwds[i])
+            elif g not in hooked: hooked.add(g); g.register_prehook(self._bwds[i])  # changed in place since: a new node
+        marks.append((t, self._out(), st[-1] if st else _NOBODY))
     except Exception as e: self._fail(e)
 
 # %% ../nbs/16f_layers.ipynb #0d446d7c
 @patch
-def _bwd(self:LayerTimer, i, grad):
-    "The gradient of module `i`'s output is ready: its backward starts (the first one queues the end of the backward)"
+def _bwd(self:LayerTimer, owner, grad):
+    "The gradient of a module's output is ready: its backward (`owner`) starts; the first one queues the end of the backward"
     marks = self._marks
     if marks is None: return
+    t = self._clock()
     try:
-        if not self._cuda: marks.append((self._clock(), None, _BWD))
         if not self._queued:
             self._queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
-        marks.append((self._clock(), i, _BWD))
+            _ENGINE.queue_callback(self._end_backward)
+        marks.append((t, self._out(), owner))
     except Exception as e: self._fail(e)
 
 @patch
@@ -328,19 +357,21 @@ def _fail(self:LayerTimer, e:Exception):
     warnings.warn(f"fastprofile: timing the model's layers failed and is off for this call ({type(e).__name__}: {e}); training is unaffected")
 
 # %% ../nbs/16f_layers.ipynb #1829e575
-@patch
-def _fold(self:LayerTimer):
-    "Turn the marks of the sampled batches into self times: each interval is the module's whose mark opened it"
-    r,pending,self._pending = self.result,self._pending,[]
-    for marks,calls,flops,bs,names,kinds,it in pending:
-        if self._cuda: marks[-1][0].synchronize()
-        own = [[0.,0.] for _ in names]
-        for (t0,o,k),(t1,_,_) in zip(marks, marks[1:]):
-            if o is not None: own[o][k] += t0.elapsed_time(t1)/1e3 if self._cuda else t1 - t0
+def _fold(r:LayerTimes):
+    "Turn the marks of `r`'s sampled batches into self times: the time from a hook's end to the next hook's start is the owner's of the first"
+    raw,r._raw,layers = r._raw,(),r._layers
+    for marks,calls,flops,names,kinds,cuda in raw:
+        n = len(names)
+        own = [0.]*(2*n)  # forward self times, then backward ones
+        if cuda:
+            marks[-1][0].synchronize()
+            for (t0,_,o),(t1,_,_) in zip(marks, marks[1:]):
+                if o >= 0: own[o] += t0.elapsed_time(t1)/1e3
+        else:
+            for (_,t0,o),(t1,_,_) in zip(marks, marks[1:]):
+                if o >= 0: own[o] += t1 - t0
         for i,name in enumerate(names):
-            if not (calls[i] or own[i][_FWD] or own[i][_BWD]): continue
-            l = r.layers.get(name)
-            if l is None: l = r.layers[name] = LayerTime(name, kinds[i])
-            l.forward += own[i][_FWD]; l.backward += own[i][_BWD]; l.calls += calls[i]; l.flops += flops[i]
-        r.batches += 1; r.samples += bs; r.iters.append(it)
-    if r.layers: r.failure = None
+            if not (calls[i] or own[i] or own[n+i]): continue
+            l = layers.get(name)
+            if l is None: l = layers[name] = LayerTime(name, kinds[i])
+            l.forward += own[i]; l.backward += own[n+i]; l.calls += calls[i]; l.flops += flops[i]

@@ -2,7 +2,7 @@
 checked against `torch.profiler` on the same batches; hooks on the model only for the sampled batches; token-id batches
 counted (Tokens/s = Samples/s × seq_len for a language model) and their padding share against a count of the same batches"""
 from collections import OrderedDict
-import math, time, pytest, torch
+import math, pickle, time, pytest, torch
 from torch import nn
 from torch.profiler import profile as torch_profile, ProfilerActivity, record_function
 from fastai.basics import *
@@ -167,6 +167,47 @@ def test_same_training_and_learner_after():
     c = cnn_learner(cbs=[Boom()])
     with pytest.raises(RuntimeError, match='boom'): fit(c)
     assert all(not (m._forward_hooks or m._forward_pre_hooks) for m in c.model.modules())
+
+class StopAt(nn.Module):
+    "Passes its input on; raises `KeyboardInterrupt` in the `n`-th training forward (Ctrl-C inside a sampled batch's forward)"
+    def __init__(self, n): super().__init__(); self.n,self.seen = n,0
+    def forward(self, x):
+        if self.training:
+            self.seen += 1
+            if self.seen == self.n: raise KeyboardInterrupt
+        return x
+
+def test_hooks_off_after_interrupt_mid_sampled_batch():
+    "Ctrl-C in the forward of a sampled batch (hooks on, its modules open): every hook comes off, the batches before it count, the next call samples again"
+    learn = cnn_learner(model=nn.Sequential(cnn(), StopAt(3)))  # training batch 2: the second sampled one
+    with pytest.raises(KeyboardInterrupt): fit(learn)
+    assert all(not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks) for m in learn.model.modules())
+    lay = learn.simple_profile.facts.layers
+    test_eq((lay.batches, lay.iters), (1, [1]))  # the interrupted batch is dropped
+    assert lay.layers['0.body'].calls == 1
+    lay = fit(learn).facts.layers
+    test_eq((lay.batches, lay.iters), (3, [1, 2, 3]))
+    assert all(not (m._forward_hooks or m._forward_pre_hooks) for m in learn.model.modules())
+
+def test_layer_times_folded_when_read():
+    "The marks become self times when `layers` is first read, or when the result is pickled (a report not shown reads nothing)"
+    lay = fit(cnn_learner()).facts.layers
+    test_eq((len(lay._raw), lay.batches, lay.iters), (3, 3, [1, 2, 3]))  # counted, not yet folded
+    got = pickle.loads(pickle.dumps(lay))  # folds first: the marks are not pickled
+    test_eq(len(lay._raw), 0)
+    test_eq(got, lay)
+    test_eq(lay.top(1)[0].name, BIG)
+    assert '_raw' not in got.__dict__ and lay.layers[BIG].calls == 3
+    lay2 = fit(cnn_learner()).facts.layers
+    test_eq(lay2.layers.keys(), lay.layers.keys())  # read: folded then
+    test_eq(len(lay2._raw), 0)
+    learn = cnn_learner(n_trn=10)  # more sampled batches than `_KEEP`: folded at the phase's end, memory stays bounded
+    with learn.no_bar(), learn.no_logging():
+        learn.profile(**QUIET)
+        next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer)).first = 9
+        learn.fit(1)
+    lay = learn.simple_profile.facts.layers
+    test_eq((len(lay._raw), lay.batches, lay.layers[BIG].calls), (0, 9, 9))
 
 def test_models_it_does_not_time():
     "A model with no submodules is its own only layer; the option is checked"
