@@ -134,11 +134,11 @@ def _timed_create_batches(dl, samps):
         if i == 0:  # the first batch of the epoch (a warm-up batch)
             if not buf[o + LoadField.PROBES] and lt.kept is None:  # once per process and call: what sending a batch to the main process costs
                 try:
-                    # a worker pays it for every batch: probed now; a known kind of batch: at once; a batch on a GPU is not kept
-                    if slot or _signature(b) in _PROBES or not _on_host(b):
+                    # a worker pays it for every batch: probed now (a known kind of batch: at once); a batch on a GPU is not kept
+                    if slot or not _on_host(b):
                         sent,got = _transfer_cost(b)
                         buf[o + LoadField.SEND] += sent; buf[o + LoadField.RECEIVE] += got; buf[o + LoadField.PROBES] += 1.
-                    else: lt.kept = b  # the main process sends nothing: probed later, only if the diagnosis reads it (`LoadTimer.result`)
+                    else: lt.kept = b  # the main process sends nothing: probed later (a known kind: from `_PROBES`), only if the diagnosis reads it (`LoadTimer.result`)
                 except Exception: pass
             w,n = o + LoadField.WALL,o + LoadField.N
         i += 1

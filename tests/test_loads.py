@@ -35,7 +35,7 @@ def test_main_process_probes_when_read(probes):
     assert lt.workers == 0 and 0 < lt.send < 1 and 0 < lt.receive < 1, lt
     assert (r.facts.loading['valid'].send, r.facts.loading['valid'].receive) == (lt.send, lt.receive) and len(probes) == 1
     lt2 = fit(learn).facts.loading['train']
-    assert lt2._probe is None and (lt2.send, lt2.receive) == loads._PROBES[probes[0]] and len(probes) == 1  # filled at once
+    assert (lt2.send, lt2.receive) == loads._PROBES[probes[0]] and len(probes) == 1  # a known kind of batch: from the cache when read
 
 def test_result_pickles_and_saves_numbers(probes, tmp_path):
     "A pickled or saved result carries the probe's numbers, never the kept batch"
