@@ -49,8 +49,7 @@ class _TableDispatch(Callback, Probe):
         h = self._handlers.get(event_name)
         if h is not None and self.run: h()
         if event_name == 'after_fit': self.run = True
-    # Real methods, so `show_training_loop` / `ordered_cbs` list the pair at the events it times
-    def before_draw(self):     self('before_draw')
+    # Real methods, so `show_training_loop` / `ordered_cbs` list the pair at the events it times (`before_draw`: the last one only)
     def before_batch(self):    self('before_batch')
     def after_pred(self):      self('after_pred')
     def after_loss(self):      self('after_loss')
@@ -102,6 +101,7 @@ class SimpleProfilerCallback(_TableDispatch):
 class SimpleProfilerPostCallback(_TableDispatch):
     "Last at every event: marks where fastai's phases start, ends batches and epochs, and tells the session when a phase and a fit end"
     order,remove_on_fetch = 1000,True  # after Recorder (50), ProgressCallback (60), trackers
+    def before_draw(self): self('before_draw')  # the first one marks nothing there: `all_batches` calls only the callbacks that define it
     def __init__(self, profile:Profile): self.profile,self._tokens,self.token_phases = profile,None,{}; self._idle()
     def _idle(self):
         self._slots,self._handlers,self._wall = {},dict(after_fit=self._after_fit),None
