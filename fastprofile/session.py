@@ -63,6 +63,7 @@ class Session:
     ):
         self.learn,self.profile,self.cbs = learn,profile,list(cbs)
         self.probes = check_items('probes', probes, Probe, 'Probe objects')
+        self._heard = {}  # (event, reversed) -> the probes that listen to it (`_listeners`)
         self.patches = Patches()
         self.depth = 0  # training methods (or `profiling()` blocks) running: the outermost one is the call
         self.contexts = []  # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
@@ -137,10 +138,23 @@ def leave(self:Session, exc:BaseException|None=None):
     elif exc is not None: self.disarm()  # a training call that failed before its first fit: the profile is spent
 
 # %% ../nbs/06a_session.ipynb #df4248e9
+def _listens(p, event:str) -> bool:
+    "Whether probe `p` does something at `event`: its method is not `Probe`'s own, which does nothing"
+    return getattr(type(p), event, None) is not getattr(Probe, event) or event in p.__dict__
+
+@patch
+def _listeners(self:Session, event:str, back:bool=False) -> list:
+    "The probes that do something at `event`, in the start order (or reversed), worked out once per session: the others are not called"
+    k = (event, back, id(self.probes), len(self.probes))  # the probes given (a list put in their place is heard again)
+    got = self._heard.get(k)
+    if got is None:
+        got = self._heard[k] = [p for p in (self.probes[::-1] if back else self.probes) if _listens(p, event)]
+    return got
+
 @patch
 def _tell(self:Session, event:str, probes=None):
-    "Call `event` on each probe (the start order, or `probes`); a probe that fails warns (raises in strict mode) and the others go on"
-    for p in (self.probes if probes is None else probes):
+    "Call `event` on each probe that listens to it (the start order, or `probes`); a probe that fails warns (raises in strict mode) and the others go on"
+    for p in (self._listeners(event) if probes is None else probes):
         f = getattr(p, event)
         try: f(self)
         except Exception as e:
@@ -148,7 +162,7 @@ def _tell(self:Session, event:str, probes=None):
             warnings.warn(f"fastprofile: {type(p).__name__}.{event} failed and was skipped ({type(e).__name__}: {e}); training is unaffected")
 
 @patch
-def _tell_back(self:Session, event:str): self._tell(event, self.probes[::-1])
+def _tell_back(self:Session, event:str): self._tell(event, self._listeners(event, back=True))
 
 @patch
 def fit_starts(self:Session) -> bool:

@@ -371,6 +371,22 @@ def test_result_is_on_the_learner_when_sinks_log():
     learn.profile(show_report=False, logger_callback=sink).fit(1)
     assert sink.seen == [True]
 
+def test_a_probe_hears_only_the_events_it_defines():
+    "The session calls a probe only at the events it defines (a method of its class, or one set on the instance), in every fit of the call"
+    heard = []
+    class Ends(Sink):
+        def end(self, s): heard.append('end')
+    class Phases(Sink):
+        def phase(self, s): heard.append(('phase', s.phase))
+    late = Sink()
+    late.end_stage = lambda s: heard.append('end_stage')  # set on the instance
+    learn = make()
+    s = fl.session_for(learn, show_report=False, logger_callback=None)
+    sess = fl.Session(learn, s.profile, [*s.probes[:-1], Ends(), Phases(), late, s.probes[-1]], cbs=s.cbs)
+    sess.arm(); learn.fit(2)
+    assert heard == [('phase','train'), ('phase','valid'), ('phase','train'), ('phase','valid'), 'end_stage', 'end']
+    assert learn.simple_profile.record.stages[0].epochs == 2
+
 class Once:
     "Raise KeyboardInterrupt the first time it is called"
     def __init__(self): self.n = 0
