@@ -143,6 +143,8 @@ class Probe:
 
 class Sink(Probe):
     "Where a profile goes besides the report: subclass and override what you need (a `Probe` that also logs)"
+    # During the call, the record folds the ended phases' batches into its statistics when they are read: a sink that reads
+    # `s.record.stats` in `end_phase` or `end_stage` calls `s.record.fold()` first (`log_batch`'s `record.last()`, `log_fit`'s result need nothing)
     name = 'sink'
     def __repr__(self): return f"{type(self).__name__}()"  # how a sink shows in fastai's WandbCallback run config
     def log_batch(self, record:ProfileRecord, step:int, window:int):

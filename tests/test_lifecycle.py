@@ -387,6 +387,22 @@ def test_a_probe_hears_only_the_events_it_defines():
     assert heard == [('phase','train'), ('phase','valid'), ('phase','train'), ('phase','valid'), 'end_stage', 'end']
     assert learn.simple_profile.record.stages[0].epochs == 2
 
+def test_a_sink_reads_the_stats_during_the_call_after_fold():
+    "A profile's record folds the ended phases when read: a sink that reads the statistics at a fit's end folds first and sees every batch"
+    from fastprofile.record import Row
+    seen = []
+    class PerFit(Sink):
+        def end_stage(self, s):
+            r = s.record
+            unfolded = r.stats[Row('train','batch')].n + r.stats[Row('train','warmup')].n
+            r.fold()
+            seen.append((unfolded, r.stats[Row('train','batch')].n + r.stats[Row('train','warmup')].n))
+    learn = make()
+    n = len(learn.dls.train)
+    learn.profile(show_report=False, logger_callback=PerFit()).fit(2)
+    assert seen[-1][1] == 2*n and seen[-1][0] < 2*n, seen  # lazy: not folded until asked; complete once folded
+    assert learn.simple_profile.record.stats[Row('train','batch')].n + learn.simple_profile.record.stats[Row('train','warmup')].n == 2*n
+
 class Once:
     "Raise KeyboardInterrupt the first time it is called"
     def __init__(self): self.n = 0
