@@ -47,6 +47,10 @@ class LogHistogram:
     def counts(self, c): self._counts,self._pending = np.asarray(c, dtype=np.int64),array('d')
 
     def __getstate__(self): self.counts; return dict(self.__dict__)  # pickled with its pending values counted
+    def __setstate__(self, d):
+        if 'counts' in d: d['_counts'] = d.pop('counts')  # pickled before values were held
+        d.setdefault('_pending', array('d'))
+        self.__dict__.update(d)
 
     def _count(self, xs:np.ndarray):
         idx = np.floor((np.log(np.maximum(xs, self.lo)) - self._log_lo)/self._log_g).astype(np.int64)
