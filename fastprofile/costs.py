@@ -110,14 +110,15 @@ class SampledCosts:
         if c is None: self.epoch[(name,event)] = [dt, 1]
         else: c[0] += dt; c[1] += 1
 
+    def rows(self) -> list:
+        "The rows of `callback_costs`, in its order, as tuples (phase, name, event, total, calls, per_batch): no DataFrame (the diagnosis reads these)"
+        rows = [(p, n, e, tot, c, tot/self.batches[p]) for (p,n,e),(tot,c) in self.costs.items() if self.batches.get(p)]
+        rows += [('fit', n, e, tot, c, math.nan) for (n,e),(tot,c) in self.epoch.items()]
+        return sorted(rows, key=lambda r: r[5] if r[5] == r[5] else r[3], reverse=True)  # stable: equal costs keep their order
+
     def callback_costs(self) -> pd.DataFrame:
         "One row per (phase, callback or metric, event), as `Breakdown.callback_costs`: `per_batch` over the sampled batches; events between batches (phase 'fit') with their `total`"
-        rows = [{'phase':p, 'name':n, 'event':e, 'total':tot, 'calls':c, 'per_batch':tot/self.batches[p]}
-                for (p,n,e),(tot,c) in self.costs.items() if self.batches.get(p)]
-        rows += [{'phase':'fit', 'name':n, 'event':e, 'total':tot, 'calls':c, 'per_batch':math.nan} for (n,e),(tot,c) in self.epoch.items()]
-        df = pd.DataFrame(rows, columns=['phase','name','event','total','calls','per_batch'])
-        key = df.per_batch.fillna(df.total)
-        return df.iloc[key.sort_values(ascending=False, kind='stable').index].reset_index(drop=True)
+        return pd.DataFrame(self.rows(), columns=['phase','name','event','total','calls','per_batch'])
 
     def lines(self, n:int=5) -> list:
         "The `n` costliest callback events per batch, and between batches"

@@ -337,7 +337,9 @@ class _CostRow(NamedTuple):
     phase:str; name:str; event:str; total:float; calls:int; per_batch:float
 
 def _cost_table(costs) -> list:
-    "`costs.callback_costs()` as `_CostRow`s, in its order"
+    "`costs.callback_costs()` as `_CostRow`s, in its order (`SampledCosts.rows()` where it has them: no DataFrame)"
+    rows = getattr(costs, 'rows', None)
+    if callable(rows): return [_CostRow(*r) for r in rows()]
     df = costs.callback_costs()
     return [_CostRow(*r) for r in zip(*(df[c].tolist() for c in _CostRow._fields))]
 
