@@ -194,8 +194,7 @@ def _step(self:CostSampler, i:int):
 def _carry_on(self:CostSampler, j:int):
     "Batch `j` is sampled right after the one that just ended: keep that one's sample, the stand-ins stay on, the pipelines time the next draw"
     training = self._learn.training
-    self.costs._add_sample('train' if training else 'valid', self._sample)
-    if self._pipes: self.costs._add_draw('train' if training else 'valid', self._parts)
+    self._keep(training, bool(self._pipes))
     self._next,self._target,self._sample,self._parts = self._after(j),(training, j),{},{}
     for tp in self._pipes: tp.on()  # each switched itself off after the draw it timed
 
@@ -220,9 +219,14 @@ def _end(self:CostSampler, i:int):
     training,j = self._target
     split = bool(self._pipes)
     self._drop()
-    if i == j and self._learn.training == training:
-        self.costs._add_sample('train' if training else 'valid', self._sample)
-        if split: self.costs._add_draw('train' if training else 'valid', self._parts)
+    if i == j and self._learn.training == training: self._keep(training, split)
+
+@patch
+def _keep(self:CostSampler, training:bool, split:bool):
+    "The sampled batch's costs into `costs`, and its draw's parts if the pipelines timed it (`split`)"
+    p = 'train' if training else 'valid'
+    self.costs._add_sample(p, self._sample)
+    if split: self.costs._add_draw(p, self._parts)
 
 # %% ../nbs/08a_costs.ipynb #7395b1aa
 @patch

@@ -73,7 +73,7 @@ ROW_KEYS = (*[Row('fit',a) for a in FIT_ACTIONS],  # every row of the results, i
 def _part_slots(phase:str) -> tuple:
     "Start and end slots of `draw`, `batch` and each step of `phase`: the columns of `part_durations`"
     parts = [(Slot.DRAW_START, Slot.BATCH_START), (Slot.BATCH_START, Slot.BATCH_END), *[(s.start, s.end) for s in STEPS[phase]]]
-    return np.array([a for a,_ in parts]),np.array([z for _,z in parts])
+    return [int(a) for a,_ in parts],[int(z) for _,z in parts]  # plain ints: the fold indexes Python lists with them
 
 _PART_SLOTS = {p:_part_slots(p) for p in PHASES}
 _PART_ROWS = {p:[Row.part(p, a) for a in ('draw', 'batch', *[s.name for s in STEPS[p]], 'other')] for p in PHASES}  # their rows
@@ -344,11 +344,11 @@ def _fold_segment(self:ProfileRecord, p, stage, epoch, i0, queue, bss, tok, warm
         sec[k] = sec.get(k, 0.) + math.fsum(x for x in w if x == x)
     kept = [i for i in range(n) if not warm[i]]
     if kept:  # every part of the kept batches at once: rows of (draw, batch, steps..., other), one `update_columns`
-        starts,ends = _PART_SLOTS[p]
+        pairs = list(zip(*_PART_SLOTS[p]))
         rows = []
         for i in kept:
             m = queue[i]
-            d = [m[e] - m[a] for a,e in zip(starts, ends)]
+            d = [m[e] - m[a] for a,e in pairs]
             d.append(d[1] - math.fsum(x for x in d[2:] if x == x))
             rows.append(d)
         keys = _PART_ROWS[p]

@@ -63,7 +63,7 @@ class Session:
     ):
         self.learn,self.profile,self.cbs = learn,profile,list(cbs)
         self.probes = check_items('probes', probes, Probe, 'Probe objects')
-        self._heard = {}  # (event, reversed) -> the probes that listen to it (`_listeners`)
+        self._heard = {}  # (event, reversed) -> the probes that listen to it (`_listeners`, worked out at the first event)
         self.patches = Patches()
         self.depth = 0  # training methods (or `profiling()` blocks) running: the outermost one is the call
         self.contexts = []  # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
@@ -145,7 +145,7 @@ def _listens(p, event:str) -> bool:
 @patch
 def _listeners(self:Session, event:str, back:bool=False) -> list:
     "The probes that do something at `event`, in the start order (or reversed), worked out once per session: the others are not called"
-    k = (event, back, id(self.probes), len(self.probes))  # the probes given (a list put in their place is heard again)
+    k = (event, back)  # the probes are fixed once the session is made
     got = self._heard.get(k)
     if got is None:
         got = self._heard[k] = [p for p in (self.probes[::-1] if back else self.probes) if _listens(p, event)]

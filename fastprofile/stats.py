@@ -107,16 +107,9 @@ class StreamingStats:
         xs = np.asarray(xs, dtype=np.float64).ravel()
         if xs.size <= _SMALL: return self._update_small([x for x in xs.tolist() if x == x])
         xs = xs[~np.isnan(xs)]
-        nb = len(xs)
-        if nb == 0: return self
-        mb = float(xs.mean()); m2b = float(((xs-mb)**2).sum())
-        n = self.n + nb
-        delta = mb - self.mean
-        self.mean += delta*nb/n
-        self.m2 += m2b + delta*delta*self.n*nb/n
-        self.n = n
-        self.total += float(xs.sum())
-        self.min,self.max = min(self.min, float(xs.min())),max(self.max, float(xs.max()))
+        if not len(xs): return self
+        mb = float(xs.mean())
+        self._add(len(xs), mb, float(((xs-mb)**2).sum()), float(xs.sum()), float(xs.min()), float(xs.max()))
         self.hist.update(xs)
         return self
 
@@ -124,29 +117,26 @@ class StreamingStats:
         "`update` for a few values, in plain Python (the same moments, exactly rounded sums)"
         nb = len(vals)
         if nb == 0: return self
-        tot = math.fsum(vals)
-        mb = tot/nb; m2b = math.fsum((x-mb)*(x-mb) for x in vals)
-        n = self.n + nb
-        delta = mb - self.mean
-        self.mean += delta*nb/n
-        self.m2 += m2b + delta*delta*self.n*nb/n
-        self.n = n
-        self.total += tot
-        self.min,self.max = min(self.min, min(vals)),max(self.max, max(vals))
+        tot = math.fsum(vals); mb = tot/nb
+        self._add(nb, mb, math.fsum((x-mb)*(x-mb) for x in vals), tot, min(vals), max(vals))
         self.hist._update_small(vals)
         return self
 
     def merge(self, other:StreamingStats):
         "Combine with the statistics of another stream (e.g. another rank)"
         if other.n == 0: return self
-        n = self.n + other.n
-        delta = other.mean - self.mean
-        self.mean += delta*other.n/n
-        self.m2 += other.m2 + delta*delta*self.n*other.n/n
-        self.n,self.total = n,self.total+other.total
-        self.min,self.max = min(self.min, other.min),max(self.max, other.max)
+        self._add(other.n, other.mean, other.m2, other.total, other.min, other.max)
         self.hist.merge(other.hist)
         return self
+
+    def _add(self, nb:int, mb:float, m2b:float, tot:float, lo:float, hi:float):
+        "Fold in `nb` values of mean `mb`, squared deviations `m2b` from it, sum `tot`, min `lo` and max `hi` (the histogram apart)"
+        n = self.n + nb
+        delta = mb - self.mean
+        self.mean += delta*nb/n
+        self.m2 += m2b + delta*delta*self.n*nb/n
+        self.n,self.total = n,self.total + tot
+        self.min,self.max = min(self.min, lo),max(self.max, hi)
 
     @property
     def std(self):
@@ -169,14 +159,6 @@ class StreamingStats:
 
     def __repr__(self): return f"StreamingStats(n={self.n}, mean={self.mean:.4g}, std={self.std:.4g})"
 
-    def _add_moments(self, nb:int, tot:float, m2b:float, lo:float, hi:float):
-        "Fold in `nb` values with sum `tot`, squared deviations from their mean `m2b`, min `lo` and max `hi` (the histogram apart)"
-        n = self.n + nb
-        delta = tot/nb - self.mean
-        self.mean += delta*nb/n
-        self.m2 += m2b + delta*delta*self.n*nb/n
-        self.n,self.total = n,self.total + tot
-        self.min,self.max = min(self.min, lo),max(self.max, hi)
 
 # %% ../nbs/01_stats.ipynb #52f09d6c
 _SMALL_ROWS = 64  # at most this many rows: `update_columns` in plain Python (in a fit, each numpy call costs 10-20 µs: cold caches)
@@ -191,19 +173,14 @@ def update_columns(stats:list, xs) -> list:
             sums.append(math.fsum(vals))
         return sums + [0.]*(len(stats) - len(sums))
     xs = np.asarray(xs, dtype=np.float64).reshape(-1, len(stats))
-    n,k = xs.shape
     ok = ~np.isnan(xs)
     nb = ok.sum(0)
-    z = np.where(ok, xs, 0.)
-    tot = z.sum(0)
+    tot = np.where(ok, xs, 0.).sum(0)
     mb = tot/np.maximum(nb, 1)
     m2b = (np.where(ok, xs - mb, 0.)**2).sum(0)
     lo,hi = np.where(ok, xs, np.inf).min(0),np.where(ok, xs, -np.inf).max(0)
-    h = stats[0].hist  # every column's histogram has the same buckets (checked below)
-    idx = np.clip(np.floor((np.log(np.maximum(np.where(ok, xs, h.lo), h.lo)) - h._log_lo)/h._log_g).astype(np.int64), 0, h.n_buckets-1)
     for j,s in enumerate(stats):
         if not nb[j]: continue
-        if s.hist.n_buckets != h.n_buckets or s.hist.lo != h.lo or s.hist._log_g != h._log_g: s.hist.update(xs[ok[:,j], j])
-        else: np.add.at(s.hist.counts, idx[ok[:,j], j], 1)
-        s._add_moments(int(nb[j]), float(tot[j]), float(m2b[j]), float(lo[j]), float(hi[j]))
+        s._add(int(nb[j]), float(mb[j]), float(m2b[j]), float(tot[j]), float(lo[j]), float(hi[j]))
+        s.hist.update(xs[ok[:,j], j])
     return tot.tolist()
