@@ -23,6 +23,7 @@ _PRE_SLOTS  = dict(before_batch=Slot.BATCH_START, after_pred=Slot.FORWARD_END, a
                    after_backward=Slot.BACKWARD_END, after_step=Slot.OPT_STEP_END, after_batch=Slot.ZERO_GRAD_END)
 _POST_SLOTS = dict(before_draw=Slot.DRAW_START, before_batch=Slot.FORWARD_START, after_pred=Slot.LOSS_START,
                    before_backward=Slot.BACKWARD_START, before_step=Slot.OPT_STEP_START, after_step=Slot.ZERO_GRAD_START)
+_PRE_TABLE,_POST_TABLE = ({e:int(v) for e,v in d.items()} for d in (_PRE_SLOTS, _POST_SLOTS))  # as plain ints: `_table`'s marks
 TIMED_EVENTS = ('before_draw','before_batch','after_pred','after_loss','before_backward','after_backward',
                 'before_step','after_step','after_batch')
 
@@ -35,20 +36,22 @@ def _wall(rec) -> ProfileRecord|None:
     return rec if type(rec).mark is ProfileRecord.mark and 'mark' not in rec.__dict__ and rec.clock is _perf else None
 
 class _TableDispatch(Callback, Probe):
-    "A `Callback` whose events go through two tables: `_slots` (mark a time) and `_handlers` (run a method); a `Probe` of its session"
-    _slots,_handlers,_untimed,_wall = {},{},True,None  # `_untimed`: left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
+    "A `Callback` whose events go through one table, `_table`: an event's slot (an int: mark a time there) or its handler (a function of the callback, called with it: no bound method, so no cycle through the callback itself); a `Probe` of its session"
+    _table,_untimed,_wall = {},True,None  # `_untimed`: left out of the callback costs (`fastprofile.costs.event_methods`): it is the timer
     def __call__(self, event_name):
-        "Mark the slot of `event_name`, or run its handler; one dict lookup for the events not used"
-        slot = self._slots.get(event_name)
-        if slot is not None:
-            if self.run:
+        "Mark the slot of `event_name`, or run its handler; one dict lookup for each event"
+        h = self._table.get(event_name)
+        if h is not None and self.run:
+            if h.__class__ is int:
                 rec = self._wall
-                if rec is not None: rec.marks[slot] = _perf()  # `rec.mark(slot)`, inlined
-                else: self._mark(slot)
-            return
-        h = self._handlers.get(event_name)
-        if h is not None and self.run: h()
+                if rec is not None: rec.marks[h] = _perf()  # `rec.mark(h)`, inlined
+                else: self._mark(h)
+            else: h(self)
         if event_name == 'after_fit': self.run = True
+    def __setattr__(self, name, value):
+        "Its own state (`_` names) and what fastai sets on every callback (`learn`, `run`) set directly: fastai's `Callback.__setattr__` first asks the learner whether `name` shadows one of its attributes (µs a time, a few dozen a fit)"
+        if name[:1] == '_' or name == 'learn' or name == 'run': self.__dict__[name] = value
+        else: super().__setattr__(name, value)
     # Real methods, so `show_training_loop` / `ordered_cbs` list the pair at the events it times (`before_draw`: the last one only)
     def before_batch(self):    self('before_batch')
     def after_pred(self):      self('after_pred')
@@ -74,14 +77,14 @@ class SimpleProfilerCallback(_TableDispatch):
     "First at every event: marks where fastai's phases end, and tells the session when a fit and a phase start"
     order,remove_on_fetch = -1000,True  # before TrainEvalCallback (-10), ModelToHalf (-50)
     def __init__(self, profile:Profile): self.profile = profile; self._idle()
-    def _idle(self): self._slots,self._handlers,self._wall = {},dict(before_fit=self._before_fit),None
+    def _idle(self): self._table,self._wall = dict(before_fit=type(self)._before_fit),None
 
     def _bind(self, rec):
         "Mark into `rec`, follow the stage's epochs, tell the session when a phase starts"
         s = self.profile.session
-        self._mark,self._slots,self._wall = rec.mark,_PRE_SLOTS,_wall(rec)
-        self._handlers = dict(before_fit=self._before_fit, before_epoch=lambda: rec.start_epoch(self.learn.epoch),
-                              before_train=lambda: s.phase_starts('train'), before_validate=lambda: s.phase_starts('valid'))
+        self._mark,self._wall = rec.mark,_wall(rec)
+        self._table = dict(_PRE_TABLE, before_fit=type(self)._before_fit, before_epoch=lambda cb: rec.start_epoch(cb.learn.epoch),
+                           before_train=lambda cb: s.phase_starts('train'), before_validate=lambda cb: s.phase_starts('valid'))
 
     def _before_fit(self):
         "The session decides what this is: a fit of the call (it then calls `stage`) or something nested"
@@ -104,18 +107,19 @@ class SimpleProfilerPostCallback(_TableDispatch):
     def before_draw(self): self('before_draw')  # the first one marks nothing there: `all_batches` calls only the callbacks that define it
     def __init__(self, profile:Profile): self.profile,self._tokens,self.token_phases = profile,None,{}; self._idle()
     def _idle(self):
-        self._slots,self._handlers,self._wall = {},dict(after_fit=self._after_fit),None
+        self._table,self._wall = dict(after_fit=type(self)._after_fit),None
         self._count_samples = self.profile.options.samples_per_second
 
     def _bind(self, rec):
         s = self.profile.session
-        self._rec,self._mark,self._slots,self._wall = rec,rec.mark,_POST_SLOTS,_wall(rec)
+        self._rec,self._mark,self._wall = rec,rec.mark,_wall(rec)
         self._log_every = self.profile.options.log_every if self.profile.sinks else 0
         self._on_batch,self._count_samples = self.profile.on_batch,self.profile.options.samples_per_second
         # a phase's first batch says whether its batches are token ids (`_first_batch`): one handler or the other from then on
-        after = self._first_batch if self._tokens is None else self._after_batch if self._tokens is False else self._after_token_batch
-        self._handlers = dict(after_fit=self._after_fit, after_batch=after, after_train=lambda: s.phase_ends(),
-                              after_validate=lambda: s.phase_ends(), after_epoch=lambda: rec.end_epoch(self._bs()))
+        c = type(self)
+        after = c._first_batch if self._tokens is None else c._after_batch if self._tokens is False else c._after_token_batch
+        self._table = dict(_POST_TABLE, after_fit=c._after_fit, after_batch=after, after_train=lambda cb: s.phase_ends(),
+                           after_validate=lambda cb: s.phase_ends(), after_epoch=lambda cb: rec.end_epoch(cb._bs()))
 
     def _bs(self) -> int:
         if not self._count_samples: return 0
@@ -139,8 +143,8 @@ class SimpleProfilerPostCallback(_TableDispatch):
         "A phase's first batch: are its batches token ids (a `TokenCounter` for the phase) or not; decided once per phase"
         x = token_ids(self.learn.xb, getattr(self.learn, 'model', None)) if self._count_samples else None
         self._tokens = False if x is None else TokenCounter(*pad_index(getattr(self.learn, 'dl', None)))
-        self._handlers['after_batch'] = h = self._after_batch if x is None else self._after_token_batch
-        h()
+        self._table['after_batch'] = h = type(self)._after_batch if x is None else type(self)._after_token_batch
+        h(self)
 
     def _after_token_batch(self):
         "`_after_batch` for batches of token ids: their tokens counted too (their pad tokens on sampled batches)"
@@ -163,7 +167,7 @@ class SimpleProfilerPostCallback(_TableDispatch):
     def phase(self, s):
         "A phase starts: its first batch will say whether its batches are token ids"
         self._tokens = None
-        if 'after_batch' in self._handlers: self._handlers['after_batch'] = self._first_batch
+        if 'after_batch' in self._table: self._table['after_batch'] = type(self)._first_batch
     def end_phase(self, s):
         "The phase ends in the record (after an exception, the record's `close` ends it where the last batch ended); its tokens are read"
         if s.exc is None: s.record.end_phase(self._bs())

@@ -162,7 +162,7 @@ class CostSampler(Probe):
         self._drop(); self._next = self._w
     def end_phase(self, s): self._drop()
     def pause(self, s): self._drop()  # what runs nested (a `validate()` from a callback) is not the sampled batch
-    def end(self, s): self._drop()
+    def end(self, s): self._drop(); self._plan,self._plan_key = [],None  # its stand-ins hold `_add`: no cycle left after the call
     def contribute(self, facts:Facts): facts.callback_costs = self.costs
 
     # ---- after every recorded batch: a counter check, unless this batch was sampled or the next one is ----

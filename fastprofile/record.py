@@ -135,7 +135,6 @@ class ProfileRecord:
         self.stats = {k:StreamingStats() for k in ROW_KEYS}
         self.samples = {k:0 for k in ROW_KEYS}
         self.tokens = {k:0 for k in ROW_KEYS}  # token ids in the rows' batches, where batches are token ids (`add_tokens`)
-        self.ring = np.full((min(keep_batches, _RING_START), N_COLS), np.nan)  # grown as batches come, up to `keep_batches` rows
         self.n_batches = 0  # batches folded into the ring so far (all phases)
         self.epochs,self.stages = deque(maxlen=keep_epochs),[]
         self.gpu_stats = self.gpu_ring = None  # GPU time per row and per recent batch, when CUDA events were on
@@ -157,9 +156,17 @@ class ProfileRecord:
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
                   '_overhead','last_seen','n_apart','timing','_phase_batches','_phase_span','_epoch_totals',
                   '_stage_phases','_stage_epochs','_stage_train_batches','telemetry')
+    def __getattr__(self, name):
+        "The ring of recent batches (`ring`) is made when first used, by a fold or a read: a short fit whose result is never read makes none"
+        if name == 'ring' and 'keep_batches' in self.__dict__:  # grown as batches come, up to `keep_batches` rows
+            r = self.__dict__['ring'] = np.full((min(self.keep_batches, _RING_START), N_COLS), np.nan)
+            return r
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def state(self) -> dict:
         "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
         self.fold()
+        self.ring  # made, if no batch was folded yet
         self.overhead_per_batch  # measured now if it was left to when first asked for
         d = {k:self.__dict__[k] for k in self.STATE_KEYS if k in self.__dict__}
         d['timing'] = self.timing  # a class attribute of `GpuProfileRecord` ('events'), not in `__dict__`

@@ -98,7 +98,12 @@ class StreamingStats:
     def __init__(self, **hist_kwargs):
         self.n,self.mean,self.m2,self.total = 0,0.,0.,0.
         self.min,self.max = math.inf,-math.inf
-        self.hist = LogHistogram(**hist_kwargs)
+        if hist_kwargs: self.hist = LogHistogram(**hist_kwargs)  # else made when first used (`__getattr__`): a record makes two dozen, a short fit fills a few
+
+    def __getattr__(self, name):
+        if name != 'hist': raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        h = self.__dict__['hist'] = LogHistogram()
+        return h
 
     def update(self, xs):
         "Fold in the values `xs` (a number, a list or an array; NaNs are skipped)"

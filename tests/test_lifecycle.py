@@ -371,6 +371,33 @@ def test_result_is_on_the_learner_when_sinks_log():
     learn.profile(show_report=False, logger_callback=sink).fit(1)
     assert sink.seen == [True]
 
+def _left_in_cycles(calls) -> list:
+    "Objects of fastprofile's own types that `calls()` leaves in reference cycles (freed only by the garbage collector), the collector off meanwhile"
+    import gc
+    gc.collect()
+    gc.disable()
+    try:
+        calls()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        return sorted({type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith('fastprofile')})
+    finally:
+        gc.set_debug(0); gc.garbage.clear(); gc.enable()
+
+@pytest.mark.parametrize('how', ['profile', 'profiling', 'fine_tune'])
+def test_a_call_leaves_nothing_for_the_garbage_collector(how):
+    "When a call ends its session lets go of its probes (and its profile of it): the call's objects go as soon as the next result replaces its own, none left in cycles for the collector (whose passes a sweep of short fits would pay)"
+    learn = make()
+    def calls():
+        for _ in range(2):  # the second call's result replaces the first's: all of the first call is garbage then
+            if how == 'profiling':
+                with learn.profiling(**QUIET): learn.fit(1)
+            elif how == 'fine_tune': learn.profile(**QUIET).fine_tune(1)
+            else: learn.profile(**QUIET).fit(1)
+    assert _left_in_cycles(calls) == []
+    assert isinstance(learn.simple_profile, ProfileResult) and learn.simple_profile.results is not None
+    assert _left_in_cycles(lambda: learn.fit(1)) == []  # and an unprofiled fit afterwards neither
+
 def test_a_probe_hears_only_the_events_it_defines():
     "The session calls a probe only at the events it defines (a method of its class, or one set on the instance), in every fit of the call"
     heard = []
