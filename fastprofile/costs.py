@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/costs.html.md"""
 
 # %% ../nbs/08a_costs.ipynb #88a44a45
 from __future__ import annotations
-import math, time
+import math, time, weakref
 from collections import defaultdict
 import pandas as pd
 from fastai.basics import *
@@ -240,6 +240,20 @@ def _draw_part(self:CostSampler, name, t0, t1):
     self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
 
 # %% ../nbs/08a_costs.ipynb #da0cd459
+_METHODS = weakref.WeakKeyDictionary()  # learner -> (key, its batch and epoch event methods, each object by weak reference: a callback holds its learner)
+
+def _methods(learn, key) -> tuple:
+    "`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks, its metrics or their instance attributes change"
+    key = (*key, *(len(cb.__dict__) for cb in learn.cbs))  # a method set on a callback instance adds an attribute
+    got = _METHODS.get(learn)
+    if got is not None and got[0] == key:
+        out = [[(o,a,n) for r,a,n in ms if (o := r()) is not None] for ms in got[1:]]
+        if all(len(o) == len(ms) for o,ms in zip(out, got[1:])): return out
+    b,e = event_methods(learn, BATCH_EVENTS),event_methods(learn, EPOCH_EVENTS)
+    try: _METHODS[learn] = (key, *([(weakref.ref(o),a,n) for o,a,n in ms] for ms in (b, e)))
+    except TypeError: _METHODS.pop(learn, None)  # something that takes no weak reference: not kept
+    return b,e
+
 @patch
 def _batch_plan(self:CostSampler) -> list:
     "Stand-ins for the batch events of the learner's callbacks and metrics (made again when they change)"
@@ -247,9 +261,9 @@ def _batch_plan(self:CostSampler) -> list:
     mets = getattr(learn, 'metrics', [])
     key = (id(learn.cbs), len(learn.cbs), tuple(map(id, learn.cbs)), id(mets), tuple(map(id, mets)))
     if key != self._plan_key:
-        self._plan = [t for obj,attr,name in event_methods(learn, BATCH_EVENTS)
-                      if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
-        for obj,attr,name in event_methods(learn, EPOCH_EVENTS):  # between batches: on until the call ends
+        batch,epoch = _methods(learn, key)
+        self._plan = [t for obj,attr,name in batch if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
+        for obj,attr,name in epoch:  # between batches: on until the call ends
             if (id(obj), attr) in self._seen or attr == 'accumulate': continue
             t = stand_in(obj, attr, name, self.costs_epoch, self._stack)
             if t is not None: self._patches.set(obj, attr, t); self._seen.add((id(obj), attr))

@@ -70,7 +70,9 @@ def _cpus() -> int:
 def _model_facts(model) -> dict:
     "What the CPU advice needs to know about the model"
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
-    return dict(conv2d=bool(convs), compiled=hasattr(model, '_orig_mod'),
+    mods = model.__dict__.get('_modules')  # torch.compile's wrapper holds the model as its submodule `_orig_mod`: found without `Module.__getattr__` raising
+    compiled = '_orig_mod' in mods if isinstance(mods, dict) else hasattr(model, '_orig_mod')
+    return dict(conv2d=bool(convs), compiled=compiled,
                 channels_last=bool(convs) and convs[0].weight.is_contiguous(memory_format=torch.channels_last))
 
 def learner_facts(learn) -> Facts:

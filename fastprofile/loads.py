@@ -49,7 +49,7 @@ def _signature(b):
 
 def _on_host(b) -> bool:
     "Whether every tensor of batch `b` (tuples, lists and dicts of tensors) is in host memory"
-    if isinstance(b, torch.Tensor): return b.device.type == 'cpu'
+    if isinstance(b, torch.Tensor): return b.is_cpu
     if isinstance(b, (tuple, list)): return all(_on_host(o) for o in b)
     if isinstance(b, dict): return all(_on_host(o) for o in b.values())
     return True
