@@ -13,7 +13,7 @@ from .record import Slot, ProfileRecord
 from .core import Profile, ProfileOptions, Probe
 from .gpu_timing import make_record
 from .tokens import token_ids, pad_index, TokenCounter
-from .session import Session, train_device
+from .session import Session
 
 # %% auto #0
 __all__ = ['TIMED_EVENTS', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'session_of', 'pair_overhead']
@@ -92,7 +92,7 @@ class SimpleProfilerCallback(_TableDispatch):
 
     def stage(self, s):
         "A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains on)"
-        dev = train_device(self.learn)
+        dev = s.device
         rec = s.profile.start_stage(dev)
         rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)  # calibrated once per process, when first asked for
         self._bind(rec)

@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/layers.html.md"""
 
 # %% ../nbs/16f_layers.ipynb #322e7b50
 from __future__ import annotations
-import math, time, warnings, weakref
+import math, time, warnings
 from dataclasses import dataclass, field
 from functools import partial
 import pandas as pd, torch
@@ -17,7 +17,6 @@ from .core import Probe, Facts, strict_mode
 from .report import fmt_time, fmt_pct
 from .efficiency import fmt_flops
 from .flops import is_compiled
-from .session import train_device
 
 # %% auto #0
 __all__ = ['describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'LayerTimer']
@@ -191,7 +190,7 @@ def start(self:LayerTimer, s):
 def stage(self:LayerTimer, s):
     "A fit starts: the clock for the device it trains on; a compiled or scripted model is not timed"
     model,r = self.learn.model,self.result
-    self._cuda = train_device(self.learn).type == 'cuda'
+    self._cuda = s.device.type == 'cuda'
     r.model,r.timing,self._clock = type(model).__name__,('events' if self._cuda else 'wall'),(_cuda_mark if self._cuda else time.perf_counter)
     self._off = ("the model is compiled (`torch.compile`): hooks on its modules would recompile it" if is_compiled(model) else
                  "the model is a TorchScript module, which takes no hooks" if isinstance(model, torch.jit.ScriptModule) else None)

@@ -75,9 +75,9 @@ def _model_facts(model) -> dict:
     return dict(conv2d=bool(convs), compiled=compiled,
                 channels_last=bool(convs) and convs[0].weight.is_contiguous(memory_format=torch.channels_last))
 
-def learner_facts(learn) -> Facts:
-    "The `Facts` of `learn` itself now: device, loader workers, CPUs, threads, batch size, the model"
-    return Facts(device=str(train_device(learn)), num_workers=_num_workers(learn), cpus=_cpus(),
+def learner_facts(learn, device=None) -> Facts:
+    "The `Facts` of `learn` itself now: device (`device`, if known: where it trains), loader workers, CPUs, threads, batch size, the model"
+    return Facts(device=str(train_device(learn) if device is None else device), num_workers=_num_workers(learn), cpus=_cpus(),
                  threads=torch.get_num_threads(), batch_size=getattr(learn.dls.train, 'bs', None), model=_model_facts(learn.model))
 
 class LearnerFacts(Probe):
@@ -85,7 +85,7 @@ class LearnerFacts(Probe):
     _FIELDS = ('device','num_workers','cpus','threads','batch_size','model')
     def __init__(self, learn): self.learn,self._read = learn,None
     def start(self, s): self._read = None
-    def end_stage(self, s): self._read = learner_facts(self.learn)
+    def end_stage(self, s): self._read = learner_facts(self.learn, s.device)
     def contribute(self, facts:Facts):
         got = self._read if self._read is not None else learner_facts(self.learn)
         for k in self._FIELDS: setattr(facts, k, getattr(got, k))

@@ -141,6 +141,7 @@ class ProfileRecord:
         self.marks = list(_NAN_MARKS)
         self._queue,self._queue_bs,self._queue_tokens = [],[],{}
         self._sealed,self._n_sealed,self.lazy = [],0,lazy  # queued batches of phases that ended, not yet folded (`_seal`)
+        self._later = []  # (row, seconds) of phases, epochs and stages that ended, for a lazy record's next fold (`_stat`)
         self.phase,self.stage,self.epoch = None,-1,-1
         self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
         self._epoch_totals = None
@@ -256,8 +257,8 @@ def end_phase(self:ProfileRecord, bs:int=0, at:float|None=None):
     if not self.lazy or self._n_sealed >= self.fold_every: self.fold()  # lazy: when read, or once `fold_every` batches wait
     p,now = self.phase,(self.clock() if at is None else at)
     total = max(now - self.phase_start, self._phase_span)
-    self.stats[Row('fit',p)].update(total)
-    self.stats[Row(p,'other')].update(total - self._phase_span)
+    self._stat(Row('fit',p), total)
+    self._stat(Row(p,'other'), total - self._phase_span)
     if self._epoch_totals is not None:
         sec = self._epoch_totals.seconds
         sec[Row('fit',p)],sec[Row(p,'other')] = total,total - self._phase_span
@@ -271,7 +272,7 @@ def end_epoch(self:ProfileRecord, bs:int=0, at:float|None=None):
     "End the open epoch (and its open phase)"
     self.end_phase(bs, at)
     if self._epoch_totals is None: return
-    self.stats[Row('fit','epoch')].update((self.clock() if at is None else at) - self.epoch_start)
+    self._stat(Row('fit','epoch'), (self.clock() if at is None else at) - self.epoch_start)
     self.epochs.append(self._epoch_totals)
     self._stage_epochs += 1
     self._epoch_totals = None
@@ -282,8 +283,8 @@ def end_stage(self:ProfileRecord, bs:int=0, at:float|None=None):
     self.end_epoch(bs, at)
     if self.stage_start is None: return
     total = max((self.clock() if at is None else at) - self.stage_start, self._stage_phases)
-    self.stats[Row('fit','fit')].update(total)
-    self.stats[Row('fit','other')].update(total - self._stage_phases)
+    self._stat(Row('fit','fit'), total)
+    self._stat(Row('fit','other'), total - self._stage_phases)
     self.stages.append(StageTotals(self.stage, self._stage_epochs, total, self._stage_train_batches))
     self.stage_start = None
 
@@ -304,6 +305,7 @@ def close(self:ProfileRecord, interrupted:bool=False):
 @patch(as_prop=True)
 def fit_total(self:ProfileRecord) -> float:
     "Seconds of the stages that ended"
+    if self._later: self.fold()
     return self.stats[Row('fit','fit')].total
 
 # %% ../nbs/03_record.ipynb #082f47c4
@@ -337,6 +339,15 @@ def fold(self:ProfileRecord):
     self._seal()
     sealed,self._sealed,self._n_sealed = self._sealed,[],0
     for seg in sealed: self._fold_segment(*seg)
+    later,self._later = self._later,[]
+    for k,v in later: self.stats[k].update(v)
+
+@patch
+def _stat(self:ProfileRecord, k:Row, v:float):
+    "Add `v` seconds to row `k`: at once, or, in a lazy record, at its next fold (a fit ends sooner: each path it runs then costs tens of µs, caches cold)"
+    if not self.lazy: return self.stats[k].update(v)
+    self._later.append((k, v))
+    if len(self._later) > 256: self.fold()  # phases without batches fold nothing: bounded all the same
 
 @patch
 def _fold_segment(self:ProfileRecord, p, stage, epoch, i0, queue, bss, tok, warm, span, sec):

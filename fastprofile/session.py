@@ -69,6 +69,7 @@ class Session:
         self.contexts = []  # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
         self.active = False  # the call has begun (its first fit started) and not ended
         self.phase,self.stage,self.exc,self.facts,self.result = None,-1,None,None,None
+        self.device = None  # where the fit of the call in progress trains (`train_device`, read once at its `before_fit`)
         self._interrupt = None
         profile.session = self
 
@@ -175,6 +176,7 @@ def fit_starts(self:Session) -> bool:
         if self.measuring: self._tell('pause')
         self.contexts.append('other')
         return False
+    self.device = train_device(learn)  # read once for the probes (a few dozen µs a read at a fit's start)
     if not self.active:
         self.active,self.exc,self.stage,self.phase,self._interrupt = True,None,-1,None,None
         self.facts = Facts()

@@ -17,7 +17,6 @@ from fastcore.basics import patch
 from .checks import check_choice, check_number
 from .core import Facts, Probe, guarded, strict_mode
 from .record import Slot, Row
-from .session import train_device
 
 # %% auto #0
 __all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS', 'GPU_FIELDS',
@@ -308,7 +307,7 @@ class TelemetryProbe(Probe):
 @patch
 def start(self:TelemetryProbe, s):
     "The call starts: its `Telemetry` is in the session's facts from now on (sinks read it as it fills); the sampler starts if it is on"
-    dev = train_device(s.learn)
+    dev = s.device
     self.result = tel = Telemetry(device=str(dev), every=self.every)
     s.facts.telemetry = tel
     self._profile,self._nested,self._pauses,self._phase0 = s.profile,None,0,None

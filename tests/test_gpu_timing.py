@@ -9,7 +9,7 @@ from fastprofile.all import *
 from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
 from fastprofile.gpu_timing import GpuProfileRecord, resolve_timing
 from fastprofile.record import Row
-from fastprofile.callback import train_device
+from fastprofile.session import train_device
 
 def _report(rec, sections=()) -> str:
     "The plain-text report of a closed record, as the end of a profiled call builds it"
