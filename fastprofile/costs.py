@@ -242,9 +242,10 @@ def _draw_part(self:CostSampler, name, t0, t1):
 # %% ../nbs/08a_costs.ipynb #da0cd459
 _METHODS = weakref.WeakKeyDictionary()  # learner -> (key, its batch and epoch event methods, each object by weak reference: a callback holds its learner)
 
-def _methods(learn, key) -> tuple:
-    "`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks, its metrics or their instance attributes change"
-    key = (*key, *(len(cb.__dict__) for cb in learn.cbs))  # a method set on a callback instance adds an attribute
+def _methods(learn) -> tuple:
+    "`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks (fastprofile's own, made for each call, aside), its metrics or their instance attributes change"
+    cbs,mets = [cb for cb in learn.cbs if not getattr(type(cb), '_untimed', False)],getattr(learn, 'metrics', [])
+    key = (tuple(map(id, cbs)), tuple(len(cb.__dict__) for cb in cbs), tuple(map(id, mets)))  # a method set on a callback instance adds an attribute
     got = _METHODS.get(learn)
     if got is not None and got[0] == key:
         out = [[(o,a,n) for r,a,n in ms if (o := r()) is not None] for ms in got[1:]]
@@ -261,7 +262,7 @@ def _batch_plan(self:CostSampler) -> list:
     mets = getattr(learn, 'metrics', [])
     key = (id(learn.cbs), len(learn.cbs), tuple(map(id, learn.cbs)), id(mets), tuple(map(id, mets)))
     if key != self._plan_key:
-        batch,epoch = _methods(learn, key)
+        batch,epoch = _methods(learn)
         self._plan = [t for obj,attr,name in batch if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
         for obj,attr,name in epoch:  # between batches: on until the call ends
             if (id(obj), attr) in self._seen or attr == 'accumulate': continue

@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/layers.html.md"""
 
 # %% ../nbs/16f_layers.ipynb #322e7b50
 from __future__ import annotations
-import math, time, warnings
+import math, time, warnings, weakref
 from dataclasses import dataclass, field
 from functools import partial
 import pandas as pd, torch
@@ -246,11 +246,20 @@ def _disarm(self:LayerTimer):
     if p is not None: self._patches.undo(p)
     self._close_batch()
 
+_KINDS = weakref.WeakKeyDictionary()  # module -> `describe_module` of it, as first described: a sweep of calls describes each module once
+
+def _described(m) -> str:
+    try:
+        k = _KINDS.get(m)
+        if k is None: k = _KINDS[m] = describe_module(m)
+        return k
+    except TypeError: return describe_module(m)  # a module that takes no weak reference
+
 @patch
 def _install(self:LayerTimer, model):
     "Hooks on every module: a forward pre-hook and a forward hook (the model's own pre-hook is the trigger)"
     mods = list(model.named_modules())
-    self._names,self._kinds = [n for n,_ in mods],[describe_module(m) for _,m in mods]  # no module kept past the call
+    self._names,self._kinds = [n for n,_ in mods],[_described(m) for _,m in mods]  # no module kept past the call
     self._dense = [isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) for _,m in mods]  # the layers whose FLOPs are estimated
     n = len(mods)
     self._bwds = [partial(self._bwd, n+i) for i in range(n)]  # the gradient hook of module `i`'s outputs (its backward's owner: `n+i`)

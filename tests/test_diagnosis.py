@@ -365,6 +365,27 @@ def test_sampler_schedule_and_a_callback_that_sets_its_own_method():
     assert len(df[(df.phase == 'fit') & (df.name == 'Recorder') & (df.event == 'after_epoch')]) == 1  # between batches: every call
     assert learn.sets_its_own.__dict__['after_train'] is own
 
+def test_sampler_follows_the_callbacks_from_call_to_call():
+    "The sampler works out which event methods to time once per learner, again whenever its callbacks, its metrics or a callback's own methods change"
+    class Extra(Callback):
+        def after_batch(self): pass
+    learn = make_learner(n_train=6, n_valid=2, fwd_sleep=0., cbs=SleepyCallback(0.))
+    def timed():
+        learn.profile(show_report=False, logger_callback=None).fit(1)
+        return {(r[1], r[2]) for r in learn.simple_profile.facts.callback_costs.rows()}
+    first = timed()
+    assert ('SleepyCallback','after_batch') in first and ('Extra','after_batch') not in first
+    assert timed() == first  # the same callbacks: the same methods
+    learn.add_cb(Extra())
+    assert ('Extra','after_batch') in timed()
+    sleepy = next(cb for cb in learn.cbs if type(cb).__name__ == 'SleepyCallback')
+    sleepy.after_pred = lambda: None  # a method set on an instance
+    assert ('SleepyCallback','after_pred') in timed()
+    learn.remove_cb(Extra); del sleepy.after_pred
+    assert timed() == first
+    learn.metrics = [mae]
+    assert ('metric mae','accumulate') in timed()
+
 def test_a_cancelled_step_is_a_batch_event():
     "`after_cancel_step` fires inside a batch: timed on sampled batches only, never wrapped for the whole call"
     class SkipsSteps(Callback):
