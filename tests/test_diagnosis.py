@@ -38,6 +38,13 @@ class SleepyCallback(Callback):
     def __init__(self, s=.005): self.s = s
     def after_batch(self): time.sleep(self.s)
 
+class BusyCallback(Callback):
+    "Computes for `s` seconds after every batch (a busy wait), like a slow callback that works rather than waits: no sleep's wake-up, which on a loaded machine costs the next batch too"
+    def __init__(self, s=.005): self.s = s
+    def after_batch(self):
+        end = time.perf_counter() + self.s
+        while time.perf_counter() < end: pass
+
 def sleepy_metric(inp, targ):
     time.sleep(.015)
     return (inp-targ).abs().mean()
@@ -275,11 +282,13 @@ def test_remove_slow_metric_predicted_within_15pct(workers):
 
 @pytest.mark.parametrize('workers', [0, 2])
 def test_remove_slow_callback_predicted_within_15pct(workers):
-    learn = make_learner(n_train=25, n_valid=25, fwd_sleep=.02 if workers else .006, cbs=SleepyCallback(.01), workers=workers)
+    # the callback computes (a sleeping one also costs its wake-up, on a loaded machine up to 2 ms a batch of the next
+    # steps, which no sample of the callback sees: removing it then gains more than predicted, 2.35x for 2.04x)
+    learn = make_learner(n_train=25, n_valid=25, fwd_sleep=.02 if workers else .006, cbs=BusyCallback(.01), workers=workers)
     chk = _within(lambda: check_advice(learn, n_batches=20, resource='callbacks'))
-    assert chk.change == dict(kind='remove_callback', name='SleepyCallback')
+    assert chk.change == dict(kind='remove_callback', name='BusyCallback')
     assert chk.measured > 1.3, chk
-    assert any(isinstance(cb, SleepyCallback) for cb in learn.cbs)
+    assert any(isinstance(cb, BusyCallback) for cb in learn.cbs)
 
 # ---- main-process input: a slow `after_batch` transform (the wait is not the loader's build time) ----
 @pytest.mark.parametrize('workers', [0, 2])
