@@ -262,7 +262,7 @@ class ProfileResult:
     def record(self) -> ProfileRecord:
         "The closed record: a `Profile`'s folds its last phases' batches into its statistics when first read here"
         r = self._record
-        if r._sealed or r._queue: r.fold()
+        if r.pending: r.fold()
         return r
 
     @cached_property

@@ -43,6 +43,7 @@ VALID_STEPS = (Step('predict', Slot.FORWARD_START, Slot.FORWARD_END), Step('loss
 STEPS = {'train':TRAIN_STEPS, 'valid':VALID_STEPS}  # validation calls its forward pass `predict`
 PHASES = ('train','valid')
 _NAN_MARKS = [math.nan]*N_MARKS
+_BATCH_END = int(Slot.BATCH_END)  # as a plain int: an enum member costs ~75 ns a read, and `end_batch` reads it each batch
 
 # %% ../nbs/03_record.ipynb #5c0ced59
 class Row(NamedTuple):
@@ -211,7 +212,7 @@ def end_batch(self:ProfileRecord, bs:int):
     m = self.marks
     self._queue.append(m)
     self._queue_bs.append(bs)
-    self.last_seen = m[Slot.BATCH_END]
+    self.last_seen = m[_BATCH_END]
     self.marks = list(_NAN_MARKS)
     if len(self._queue) + self._n_sealed >= self.fold_every: self.fold()
 
@@ -341,6 +342,11 @@ def fold(self:ProfileRecord):
     for seg in sealed: self._fold_segment(*seg)
     later,self._later = self._later,[]
     for k,v in later: self.stats[k].update(v)
+
+@patch(as_prop=True)
+def pending(self:ProfileRecord) -> bool:
+    "Whether a `fold` has work: batches queued or sealed, or totals of ended phases, epochs and fits (`_stat`)"
+    return bool(self._queue or self._sealed or self._later)
 
 @patch
 def _stat(self:ProfileRecord, k:Row, v:float):

@@ -347,6 +347,20 @@ def test_known_costs_recovered():
         if not bad: return
     raise AssertionError(f"phases off their known cost (measured ms, wanted ms), both tries: {tries}")
 
+@pytest.mark.parametrize('n_train,n_valid', [(4, 0), (4, 4), (3, 2)])
+def test_lazy_record_read_through_a_result_has_every_total(n_train, n_valid):
+    "A lazy record whose batches were all folded already (a phase ending at `fold_every`, an empty last phase) still adds its phases', epochs' and fits' totals when its result is read"
+    def totals(lazy):
+        clock = FakeClock()
+        rec = ProfileRecord(clock=clock, fold_every=2, lazy=lazy)
+        drive_record(rec, clock, n_epochs=1, n_train=n_train, n_valid=n_valid)
+        rec.close()
+        got = ProfileResult(rec).record.stats
+        return {k:(s.n, s.total) for k,s in got.items()}
+    want = totals(False)
+    assert want[Row('fit','fit')][0] == 1 and want[Row('fit','train')][0] == 1
+    assert totals(True) == want
+
 # ---- bounded memory, driven directly ----
 def test_record_memory_bounded():
     "Memory held after 10^5 batches (tracemalloc, everything the record allocated) is no more than after 10^3"
