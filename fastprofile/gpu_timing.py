@@ -7,6 +7,7 @@ Docs: https://fastprofile.github.io/fastprofile/gpu_timing.html.md"""
 # %% ../nbs/04_gpu_timing.ipynb #a7cfd93b
 from __future__ import annotations
 import math, time
+from functools import partial
 from collections import deque
 from typing import NamedTuple
 import numpy as np
@@ -14,6 +15,7 @@ from .stats import StreamingStats
 from .checks import check_choice, check_int
 from .record import ProfileRecord, Row, Slot, STEPS, PHASES, GPU_COLS, N_MARKS
 from .report import fmt_time, fmt_pct
+from .cuda_events import take_event, give_back
 from fastcore.basics import patch
 
 # %% auto #0
@@ -39,11 +41,16 @@ def resolve_timing(timing:str, device) -> str:
 # %% ../nbs/04_gpu_timing.ipynb #4dbc0199
 class EventPool:
     "A fixed pool of `rows` rows of `N_MARKS` timing events from `make_event` (e.g. `torch.cuda.Event(enable_timing=True)`)"
-    def __init__(self, make_event, rows:int=64):
+    def __init__(self, make_event, rows:int=64,
+                 spare:int|None=None, # The CUDA device index of events from `take_event`: given back when the pool goes
+                ):
         check_int('pool_batches', rows, 2)
         self.rows = [[make_event() for _ in range(N_MARKS)] for _ in range(rows)]
         self.free = deque(range(rows))
-        self.n_events = rows*N_MARKS
+        self.n_events,self.spare = rows*N_MARKS,spare
+
+    def __del__(self):  # the events go back to the spare list: a forked worker's garbage collector must not free them
+        if self.spare is not None: give_back([e for r in self.rows for e in r], self.spare)
 
     def take(self) -> int|None:
         "A free row's index, or None when every row is in flight"
@@ -69,10 +76,13 @@ class GpuProfileRecord(ProfileRecord):
         **kwargs
     ):
         super().__init__(**kwargs)
+        spare = None
         if make_event is None:
             import torch
-            make_event = lambda: torch.cuda.Event(enable_timing=True)
-        self.stream,self.pool = stream,EventPool(make_event, pool_batches)
+            spare = getattr(getattr(stream, 'device', None), 'index', None)  # a CUDA stream's device index
+            # from the spare list, and back to it when the pool goes (a forked worker must never free one)
+            make_event = (lambda: torch.cuda.Event(enable_timing=True)) if spare is None else partial(take_event, spare)
+        self.stream,self.pool = stream,EventPool(make_event, pool_batches, spare)
         self.gpu_stats = {k:StreamingStats() for k in self.stats}
         self.gpu_ring = np.full((self.keep_batches, len(GPU_COLS)), np.nan)
         self._pending = deque()  # `PendingBatch`es, oldest first

@@ -17,6 +17,7 @@ from .core import Probe, Facts, strict_mode
 from .report import fmt_time, fmt_pct
 from .efficiency import fmt_flops
 from .flops import is_compiled
+from .cuda_events import take_event, give_back
 
 # %% auto #0
 __all__ = ['describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'LayerTimer']
@@ -82,6 +83,10 @@ class LayerTimes:
     layers:dict=_FoldedOnRead()  # Module name -> `LayerTime` (None: empty)
     failure:str|None=None  # Why nothing was measured, if nothing was
     _raw = ()  # The marks of sampled batches not yet folded into `layers` (`LayerTimer` appends them)
+    _dev = None  # The CUDA device index of the marks' events (on a GPU)
+
+    def __del__(self):  # marks never read: their CUDA events go back to the spare list (a forked worker must not free them)
+        if self._raw: give_back(_events(self._raw), self._dev)
 
     def __getstate__(self):  # pickled or copied: folded first (on a GPU the marks are CUDA events)
         if self._raw: _fold(self)
@@ -149,10 +154,14 @@ def _grads(m, args) -> int:
     x,w = (args[0] if args else None),m._parameters.get('weight')  # a registered parameter (not `m.weight`: `Module.__getattr__` is slow)
     return int(isinstance(x, torch.Tensor) and x.requires_grad) + int(w is not None and w.requires_grad)
 
-def _cuda_mark():
-    e = torch.cuda.Event(enable_timing=True)
+def _cuda_mark(dev:int):
+    e = take_event(dev)
     e.record()
     return e
+
+def _events(raw):
+    "The CUDA events in the marks of `LayerTimes._raw`"
+    return [m[0] for marks,*_,cuda in raw if cuda for m in marks if m[0] is not None]
 
 def _no_mark(): return None  # on a GPU a hook's end needs no mark of its own: its work is on the CPU, not on the stream
 
@@ -191,7 +200,8 @@ def stage(self:LayerTimer, s):
     "A fit starts: the clock for the device it trains on; a compiled or scripted model is not timed"
     model,r = self.learn.model,self.result
     self._cuda = s.device.type == 'cuda'
-    r.model,r.timing,self._clock = type(model).__name__,('events' if self._cuda else 'wall'),(_cuda_mark if self._cuda else time.perf_counter)
+    r.model,r.timing,self._clock = type(model).__name__,('events' if self._cuda else 'wall'),time.perf_counter
+    if self._cuda: r._dev = torch.cuda.current_device(); self._clock = partial(_cuda_mark, r._dev)
     self._off = ("the model is compiled (`torch.compile`): hooks on its modules would recompile it" if is_compiled(model) else
                  "the model is a TorchScript module, which takes no hooks" if isinstance(model, torch.jit.ScriptModule) else None)
     if self._off and not r.batches: r.failure = f"not measured: {self._off}"
@@ -375,6 +385,7 @@ def _fold(r:LayerTimes):
             marks[-1][0].synchronize()
             for (t0,_,o),(t1,_,_) in zip(marks, marks[1:]):
                 if o >= 0: own[o] += t0.elapsed_time(t1)/1e3
+            give_back(_events([(marks, cuda)]), r._dev)  # read: the events go to the next sampled batch
         else:
             for (_,t0,o),(t1,_,_) in zip(marks, marks[1:]):
                 if o >= 0: own[o] += t1 - t0

@@ -12,6 +12,7 @@ import sys, time, warnings
 from fastai.basics import *
 from fastai.data.load import DataLoader
 from .checks import check_bool
+from .cuda_events import take_event, give_back
 
 # %% auto #0
 __all__ = ['tensor_leaves', 'CudaStreamOps', 'LoggingOps', 'BatchStager', 'device_tfms_off', 'HostBatches', 'StagedLoader',
@@ -30,21 +31,30 @@ def tensor_leaves(b):
 class CudaStreamOps:
     "Stage batches on a side stream of the CUDA `device`, hand them to the stream current at the hand-off"
     pins = True # Batches should come from pinned host memory for the copy to overlap compute
+    # No `Tensor.record_stream`: a tensor marked with it that is freed in a forked `DataLoader` worker (whose garbage
+    # collector frees what the parent left in reference cycles, e.g. a dropped `Learner`'s last batch) makes the
+    # allocator record a CUDA event there, and the worker aborts ("CUDA error: initialization error", seen on an H200).
+    # Memory is kept safe by stream order instead: the side stream allocates only after waiting for the compute
+    # stream's work up to the last hand-off (which covers every step of an earlier batch), and tensors the side stream
+    # reads are kept alive until the compute stream waits for the staging.
     def __init__(self,
         device, # The CUDA device of the model
         api=None, # The streams and events to use: `torch.cuda` (default), or a stand-in with the same names for tests
     ):
         self.device,self.api = torch.device(device),ifnone(api, torch.cuda)
         self.side = self.api.Stream(self.device)
-        self.staged_ev,self.handed_ev,self.handed = self.api.Event(),self.api.Event(),False
+        # real events come from the spare list and go back to it (`__del__`): a forked worker must never free one
+        self._spare = None if api is not None else ifnone(self.device.index, torch.cuda.current_device())
+        ev = self.api.Event if api is not None else partial(take_event, self._spare, False)
+        self.staged_ev,self.handed_ev,self.handed = ev(),ev(),False
+        self.reading = [] # device tensors the side stream reads for the staged batch, kept until the hand-off
+
+    def __del__(self):
+        if self._spare is not None: give_back([self.staged_ev, self.handed_ev], self._spare, False)
 
     def on_device(self, t) -> bool:
         "True if the tensor `t` is on this ops' kind of device (made by work on a stream)"
         return t.device.type == self.device.type
-
-    def protect(self, t, stream):
-        "Keep `t`'s memory from reuse until the work queued on `stream` by then is done"
-        t.record_stream(stream)
 
     def stage(self, b, tfm=None):
         "Copy `b` to the device and run `tfm` on it, on the side stream"
@@ -53,24 +63,26 @@ class CudaStreamOps:
         if on_dev or not self.handed: self.side.wait_stream(self.api.current_stream(self.device))
         else: self.side.wait_event(self.handed_ev)
         with self.api.stream(self.side):
-            for t in on_dev: self.protect(t, self.side)  # read on the side stream: keep them alive for it
             b = to_device(b, self.device, non_blocking=True)
             if tfm is not None: b = tfm(b)
             self.staged_ev.record(self.side)
+        self.reading = on_dev  # read on the side stream: their memory must not go back to the current stream before
         return b
 
     def hand_off(self, b):
-        "Make the current stream wait for the staging of `b` and protect `b`'s memory until it is done with it"
+        "Make the current stream wait for the staging of `b`; mark the hand-off, which the next staging waits for"
         main = self.api.current_stream(self.device)
         main.wait_event(self.staged_ev)
-        for t in tensor_leaves(b):
-            if self.on_device(t): self.protect(t, main)
+        self.reading = []  # the current stream now runs after the side stream's reads
         self.handed_ev.record(main)
         self.handed = True
         return b
 
     def reset(self):
         "Forget the last hand-off: the next staging waits for all work on the current stream"
+        if self.reading:  # a staged batch never handed off: the current stream waits for its reads before their memory goes
+            self.api.current_stream(self.device).wait_stream(self.side)
+            self.reading = []
         self.handed = False
 
 # %% ../nbs/10_prefetch.ipynb #896edcd5

@@ -174,7 +174,10 @@ def test_events_match_sync_and_wall_misattributes():
     for k,ms in WANT.items():
         sync = res['sync'].loc[('train','batch',k),'Mean Duration']
         ev = res['events'].loc[('train','batch',k),'GPU Mean Duration']
-        assert abs(ev - sync) <= 0.05*sync, (k, ev, sync)
+        # 'sync' drains the GPU at each boundary, so its span also holds the host's time to the phase's first kernel
+        # (backward: 8.49 ms against 8.00 on an H200, autograd's start); events time the GPU's work alone: never more
+        # than sync's span, and the known work
+        assert ev <= 1.05*sync, (k, ev, sync)
         assert abs(ev*1e3 - ms) <= 0.1*ms, (k, ev, ms)
     # wall alone charges queued GPU work to a later phase: backward's wall time is far below its GPU time
     assert res['wall'].loc[('train','batch','backward'),'Mean Duration'] < 0.5*WANT['backward']/1e3

@@ -9,7 +9,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from .common import Deadline, Results, ROOT, log, merged
 
-DEFAULTS = dict(marker='cuda', paths=['tests/'], extra=[], notebooks=True, nbs='nbs', notebook_limit=60)
+# `-o timeout=90`: pytest-timeout stops a hung test (a DataLoader waiting on a dead worker) and the next ones still run
+DEFAULTS = dict(marker='cuda', paths=['tests/'], extra=['-o', 'timeout=90'], notebooks=True, nbs='nbs', notebook_limit=60)
 VLINE = re.compile(r'^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b')
 
 def parse_junit(path) -> tuple:

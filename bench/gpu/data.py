@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 class PoolBatch:
-    "A `create_batch` that takes `t_load` seconds and returns the next batch of a fixed pool of host batches (no copy)"
+    "A `create_batch` that takes `t_load` seconds and returns the next batch of a fixed pool of host batches (copied in a worker)"
     def __init__(self,
         pool:list, # Host batches (tuples of tensors), pinned or not
         t_load:float=0., # Seconds each batch takes to "load" (in the loader's worker, or the main process with no workers)
@@ -13,6 +13,9 @@ class PoolBatch:
     def __call__(self, items):
         t0 = time.perf_counter()
         b = self.pool[self.i % len(self.pool)]; self.i += 1
+        # in a worker, a fresh copy, as a real collate makes: the pinned variants with workers aborted their workers on an
+        # H200 when the pool's own tensors (made before the fork) went back through the queue (not yet re-run on a GPU)
+        if torch.utils.data.get_worker_info() is not None: b = tuple(t.clone() for t in b)
         left = self.t_load - (time.perf_counter() - t0)
         if left > 0: time.sleep(left)
         return b

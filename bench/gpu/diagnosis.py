@@ -67,7 +67,7 @@ def run(cfg:dict, res:Results, deadline:Deadline):
             s = reg['settings'] = prefetch.resolve(name, regimes[name], pcfg, device)
             reg['expect'] = expected(name, s)
             pinned = pcfg['pins'][0]
-            pool = image_pool(2 if s['workers'] == 0 else 4, s['bs'], s['size'], pin=pinned)
+            pool = image_pool(2 if s['workers'] == 0 else 4, s['bs'], s['size'], pin=pinned and s['workers'] == 0)  # see prefetch
             dls[name] = pool_dls(pool, cfg['batches'] + cfg['skip'], s['t_load'], s['workers'], pin=pinned,
                                  after_batch=image_tfms(), device=device)
         except Exception as e:

@@ -143,7 +143,9 @@ def run_variant(name:str, s:dict, pinned:bool, cfg:dict, deadline:Deadline, v:di
     from .data import image_pool, image_tfms, pool_dls
     device = cfg['device']
     t0 = time.perf_counter()
-    pool = image_pool(2 if s['workers'] == 0 else 4, s['bs'], s['size'], pin=pinned)
+    # with workers, the loader pins (its pin thread, in this process): a tensor pinned here and sent back by a worker
+    # makes CUDA calls in the worker when it is pickled there, and the worker aborts (seen on an H200)
+    pool = image_pool(2 if s['workers'] == 0 else 4, s['bs'], s['size'], pin=pinned and s['workers'] == 0)
     dls = pool_dls(pool, cfg['batches'] + cfg['skip'], s['t_load'], s['workers'], pin=pinned,
                    after_batch=image_tfms(), device=device)
     v.update(components(dls, s, pinned, cfg, device)); save()

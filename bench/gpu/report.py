@@ -290,6 +290,10 @@ def telemetry_section(o:dict) -> list:
            "host-bound tiny MLP with the sampler off and on (interleaved trials); a fit that allocates twice the GPU's "
            "memory at batch 2 with `memory_snapshot=True`."]
     if r.get('nvml'): out += ['', f"NVML: {r['nvml']}."]
+    w = r.get('nvml_window') or {}
+    if w: out += ['', f"NVML's averaging window: after a {w.get('spin_s', 0):g} s spin ends, utilization reads 0 after "
+                  + (f"{w['idle_after']:.2f} s" if w.get('idle_after') is not None else "more than the time watched")
+                  + "; the draws and batches below are made at least 1.5 times that long."]
     ph = r.get('phases') or {}
     if ph:
         rows = [[f"`{k}`", fpct((v or 0)/100, signed=False, nd=0), f"{(ph.get('power') or {}).get(k, float('nan')):.0f} W"]

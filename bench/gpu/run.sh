@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu/run.sh [OUTDIR] -- on the bare, offline CUDA machine: install the carried wheels, then run the GPU suite.
+# bench/gpu/run.sh [OUTDIR [OPTIONS]] -- on the bare, offline CUDA machine: install the carried wheels, then run the GPU suite.
 #
 # Needs the wheel folder that bench/gpu/wheels.sh made (default .whl at the repo root, or $WHEEL_DIR) next to the
 # checkout. Installs it with no index and no dependency resolution into /tmp/site (nothing in the machine's own
@@ -24,4 +24,4 @@ for w in "${wheels[@]}"; do echo "  $(basename "$w")"; done
 export PYTHONPATH=$ROOT:$SITE
 "$PY" -c 'import fastprofile.all, fastai, fastprogress; print(f"run.sh: fastprofile.all imports (fastai {fastai.__version__}, fastprogress {fastprogress.__version__})")'
 mkdir -p "$OUTDIR"
-exec "$PY" -m bench gpu --out "$OUTDIR"
+exec "$PY" -m bench gpu --out "$OUTDIR" "${@:2}"  # OPTIONS (--parts, --total) go to the suite

@@ -113,11 +113,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog='python -m bench gpu', description=__doc__.splitlines()[0])
     ap.add_argument('--out', type=Path, required=True, help=f"folder for {MD} (and the raw results and logs)")
     ap.add_argument('--parts', default=','.join(PARTS), help=f"comma-separated, from {', '.join(PARTS)} (default: all)")
+    ap.add_argument('--limit', action='append', default=[], metavar='PART=SECONDS',
+                    help=f"a part's time limit instead of its default ({', '.join(f'{k}={v}' for k,v in LIMITS.items())}); repeatable")
+    ap.add_argument('--total', type=float, default=TOTAL, help=f"seconds for the whole suite (default {TOTAL}); each part's "
+                    "limit is cut to what is left")
     a = ap.parse_args(argv)
     parts = [p.strip() for p in a.parts.split(',') if p.strip()]
     bad = [p for p in parts if p not in PARTS]
     if bad: ap.error(f"unknown part(s) {', '.join(map(repr, bad))}: valid parts are {', '.join(PARTS)}")
     signal.signal(signal.SIGTERM, _terminated)  # stopped from outside: the running part is stopped too, the file written
-    return run_suite(a.out, parts, command='python -m bench gpu ' + ' '.join(argv))
+    if a.total <= 0: ap.error(f"--total must be a positive number of seconds, not {a.total:g}")
+    limits = {}
+    for item in a.limit:
+        k,_,v = item.partition('=')
+        try: limits[k.strip()] = float(v)
+        except ValueError: k = None
+        if k not in PARTS or limits[k] <= 0:
+            ap.error(f"--limit takes PART=SECONDS with PART one of {', '.join(PARTS)} and SECONDS > 0, not {item!r}")
+    return run_suite(a.out, parts, limits=limits, total=a.total, command='python -m bench gpu ' + ' '.join(argv))
 
 def _terminated(signum, frame): raise SystemExit(128 + signum)

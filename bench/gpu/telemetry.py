@@ -1,7 +1,10 @@
 """Part `telemetry`: `learn.profile(telemetry=...)`'s NVML sampler and `memory_snapshot=True` on a real GPU.
 
+0. NVML's averaging window: the GPU spins, stops, and NVML's utilization is read every 10 ms until it reads 0: how
+   long a busy stretch stays in the reading (`nvmlDeviceGetUtilizationRates` averages over a sample period of 1/6 s
+   to 1 s, by product).
 1. Phases: a loader whose draw sleeps (the GPU idles) and a batch that spins the GPU (`torch.cuda._sleep`), each
-   longer than NVML's averaging window, synchronized at the batch's end: the samples tagged `draw` should read a
+   longer than NVML's averaging window (at least 1.5 times the window measured in 0), synchronized at the batch's end: the samples tagged `draw` should read a
    mostly idle GPU, those tagged `batch` a busy one. Also read: samples taken against the interval asked for, the
    sampler's cost per sample (on its thread), power per row, and the energy from the power samples (trapezoids)
    against NVML's own energy counter over the same span.
@@ -15,7 +18,21 @@ import math, os, pickle, tempfile, time
 from .common import Deadline, Results, log, merged, quiet_fit, free, median, spin_per_ms, sync
 
 DEFAULTS = dict(device='cuda', every=.05, phases=dict(batches=10, valid=2, draw_ms=300., spin_ms=300., bs=64),
-                overhead=dict(trials=3, batches=200, bs=64, everies=[.05, .005]), snapshot=True)
+                overhead=dict(trials=3, batches=200, bs=64, everies=[.05, .005]), snapshot=True, window=True)
+
+def util_window(device, spin_s:float=1.5, watch_s:float=2.5, every:float=.01) -> dict:
+    "Seconds NVML's GPU utilization stays above 0 after a `spin_s` spin ends: about its averaging window"
+    import torch, pynvml
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(torch.device(device).index or 0)
+    torch.cuda._sleep(int(spin_s*1e3*spin_per_ms(device))); sync(device)
+    t0,seen = time.perf_counter(),[]
+    while (t := time.perf_counter() - t0) < watch_s:
+        seen.append((round(t, 3), pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+        if seen[-1][1] == 0: break
+        time.sleep(every)
+    idle = next((t for t,u in seen if u == 0), None)
+    return dict(idle_after=idle, readings=seen[:: max(len(seen)//40, 1)], spin_s=spin_s)
 
 def phases(cfg:dict, device, res:Results):
     "Sampled rows against a known schedule: draws that sleep, batches that spin the GPU"
@@ -25,8 +42,14 @@ def phases(cfg:dict, device, res:Results):
     from bench.gpu_timing import SpinLayer
     from fastprofile.telemetry_report import telemetry_summary
     from .data import tensor_pool, pool_dls, learner
-    c = cfg['phases']
+    c = dict(cfg['phases'])
     on_gpu = torch.device(device).type == 'cuda'
+    if on_gpu and cfg['window']:
+        w = res['nvml_window'] = util_window(device); res.save()
+        log(f"NVML utilization reads 0 {w['idle_after']} s after a spin ends", 'telemetry')
+        need = 1.5e3*(w['idle_after'] or 1.)  # ms: each draw and batch outlasts the window
+        if need > c['draw_ms']:
+            c.update(draw_ms=need, spin_ms=need, batches=max(3, int(c['batches']*c['draw_ms']/need)), valid=1)
     dls = pool_dls(tensor_pool(2, (c['bs'], 8), pin=on_gpu), c['batches'], t_load=c['draw_ms']/1e3, device=device, n_valid=c['valid'])
     cycles = int(c['spin_ms']/2*spin_per_ms(device))  # half in the forward, half in the backward
     class Sync(Callback):
