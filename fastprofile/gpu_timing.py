@@ -50,7 +50,7 @@ class EventPool:
         self.n_events,self.spare = rows*N_MARKS,spare
 
     def __del__(self):  # the events go back to the spare list: a forked worker's garbage collector must not free them
-        if self.spare is not None: give_back([e for r in self.rows for e in r], self.spare)
+        if getattr(self, 'spare', None) is not None: give_back([e for r in self.rows for e in r], self.spare)
 
     def take(self) -> int|None:
         "A free row's index, or None when every row is in flight"

@@ -86,7 +86,7 @@ class LayerTimes:
     _dev = None  # The CUDA device index of the marks' events (on a GPU)
 
     def __del__(self):  # marks never read: their CUDA events go back to the spare list (a forked worker must not free them)
-        if self._raw: give_back(_events(self._raw), self._dev)
+        if self._raw and self._dev is not None: give_back(_events(self._raw), self._dev)
 
     def __getstate__(self):  # pickled or copied: folded first (on a GPU the marks are CUDA events)
         if self._raw: _fold(self)
@@ -385,7 +385,7 @@ def _fold(r:LayerTimes):
             marks[-1][0].synchronize()
             for (t0,_,o),(t1,_,_) in zip(marks, marks[1:]):
                 if o >= 0: own[o] += t0.elapsed_time(t1)/1e3
-            give_back(_events([(marks, cuda)]), r._dev)  # read: the events go to the next sampled batch
+            if r._dev is not None: give_back(_events([(marks, cuda)]), r._dev)  # read: the events go to the next sampled batch
         else:
             for (_,t0,o),(t1,_,_) in zip(marks, marks[1:]):
                 if o >= 0: own[o] += t1 - t0
