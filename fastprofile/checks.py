@@ -13,7 +13,7 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['check_int', 'check_number', 'check_bool', 'check_choice', 'check_type', 'check_callable', 'check_items', 'check_path',
-           'check_folder']
+           'check_written_beside', 'check_folder']
 
 # %% ../nbs/02_checks.ipynb #9e4b2f10
 def _got(v) -> str: return f"got {v!r} ({type(v).__name__})"
@@ -121,6 +121,10 @@ def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=Fal
     if missing and folder_must_exist: raise ValueError(f"`{name}` cannot be written: the folder {str(missing[-1])!r} does not exist (got {str(v)!r})")
     if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
     return full
+
+def check_written_beside(name:str, path:Path, v):
+    "Refuse `v` (the option `name`) if `path`, a file named from it (a rank's CSV, a snapshot), is too long a name or path to write"
+    _check_length(name, Path(path), v)
 
 # %% ../nbs/02_checks.ipynb #22c25096
 def check_folder(name:str, v) -> Path:

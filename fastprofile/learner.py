@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from fastai.basics import *
-from .checks import check_bool, check_number, check_path, check_choice
+from .checks import check_bool, check_number, check_path, check_choice, check_written_beside
 from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe
 from .gpu_timing import resolve_timing
 from .session import Session, train_device
@@ -23,9 +23,9 @@ from .efficiency_probe import EfficiencyCallback
 from .layers import LayerTimer
 from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
 from .telemetry import TelemetryProbe, TELEMETRY_EVERY, EVERY_RANGE, reads_gpu
-from .snapshot import MemorySnapshot, check_memory_snapshot
+from .snapshot import MemorySnapshot, check_memory_snapshot, snapshot_path
 from .telemetry_report import telemetry_section, telemetry_summary
-from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread
+from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
 
@@ -142,6 +142,10 @@ def session_for(learn,
         raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP, "
                          "or `memory_snapshot=True` on a GPU: its snapshot goes next to the CSV)")
     else: csv_path = None
+    if csv_path is not None:  # the files written beside the CSV, named from it: too long a name is refused now, not when they are written
+        world = _world_size()
+        if rank_csv and world > 1: check_written_beside('csv_name', rank_csv_path(csv_path, world - 1), csv_name)
+        if memory_snapshot: check_written_beside('csv_name', snapshot_path(csv_path, world - 1 if world > 1 else None), csv_name)
     snapshot,csv_path = (csv_path if memory_snapshot else None),(csv_path if opts.save_csv or rank_csv else None)
     check_choice('telemetry', telemetry, ('auto', True, False))
     telemetry_every = check_number('telemetry_every', telemetry_every, *EVERY_RANGE)
@@ -157,6 +161,13 @@ def session_for(learn,
     sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
     return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry, telemetry_every,
                     snapshot)
+
+def _world_size() -> int:
+    "Processes in the run: `torch.distributed`'s world, or torchrun's `WORLD_SIZE` before it starts, else 1"
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized(): return dist.get_world_size()
+    try: return max(int(os.environ.get('WORLD_SIZE', 1)), 1)
+    except ValueError: return 1
 
 def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers=True, telemetry='auto',
              telemetry_every=TELEMETRY_EVERY, snapshot=None) -> Session:

@@ -39,6 +39,15 @@ def cli(*argv):
 class _CliRefusal(ValueError):
     "The CLI's refusal, as an exception, so CLI rows read like the others"
 
+def _under_torchrun(f, world=2):
+    "`f()` with torchrun's `WORLD_SIZE` set, as in each process of a 2-process run before `torch.distributed` starts"
+    old = os.environ.get('WORLD_SIZE')
+    os.environ['WORLD_SIZE'] = str(world)
+    try: return f()
+    finally:
+        if old is None: os.environ.pop('WORLD_SIZE', None)
+        else: os.environ['WORLD_SIZE'] = old
+
 def p(env, *parts): return str(Path(env.tmp, *parts))  # a path in the row's scratch folder ('file' is a plain file)
 
 ROWS = [
@@ -50,6 +59,8 @@ ROWS = [
     bad('profile-csv-under-file', lambda e: e.learn.profile(save_csv=True, csv_name=p(e, 'file', 'r.csv')), ValueError, '`csv_name`', 'is a file'),
     bad('profile-csv-folder', lambda e: e.learn.profile(save_csv=True, csv_name=e.tmp), ValueError, '`csv_name`', 'a folder'),
     bad('profile-csv-name-too-long', lambda e: e.learn.profile(save_csv=True, csv_name='x'*300 + '.csv'), ValueError, '`csv_name`', 'PC_NAME_MAX', '304 bytes'),
+    bad('profile-rank-csv-name-too-long', lambda e: _under_torchrun(lambda: e.learn.profile(rank_csv=True, csv_name='x'*248 + '.csv')),
+        ValueError, '`csv_name`', 'PC_NAME_MAX', '_rank1.csv', '258 bytes'),
     bad('profile-csv-folder-name-too-long', lambda e: e.learn.profile(save_csv=True, csv_name=p(e, 'd'*300, 'r.csv')), ValueError, '`csv_name`', 'PC_NAME_MAX'),
     bad('profile-csv-path-too-long', lambda e: e.learn.profile(save_csv=True, csv_name='a/'*2100 + 'r.csv'), ValueError, '`csv_name`', 'PC_PATH_MAX'),
     bad('profile-csv-without-save', lambda e: e.learn.profile(csv_name='r.csv'), ValueError, '`csv_name`', 'save_csv=True'),
@@ -295,3 +306,13 @@ def test_a_name_at_the_file_systems_limit_is_written(tmp_path):
         warnings.simplefilter('error')  # a failed save only warns: make it fail the test
         learn.profile(save_csv=True, csv_name=name, show_report=False, logger_callback=None).fit(1)
     assert [f.name for f in tmp_path.iterdir()] == [name]
+
+def test_rank_files_name_checked_only_when_written(tmp_path, monkeypatch):
+    "A CSV name that fits, with `rank_csv=True` outside DDP (no rank files) or `WORLD_SIZE=1`: taken; under 2 processes the rank file's name is too long"
+    learn = synth_learner(n_trn=2, n_val=1, path=tmp_path)
+    name = 'x'*248 + '.csv'  # 252 bytes: fits; its rank file `_rank1.csv` (258) would not
+    learn.profile(rank_csv=True, csv_name=name, show_report=False, logger_callback=None)  # no error: one process
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    with pytest.raises(ValueError, match='_rank1.csv'): learn.profile(rank_csv=True, csv_name=name)
+    monkeypatch.setenv('WORLD_SIZE', 'many')  # not a number: one process
+    learn.profile(rank_csv=True, csv_name=name, show_report=False, logger_callback=None)
