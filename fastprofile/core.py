@@ -19,8 +19,8 @@ from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
 __all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'Sink',
-           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'row_flops_per_second',
-           'report_notes', 'ProfileResult', 'Profile']
+           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'fit_tokens_per_second',
+           'row_flops_per_second', 'report_notes', 'ProfileResult', 'Profile']
 
 # %% ../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -174,6 +174,11 @@ def fit_samples_per_second(results:pd.DataFrame) -> float|None:
     "The whole call's samples/second from `results`, or None if it has none"
     fit = result_row(results, Row('fit','fit'))
     return None if fit is None or math.isnan(fit.samples_per_s) else fit.samples_per_s
+
+def fit_tokens_per_second(results:pd.DataFrame) -> float|None:
+    "The whole call's tokens/second from `results` (batches of token ids), or None if it has none"
+    fit = result_row(results, Row('fit','fit'))
+    return None if fit is None or math.isnan(fit.tokens_per_s) else fit.tokens_per_s
 
 def row_flops_per_second(results:pd.DataFrame, flops:dict) -> list:
     "FLOP/s of each row of `results`: FLOPs per sample (`flops[Row(...)]`) × the row's samples / its time; NaN for rows not in `flops`"

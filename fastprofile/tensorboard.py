@@ -8,7 +8,7 @@ Docs: https://fastprofile.github.io/fastprofile/tensorboard.html.md"""
 from __future__ import annotations
 import sys, warnings
 from fastai.basics import *
-from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
+from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second, fit_tokens_per_second
 from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
 from .telemetry_report import TelemetryWindow, telemetry_fit_scalars
 
@@ -57,12 +57,14 @@ class TensorBoardSink(Sink):
         for k,v in self._window.scalars(getattr(self._facts, 'telemetry', None)).items(): w.add_scalar(k, v, step)  # since the last log
 
     def log_fit(self, result:ProfileResult):
-        "Write the call's samples/second and the report (markdown) as text"
+        "Write the call's samples/second (and tokens/second, for token-id batches) and the report (markdown) as text"
         w = self._writer()
         if w is None: return
         step = getattr(self._learn, 'train_iter', self.step)
         fit = fit_samples_per_second(result.results)
         if fit is not None: w.add_scalar('samples_per_second/fit', fit, step)
+        tok = fit_tokens_per_second(result.results)
+        if tok is not None: w.add_scalar('tokens_per_second/fit', tok, step)
         for k,v in efficiency_fit_scalars(result).items(): w.add_scalar(k, v, step)
         for k,v in telemetry_fit_scalars(result).items(): w.add_scalar(k, v, step)
         w.add_text('simple_profile_report', result.report.markdown(), step)

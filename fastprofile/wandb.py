@@ -10,7 +10,7 @@ import math, sys, warnings
 import pandas as pd
 from fastai.basics import *
 from .record import result_rows
-from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second
+from .core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second, fit_tokens_per_second
 from .efficiency_report import efficiency_scalars, efficiency_fit_scalars
 from .telemetry_report import TelemetryWindow, telemetry_fit_scalars
 
@@ -29,7 +29,7 @@ def wandb_summary(results:pd.DataFrame) -> dict:
     for r in result_rows(results):
         k = 'simple_profile/' + '_'.join(x for x in r.row if x)
         vals = {'mean_duration_s': r.mean, 'total_time_s': r.total, 'percent_of_total': r.percent, 'calls': r.calls,
-                'samples_per_second': r.samples_per_s}
+                'samples_per_second': r.samples_per_s, 'tokens_per_second': r.tokens_per_s}
         res.update({f'{k}/{n}':v for n,v in vals.items() if not math.isnan(v)})
     return res
 
@@ -74,13 +74,15 @@ class WandbSink(Sink):
         if d: self._log(d, self._step(step))
 
     def log_fit(self, result:ProfileResult):
-        "Log the call's samples/second, the report and results tables, and summary values per row"
+        "Log the call's samples/second (and tokens/second, for token-id batches), the report and results tables, and summary values per row"
         wb = self._wandb
         if wb.run is None: return
         res = result.results
         d = {'simple_profile_report': wb.Table(dataframe=result.report.formatted()), 'simple_profile_results': wb.Table(dataframe=res)}
         fit = fit_samples_per_second(res)
         if fit is not None: d['samples_per_second/fit'] = fit
+        tok = fit_tokens_per_second(res)
+        if tok is not None: d['tokens_per_second/fit'] = tok
         d.update(efficiency_fit_scalars(result))
         d.update(telemetry_fit_scalars(result))
         cb = _wandb_callback(self._learn)

@@ -222,18 +222,7 @@ def test_layer_lines_render():
     test_eq(LayerTimes(failure='not measured: why').lines(), ['Layers: not measured: why.'])
 
 # ---- Tokens/s ----
-class TinyLM(nn.Module):
-    def __init__(self, vocab=60, d=16): super().__init__(); self.emb,self.rnn,self.head = nn.Embedding(vocab, d),nn.GRU(d, d, batch_first=True),nn.Linear(d, vocab)
-    def forward(self, x): return self.head(self.rnn(self.emb(x))[0])
-
-BS,SL = 8,12
-
-def lm_learner(n_trn=6, n_val=2):
-    "A language model on fastai's `LMDataLoader`: every batch full (`BS` rows of `SL` tokens)"
-    set_seed(0)
-    stream = lambda n: [torch.randint(2, 60, (BS*SL*n + 1,))]
-    dls = DataLoaders(LMDataLoader(stream(n_trn), bs=BS, seq_len=SL), LMDataLoader(stream(n_val), bs=BS, seq_len=SL))
-    return Learner(dls, TinyLM(), loss_func=CrossEntropyLossFlat())
+from helpers.lm import TinyLM, BS, SL, lm_learner  # noqa: E402
 
 def test_tokens_per_second_language_model():
     "Tokens/s beside Samples/s: tokens over time, Samples/s × seq_len for every row; no padding in a LMDataLoader"

@@ -337,6 +337,32 @@ NOOP = {'without fastprofile': 'trained', 'init_args': 'as installed', 'present'
         'fix': '(True, True, True)', 'init_args fixed': 'as installed', 'present fixed': 'False', 'fit fixed': 'trained',
         'profiled fit fixed': 'trained'}
 
+def test_tokens_per_second_logged_for_token_batches(wandb_env, tmp_path):
+    "A language model's fit: tokens/second of the call logged to wandb (chart and per-row summary) and TensorBoard, equal to the report's; none for other batches"
+    from fastai.callback.tensorboard import TensorBoardCallback
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from helpers.lm import lm_learner
+    wandb.init(project='fastprofile-test')
+    learn = lm_learner()
+    assert profile_and_fit(learn, 1, show_report=False) == ([], [])
+    run = finish_and_read()
+    res = learn.simple_profile_results
+    want = results_row(res, 'fit', 'fit')['Tokens/Second']
+    (_,got), = run.series('tokens_per_second/fit')
+    assert got == pytest.approx(want, rel=1e-9) and want > 0
+    assert run.summary['simple_profile/train_batch/tokens_per_second'] == pytest.approx(results_row(res, 'train', 'batch')['Tokens/Second'], rel=1e-9)
+    assert 'simple_profile/train_batch_other/tokens_per_second' not in run.summary
+    tb = tmp_path/'tb'
+    learn = lm_learner(cbs=TensorBoardCallback(tb, trace_model=False, log_preds=False))
+    assert profile_and_fit(learn, 1, show_report=False, logger_callback='tensorboard') == ([], [])
+    ea = EventAccumulator(str(tb), size_guidance={'scalars': 0}).Reload()
+    fit, = ea.Scalars('tokens_per_second/fit')
+    assert fit.value == pytest.approx(results_row(learn.simple_profile_results, 'fit', 'fit')['Tokens/Second'], rel=1e-5)
+    plain = synth_learner(n_trn=3, n_val=1, cbs=TensorBoardCallback(tmp_path/'plain', trace_model=False, log_preds=False))
+    profile_and_fit(plain, 1, show_report=False, logger_callback='tensorboard')
+    assert 'tokens_per_second/fit' not in EventAccumulator(str(tmp_path/'plain')).Reload().Tags()['scalars']
+
+
 def test_fastai_4173_fix_is_a_noop_without_the_bug(tmp_path):
     "On a fastai without the bug (a stand-in fixed formatter here; the next test takes a real one) the fix changes nothing"
     assert run_4173('stand-in-fastai-without-the-bug', tmp_path) == NOOP
