@@ -243,9 +243,10 @@ def _draw_part(self:CostSampler, name, t0, t1):
 _METHODS = weakref.WeakKeyDictionary()  # learner -> (key, its batch and epoch event methods, each object by weak reference: a callback holds its learner)
 
 def _methods(learn) -> tuple:
-    "`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks (fastprofile's own, made for each call, aside), its metrics or their instance attributes change"
+    "`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks (fastprofile's own, made for each call, aside), its metrics, or their instance or class attributes change"
     cbs,mets = [cb for cb in learn.cbs if not getattr(type(cb), '_untimed', False)],getattr(learn, 'metrics', [])
-    key = (tuple(map(id, cbs)), tuple(len(cb.__dict__) for cb in cbs), tuple(map(id, mets)))  # a method set on a callback instance adds an attribute
+    # a method set on a callback instance adds an attribute; one added to its class (`@patch`) adds to the class's namespace
+    key = (tuple(map(id, cbs)), tuple(len(cb.__dict__) for cb in cbs), tuple(len(type(cb).__dict__) for cb in cbs), tuple(map(id, mets)))
     got = _METHODS.get(learn)
     if got is not None and got[0] == key:
         out = [[(o,a,n) for r,a,n in ms if (o := r()) is not None] for ms in got[1:]]

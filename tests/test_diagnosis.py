@@ -375,7 +375,7 @@ def test_sampler_schedule_and_a_callback_that_sets_its_own_method():
     assert learn.sets_its_own.__dict__['after_train'] is own
 
 def test_sampler_follows_the_callbacks_from_call_to_call():
-    "The sampler works out which event methods to time once per learner, again whenever its callbacks, its metrics or a callback's own methods change"
+    "The sampler works out which event methods to time once per learner, again whenever its callbacks, its metrics, a callback's own methods or its class's change"
     class Extra(Callback):
         def after_batch(self): pass
     learn = make_learner(n_train=6, n_valid=2, fwd_sleep=0., cbs=SleepyCallback(0.))
@@ -394,6 +394,9 @@ def test_sampler_follows_the_callbacks_from_call_to_call():
     assert timed() == first
     learn.metrics = [mae]
     assert ('metric mae','accumulate') in timed()
+    type(sleepy).before_draw = lambda self: None  # a method added to the callback's class between calls (fastcore's `@patch` does this)
+    try: assert ('SleepyCallback','before_draw') in timed()
+    finally: del type(sleepy).before_draw
 
 def test_a_cancelled_step_is_a_batch_event():
     "`after_cancel_step` fires inside a batch: timed on sampled batches only, never wrapped for the whole call"
