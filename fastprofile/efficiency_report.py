@@ -160,6 +160,7 @@ def diagnosis_with_efficiency(result:ProfileResult) -> Section|None:
     "The report's *Diagnosis* (`diagnosis_section`), its compute fix made specific by `efficiency_fix`"
     sec = diagnosis_section(result)
     fix = None if sec is None else efficiency_fix(result, sec.data)
+    result._efficiency_fix_given = fix is not None  # the Efficiency section reads it: the run is not diagnosed twice
     if fix is None: return sec
     d,lead = sec.data,layers_lead(result.facts)
     d.first.fix = d.knob = fix if lead is None else f"{lead}. For the whole model: {fix}"
@@ -171,7 +172,9 @@ def efficiency_section(result:ProfileResult,
 ) -> Section|None:
     "The report's 'Efficiency' section (None when the call did not measure efficiency); its data is `efficiency_summary`"
     if _efficiency(result) is None: return None
-    if advice is None: advice = efficiency_fix(result) is None
+    if advice is None:
+        given = result.__dict__.get('_efficiency_fix_given')  # set by the Diagnosis section, built first in the report
+        advice = (efficiency_fix(result) is None) if given is None else not given
     return Section('Efficiency', efficiency_lines(result, advice=advice), efficiency_summary(result))
 
 # %% ../nbs/16b_efficiency_report.ipynb #61ce0e33

@@ -504,3 +504,20 @@ def test_the_diagnosis_uses_the_measurements():
     plain = ProfileResult(res.record, Facts(device='cuda:0', batch_size=64), sections=SECTIONS)
     assert plain.report.section('Efficiency') is None
     assert next(l for l in plain.report.section('Diagnosis').lines if l.startswith('Fix: ')).startswith('Fix: `learn.to_fp16()`')
+
+@pytest.mark.parametrize('compute', [True, False], ids=['fix-given', 'no-fix'])
+def test_the_report_diagnoses_the_run_once(compute, monkeypatch):
+    "Building the report with efficiency measured diagnoses the run once (the Efficiency section reads whether the Diagnosis gave the fix), with the same sections as diagnosing again"
+    import fastprofile.diagnosis as fdiag, fastprofile.efficiency_report as feff
+    from fastprofile.learner import SECTIONS
+    made = lambda: _gpu_result({'fp32': 3e9*64}, {'conv': 2.5e9*64, 'matmul': .5e9*64} if compute else {'matmul': 3e9*64})
+    want = ProfileResult(made().record, made().facts, sections=SECTIONS)
+    want_e = feff.efficiency_section(want)  # alone: diagnoses for itself
+    calls,real = [],fdiag.diagnose
+    def counted(*a, **k): calls.append(1); return real(*a, **k)
+    monkeypatch.setattr(fdiag, 'diagnose', counted); monkeypatch.setattr(feff, 'diagnose', counted)
+    res = ProfileResult(made().record, made().facts, sections=SECTIONS)
+    e = res.report.section('Efficiency')
+    assert len(calls) == 1
+    assert e.lines == want_e.lines
+
