@@ -216,7 +216,7 @@ class _Profiling:
     def __enter__(self):
         old = _running(self.learn)
         if old is not None: old.disarm()
-        self.session.arm(); self.session.enter()
+        self.session.block = True; self.session.arm(); self.session.enter()
         return self.learn
     def __exit__(self, typ, exc, tb):
         try: self.session.leave(exc)

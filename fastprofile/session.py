@@ -66,6 +66,7 @@ class Session:
         self._heard = {}  # (event, reversed) -> the probes that listen to it (`_listeners`, worked out at the first event)
         self.patches = Patches()
         self.depth = 0  # training methods (or `profiling()` blocks) running: the outermost one is the call
+        self.block = False  # the call is a `profiling()` block (its depth 1), which goes on after a fit in it raised
         self.contexts = []  # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
         self.active = False  # the call has begun (its first fit started) and not ended
         self.phase,self.stage,self.exc,self.facts,self.result = None,-1,None,None,None
@@ -95,10 +96,14 @@ class Session:
     def call(self, name, /, *args, **kwargs):
         "Run the learner's own `name` (a training method) as part of the call; the outermost one is the call"
         self.enter()
-        exc = None
+        exc,top = None,not self.contexts  # `top`: no fit running, so a fit this method starts is a stage of the call
         try: return getattr(type(self.learn), name)(self.learn, *args, **kwargs)
         except BaseException as e: exc = e; raise
-        finally: self.leave(exc)
+        finally:
+            # a fit of a `profiling()` block raised (fastai fires no `after_fit`): its stage ends now, with its exception,
+            # which the block may catch and go on (the probes see it: the memory snapshot of an out-of-memory error)
+            if exc is not None and top and self.block and self.depth == 2 and self.contexts: self._close_open(exc)
+            self.leave(exc)
 
 # %% ../nbs/06a_session.ipynb #bf11331f
 class _ProfiledMethod:

@@ -383,6 +383,18 @@ def test_snapshot_in_a_profiling_block(allocator, tmp_path):
     assert (tmp_path/'simple_profile_oom.pickle').exists() and 'simple_profile_oom.pickle' in e.value.__notes__[0]
     assert not allocator.recording
 
+def test_snapshot_when_the_block_catches_the_out_of_memory_error(allocator, tmp_path):
+    "A `profiling()` block that catches a fit's out-of-memory error and goes on: the snapshot is written and named in the caught error; the block's next fit is profiled"
+    learn = synth_learner(n_trn=5, n_val=1, path=tmp_path, cbs=OutOfMemory())
+    with learn.profiling(**QUIET, memory_snapshot=True):
+        with pytest.raises(torch.OutOfMemoryError) as e: learn.fit(1)
+        learn.remove_cb(OutOfMemory); learn.fit(1)
+    path = tmp_path/'simple_profile_oom.pickle'
+    assert path.exists() and str(path) in e.value.__notes__[0]
+    res = learn.simple_profile
+    assert res.facts.memory_snapshot == str(path) and len(res.record.stages) == 2
+    assert not allocator.recording and [x[0] for x in allocator.log] == ['record', 'dump', 'record']
+
 def test_snapshot_path_under_ddp():
     assert snapshot_path('/x/simple_profile.csv', 3).name == 'simple_profile_oom_rank3.pickle'
 
