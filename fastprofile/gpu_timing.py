@@ -50,7 +50,9 @@ class EventPool:
         self.n_events,self.spare = rows*N_MARKS,spare
 
     def __del__(self):  # the events go back to the spare list: a forked worker's garbage collector must not free them
-        if getattr(self, 'spare', None) is not None: give_back([e for r in self.rows for e in r], self.spare)
+        try:
+            if self.spare is not None: give_back([e for r in self.rows for e in r], self.spare)
+        except Exception: pass  # half made (`__init__` raised), or the interpreter is exiting: nothing to keep
 
     def take(self) -> int|None:
         "A free row's index, or None when every row is in flight"

@@ -86,7 +86,9 @@ class LayerTimes:
     _dev = None  # The CUDA device index of the marks' events (on a GPU)
 
     def __del__(self):  # marks never read: their CUDA events go back to the spare list (a forked worker must not free them)
-        if self._raw and self._dev is not None: give_back(_events(self._raw), self._dev)
+        try:
+            if self._raw and self._dev is not None: give_back(_events(self._raw), self._dev)
+        except Exception: pass  # the interpreter is exiting: nothing to keep
 
     def __getstate__(self):  # pickled or copied: folded first (on a GPU the marks are CUDA events)
         if self._raw: _fold(self)

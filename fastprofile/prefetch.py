@@ -50,7 +50,9 @@ class CudaStreamOps:
         self.reading = [] # device tensors the side stream reads for the staged batch, kept until the hand-off
 
     def __del__(self):
-        if getattr(self, '_spare', None) is not None: give_back([self.staged_ev, self.handed_ev], self._spare, False)
+        try:
+            if self._spare is not None: give_back([self.staged_ev, self.handed_ev], self._spare, False)
+        except Exception: pass  # half made (`__init__` raised), or the interpreter is exiting: nothing to keep
 
     def on_device(self, t) -> bool:
         "True if the tensor `t` is on this ops' kind of device (made by work on a stream)"
