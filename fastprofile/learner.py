@@ -25,7 +25,7 @@ from .efficiency_report import efficiency_section, efficiency_summary, diagnosis
 from .telemetry import TelemetryProbe, TELEMETRY_EVERY, EVERY_RANGE, reads_gpu
 from .snapshot import MemorySnapshot, check_memory_snapshot, snapshot_path
 from .telemetry_report import telemetry_section, telemetry_summary
-from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path
+from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world
 from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
 
@@ -163,9 +163,9 @@ def session_for(learn,
                     snapshot)
 
 def _world_size() -> int:
-    "Processes in the run: `torch.distributed`'s world, or torchrun's `WORLD_SIZE` before it starts, else 1"
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized(): return dist.get_world_size()
+    "Processes in the run: `distributed_world`'s, or torchrun's `WORLD_SIZE` before `torch.distributed` starts, else 1"
+    w = distributed_world()[1]
+    if w > 1: return w
     try: return max(int(os.environ.get('WORLD_SIZE', 1)), 1)
     except ValueError: return 1
 
