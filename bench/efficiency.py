@@ -212,16 +212,18 @@ def gpu_side_by_side(batches:int=200) -> list:
             xb,yb = X[:bs].cuda(),Y[:bs].cuda()
             fpb = lt.measure_flops(model, lambda: model(xb), lambda o: loss_fn(o, yb))
             dtype = {'fp32': torch.float32, 'tf32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}.get(e['dtype'], torch.float32)
-            avail = lt.get_available_flops(torch.device('cuda'), dtype)
+            avail = lt.get_available_flops(torch.device('cuda'), dtype)  # None where its table lacks this chip's name
+            peak_src = 'Lightning' if avail else 'fastprofile (Lightning has no peak for this chip)'
+            avail = avail or e['peak_flops']
             tp = lt.Throughput(available_flops=avail, window_size=min(100, batches - 1))
             torch.cuda.synchronize(); t0 = time.perf_counter()
             for i in range(batches):  # Lightning's documented loop: synchronize, then update with the elapsed time
                 b = slice(i*bs, (i+1)*bs)
                 loss = loss_fn(model(X[b].cuda(non_blocking=True)), Y[b].cuda(non_blocking=True)); loss.backward(); opt.step(); opt.zero_grad()
                 torch.cuda.synchronize()
-                tp.update(time=time.perf_counter() - t0, batches=i+1, samples=(i+1)*bs, flops_per_batch=fpb)
+                tp.update(time=time.perf_counter() - t0, batches=i+1, samples=(i+1)*bs, flops=fpb)  # FLOPs since the last update
             m = tp.compute()
-            row.update(lt_train=fpb/bs, lt_fps=m.get('device/flops_per_sec'), lt_mfu=m.get('device/mfu'), lt_peak=avail)
+            row.update(lt_train=fpb/bs, lt_fps=m.get('device/flops_per_sec'), lt_mfu=m.get('device/mfu'), lt_peak=avail, lt_peak_source=peak_src)
         rows.append(row)
         log(f"[bench] GPU side by side {name} done")
     return rows
@@ -283,7 +285,8 @@ def tables(d:dict) -> str:
                  fmt(r.get('lt_fps'), '.3g'), f"{fmt(r.get('lt_mfu'), '.1%')} ({fmt(r.get('lt_peak'), '.3g')})"] for r in d['gpu']]
         L += ['### GPU: beside Lightning', '', md_table(hdr, rows), '',
               "fastprofile's FLOP/s is the training step's (the `train / batch` row, warm-up excluded); Lightning's is its "
-              "documented loop (synchronize per batch, elapsed time including the host's batch slicing and copy).", '']
+              "documented loop (synchronize per batch, elapsed time including the host's batch slicing and copy)."
+              + ''.join(sorted({f" Lightning's MFU peak: {r['lt_peak_source']}." for r in d['gpu'] if r.get('lt_peak_source')})), '']
     else: L += ["GPU side-by-side with Lightning's `ThroughputMonitor`: **not run (no GPU)**.", '']
     return '\n'.join(L)
 

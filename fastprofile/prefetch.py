@@ -130,10 +130,10 @@ class BatchStager:
     def stage(self):
         "Draw the next batch and stage it, unless one is staged already or the loader is exhausted"
         if self.staged is not _empty or self.done: return
-        try:
-            b = next(self.it)
-            if self.check_pins: self._check_pinned(b)
-            self.staged = self.ops.stage(b, self.tfm)
+        # the host batch goes straight into `ops.stage`, never a local of this frame: fastai's type dispatch keeps each
+        # exception it catches in a cycle with the frames on the stack (Python 3.12 links them up to here), and a pinned
+        # batch kept there, freed later by a forked worker's garbage collector, aborts that worker (seen on an H200)
+        try: self.staged = self.ops.stage(self._draw(), self.tfm)
         except StopIteration: self.done = True
         except Exception as e: self.error,self.done = e,True
 
@@ -153,6 +153,12 @@ class BatchStager:
         close = getattr(self.it, 'close', None)
         if close is not None: close()
         self.ops.reset()
+
+    def _draw(self):
+        "The loader's next host batch (checked for pinning once)"
+        b = next(self.it)
+        if self.check_pins: self._check_pinned(b)
+        return b
 
     def _check_pinned(self, b):
         self.check_pins = False
