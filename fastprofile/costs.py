@@ -140,12 +140,13 @@ class CostSampler(Probe):
     def __init__(self,
         learn, # The `Learner` whose callbacks and metrics are timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up; at least 1)
-        first:int=3, # Batches sampled right after the warm-up, in each train and valid phase
+        first:int=3, # Batches sampled right after the warm-up, in each train and valid phase (at most one in 16 of its batches, at least one)
         every:int=32, # Then every `every`-th batch of the phase
     ):
         check_int('warmup', warmup, 0); check_int('first', first, 0); check_int('every', every, 1)
         # `_learn`, not `learn`: fastai's WandbCallback logs the `__init__` arguments an object holds, recursively (the Profile holds this)
         self._learn,self.first,self.every,self._w = learn,first,every,max(warmup, 1)
+        self._first = first  # this phase's: `first`, capped on a short phase (`_first_for_phase`)
         self._stack,self._armed,self._patches,self._plan,self._plan_key,self._pipes,self._parts = [],[],None,[],None,[],{}
         self.costs,self._sample,self._target,self._next,self._seen = SampledCosts(),{},None,self._w,set()
 
@@ -159,7 +160,7 @@ class CostSampler(Probe):
         self._patches,self._plan,self._plan_key,self._armed = s.patches,[],None,[]
     def phase(self, s):
         "A phase starts: its first batches after the warm-up are sampled"
-        self._drop(); self._next = self._w
+        self._drop(); self._next,self._first = self._w,self._first_for_phase()
     def end_phase(self, s): self._drop()
     def pause(self, s): self._drop()  # what runs nested (a `validate()` from a callback) is not the sampled batch
     def end(self, s): self._drop(); self._plan,self._plan_key = [],None  # its stand-ins hold `_add`: no cycle left after the call
@@ -175,8 +176,17 @@ class CostSampler(Probe):
 def _after(self:CostSampler, j:int) -> int:
     "The first batch after batch `j` of a phase to sample"
     k = j + 1 - self._w
-    if k < self.first: return j + 1
+    if k < self._first: return j + 1
     return self._w + -(-k//self.every)*self.every
+
+_SHARE = 16  # a phase's first sampling takes at most one in this many of its batches past the warm-up (at least one)
+
+@patch
+def _first_for_phase(self:CostSampler) -> int:
+    "`first`, capped at one in `_SHARE` of this phase's batches past the warm-up (at least 1, if `first` is): a 20-batch phase samples 1, not 3"
+    try: n = len(self._learn.dl) - self._w
+    except Exception: return self.first
+    return min(self.first, max(1, n//_SHARE))
 
 @patch
 def _step(self:CostSampler, i:int):

@@ -172,7 +172,7 @@ class LayerTimer(Probe):
     def __init__(self,
         learn, # The `Learner` whose model is timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up)
-        first:int=3, # Batches sampled right after the warm-up of the call's first training phase
+        first:int=3, # Batches sampled right after the warm-up of the call's first training phase (at most one in 16 of its batches, at least one)
         every:int=256, # Then one more at the start of a training phase, once this many training batches have passed since the last
     ):
         check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1)
@@ -213,10 +213,19 @@ def phase(self:LayerTimer, s):
     "A training phase starts: arm the trigger if the phase has batches to sample"
     if s.phase != 'train' or self._off: return
     if self._since >= self.every and not self._want:
-        self._want,self._since = (self.first if not self.result.batches else 1),0
+        self._want,self._since = (self._first_for_phase() if not self.result.batches else 1),0
     if self._want: self._arm()
     try: self._since += len(self.learn.dl)
     except Exception: self._since += 1
+
+_SHARE = 16  # the call's first sampling takes at most one in this many of its phase's batches past the warm-up (at least one)
+
+@patch
+def _first_for_phase(self:LayerTimer) -> int:
+    "`first`, capped at one in `_SHARE` of this phase's batches past the warm-up (at least 1): a 20-batch fit samples 1, not 3"
+    try: n = len(self.learn.dl) - self.warmup
+    except Exception: return self.first
+    return max(1, min(self.first, n//_SHARE))
 
 @patch
 def end_phase(self:LayerTimer, s):

@@ -361,14 +361,17 @@ def test_sampler_restored_on_every_exit_path(where):
     learn.remove_cb(Boom); learn.fit(1)  # a plain fit works
 
 def test_sampler_schedule_and_a_callback_that_sets_its_own_method():
-    "Warm-up 1, then batches 1-3, then every 32nd; a callback's own instance attribute survives"
+    "Warm-up 1, then batches 1-3 (at most one in 16 of a phase's batches past the warm-up, at least one), then every 32nd; a callback's own instance attribute survives"
     own = lambda: None
     class SetsItsOwn(Callback):
         def after_epoch(self): self.__dict__['after_train'] = own
-    learn = make_learner(n_train=40, n_valid=5, fwd_sleep=0., cbs=[SleepyCallback(0.), SetsItsOwn()])
+    learn = make_learner(n_train=60, n_valid=5, fwd_sleep=0., cbs=[SleepyCallback(0.), SetsItsOwn()])
     learn.profile(show_report=False, logger_callback=None).fit(2)
     c = learn.simple_profile.facts.callback_costs
-    assert c.batches['train'] == 2*4 and c.batches['valid'] == 2*3  # train: batches 1, 2, 3, 33; valid: 1, 2, 3
+    assert c.batches['train'] == 2*4 and c.batches['valid'] == 2*1  # train: batches 1, 2, 3, 33; valid (4 past the warm-up): 1
+    short = make_learner(n_train=20, n_valid=2, fwd_sleep=0., cbs=SleepyCallback(0.))  # 19 batches past the warm-up: one sampled
+    short.profile(show_report=False, logger_callback=None).fit(1)
+    assert short.simple_profile.facts.callback_costs.batches == {'train': 1, 'valid': 1}
     df = c.callback_costs()
     assert len(df[(df.name == 'SleepyCallback') & (df.event == 'after_batch') & (df.phase == 'train')]) == 1
     assert len(df[(df.phase == 'fit') & (df.name == 'Recorder') & (df.event == 'after_epoch')]) == 1  # between batches: every call

@@ -25,6 +25,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+_CAPPED = LayerTimer._first_for_phase
+
+@pytest.fixture(autouse=True)
+def three_samples(monkeypatch):
+    "These tests' fits are short (6 training batches): the cap on a short phase's sampling (one in 16 of its batches) is lifted, so `first=3` holds; `test_short_fits_sample_fewer_batches` checks the cap"
+    monkeypatch.setattr(LayerTimer, '_first_for_phase', lambda self: self.first)
 BIG = 'body'  # the layer that does nearly all the work in `cnn()`
 
 def cnn():
@@ -144,6 +151,14 @@ class ValidateAt(Callback):
     def __init__(self, i): self.i = i
     def after_batch(self):
         if self.training and self.iter == self.i and self.epoch == 0: self.learn.validate()
+
+def test_short_fits_sample_fewer_batches(monkeypatch):
+    "A call's first training phase samples `first=3` batches, at most one in 16 of its batches past the warm-up (at least one)"
+    monkeypatch.setattr(LayerTimer, '_first_for_phase', _CAPPED)  # the package's own (the module's fixture lifts it)
+    tiny = lambda: nn.Sequential(nn.Flatten(), nn.Linear(3*4*4, 10))
+    for n_trn,want in ((6, 1), (33, 2), (49, 3), (80, 3)):
+        lay = fit(cnn_learner(n_trn=n_trn, n_val=1, bs=4, size=4, model=tiny())).facts.layers
+        test_eq((n_trn, lay.batches), (n_trn, want))
 
 def test_nested_validation_not_timed():
     "A `validate()` inside a training phase, after its first sampled batch, runs without hooks; the other samples come in the next training phase"
