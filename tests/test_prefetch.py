@@ -1,5 +1,5 @@
 "Fault-injection and cross-cutting tests for `fastprofile.prefetch` (CPU with `LoggingOps`; CUDA where lent)"
-import gc, json, math, weakref, warnings
+import gc, json, math, os, sys, weakref, warnings
 import pytest
 import torch
 from torch import nn
