@@ -18,9 +18,9 @@ from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
 from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
-__all__ = ['TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'Sink',
-           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'fit_tokens_per_second',
-           'row_flops_per_second', 'report_notes', 'ProfileResult', 'Profile']
+__all__ = ['SAMPLE_SHARE', 'TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe',
+           'first_samples', 'Sink', 'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second',
+           'fit_tokens_per_second', 'row_flops_per_second', 'report_notes', 'ProfileResult', 'Profile']
 
 # %% ../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -141,6 +141,14 @@ class Probe:
     def contribute(self, facts:Facts):
         "Add what this probe measured to the call's `Facts` (after `end`)"
 
+SAMPLE_SHARE = 16  # a probe's first sampling of a phase takes at most one in this many of its batches past the warm-up
+
+def first_samples(first:int, dl, warmup:int) -> int:
+    "How many of a phase's first batches a sampling probe takes: `first`, at most one in `SAMPLE_SHARE` of the loader `dl`'s batches past `warmup`, at least one (if `first` is); `first` for a loader with no length"
+    try: n = len(dl) - warmup
+    except Exception: return first
+    return min(first, max(1, n//SAMPLE_SHARE))
+
 class Sink(Probe):
     "Where a profile goes besides the report: subclass and override what you need (a `Probe` that also logs)"
     # During the call, the record folds the ended phases' batches into its statistics when they are read: a sink that reads
@@ -170,15 +178,18 @@ def train_samples_per_second(record:ProfileRecord, n:int) -> dict:
     m,bs,warm = record.last(n)
     return rolling_samples_per_second(m[~warm], bs[~warm])
 
+def _fit_rate(results:pd.DataFrame, col:str) -> float|None:
+    fit = result_row(results, Row('fit','fit'))
+    v = None if fit is None else getattr(fit, col)
+    return None if v is None or math.isnan(v) else v
+
 def fit_samples_per_second(results:pd.DataFrame) -> float|None:
     "The whole call's samples/second from `results`, or None if it has none"
-    fit = result_row(results, Row('fit','fit'))
-    return None if fit is None or math.isnan(fit.samples_per_s) else fit.samples_per_s
+    return _fit_rate(results, 'samples_per_s')
 
 def fit_tokens_per_second(results:pd.DataFrame) -> float|None:
     "The whole call's tokens/second from `results` (batches of token ids), or None if it has none"
-    fit = result_row(results, Row('fit','fit'))
-    return None if fit is None or math.isnan(fit.tokens_per_s) else fit.tokens_per_s
+    return _fit_rate(results, 'tokens_per_s')
 
 def row_flops_per_second(results:pd.DataFrame, flops:dict) -> list:
     "FLOP/s of each row of `results`: FLOPs per sample (`flops[Row(...)]`) × the row's samples / its time; NaN for rows not in `flops`"

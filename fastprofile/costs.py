@@ -12,7 +12,7 @@ import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
 from .checks import check_int
-from .core import Probe, Facts
+from .core import Probe, Facts, first_samples
 from .report import fmt_time
 from .pipeline import timed_pipelines
 
@@ -146,7 +146,7 @@ class CostSampler(Probe):
         check_int('warmup', warmup, 0); check_int('first', first, 0); check_int('every', every, 1)
         # `_learn`, not `learn`: fastai's WandbCallback logs the `__init__` arguments an object holds, recursively (the Profile holds this)
         self._learn,self.first,self.every,self._w = learn,first,every,max(warmup, 1)
-        self._first = first  # this phase's: `first`, capped on a short phase (`_first_for_phase`)
+        self._first = first  # this phase's: `first`, capped on a short phase (`first_samples`)
         self._stack,self._armed,self._patches,self._plan,self._plan_key,self._pipes,self._parts = [],[],None,[],None,[],{}
         self.costs,self._sample,self._target,self._next,self._seen = SampledCosts(),{},None,self._w,set()
 
@@ -160,7 +160,7 @@ class CostSampler(Probe):
         self._patches,self._plan,self._plan_key,self._armed = s.patches,[],None,[]
     def phase(self, s):
         "A phase starts: its first batches after the warm-up are sampled"
-        self._drop(); self._next,self._first = self._w,self._first_for_phase()
+        self._drop(); self._next,self._first = self._w,first_samples(self.first, self._learn.dl, self._w)
     def end_phase(self, s): self._drop()
     def pause(self, s): self._drop()  # what runs nested (a `validate()` from a callback) is not the sampled batch
     def end(self, s): self._drop(); self._plan,self._plan_key = [],None  # its stand-ins hold `_add`: no cycle left after the call
@@ -178,15 +178,6 @@ def _after(self:CostSampler, j:int) -> int:
     k = j + 1 - self._w
     if k < self._first: return j + 1
     return self._w + -(-k//self.every)*self.every
-
-_SHARE = 16  # a phase's first sampling takes at most one in this many of its batches past the warm-up (at least one)
-
-@patch
-def _first_for_phase(self:CostSampler) -> int:
-    "`first`, capped at one in `_SHARE` of this phase's batches past the warm-up (at least 1, if `first` is): a 20-batch phase samples 1, not 3"
-    try: n = len(self._learn.dl) - self._w
-    except Exception: return self.first
-    return min(self.first, max(1, n//_SHARE))
 
 @patch
 def _step(self:CostSampler, i:int):

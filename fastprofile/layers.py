@@ -13,7 +13,7 @@ import pandas as pd, torch
 from torch import nn
 from fastcore.basics import patch
 from .checks import check_int
-from .core import Probe, Facts, strict_mode
+from .core import Probe, Facts, strict_mode, first_samples
 from .report import fmt_time, fmt_pct
 from .efficiency import fmt_flops
 from .flops import is_compiled
@@ -218,14 +218,10 @@ def phase(self:LayerTimer, s):
     try: self._since += len(self.learn.dl)
     except Exception: self._since += 1
 
-_SHARE = 16  # the call's first sampling takes at most one in this many of its phase's batches past the warm-up (at least one)
-
 @patch
 def _first_for_phase(self:LayerTimer) -> int:
-    "`first`, capped at one in `_SHARE` of this phase's batches past the warm-up (at least 1): a 20-batch fit samples 1, not 3"
-    try: n = len(self.learn.dl) - self.warmup
-    except Exception: return self.first
-    return max(1, min(self.first, n//_SHARE))
+    "`first`, capped on a short phase (`first_samples`): a 20-batch fit samples 1, not 3"
+    return first_samples(self.first, self.learn.dl, self.warmup)
 
 @patch
 def end_phase(self:LayerTimer, s):
