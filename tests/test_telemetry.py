@@ -288,7 +288,9 @@ def test_nested_validate_is_tagged_nested():
 
 def test_window_scalars_for_the_loggers():
     "The sinks' rolling scalars: means since the last read; the fit's energy and utilization"
-    learn = synth_learner(n_trn=8, n_val=1)
+    class Slow(Callback):  # 8 batches of at least 2 ms: the training phase lasts several 5 ms samples, even on a busy machine
+        def after_batch(self): time.sleep(.002)
+    learn = synth_learner(n_trn=8, n_val=1, cbs=Slow())
     arm(learn, FakeNvml(), telemetry=True, telemetry_every=.005)
     learn.fit(1)
     tel,w = learn.simple_profile.facts.telemetry,TelemetryWindow()
