@@ -187,7 +187,7 @@ def preserved(learn:Learner):
 # Callbacks that save, log or stop a run: `check_advice`'s short windows run without them
 SIDE_EFFECT_CBS = ('CSVLogger','WandbCallback','TensorBoardCallback','TensorBoardProjectorCallback','CometCallback',
                    'NeptuneCallback','AzureMLCallback','CaptumInterpretation')
-RESOURCES = ('input','copy','batch_tfms','compute','optimizer','callbacks','outside','compile')
+RESOURCES = ('host','input','copy','batch_tfms','compute','optimizer','callbacks','outside','compile')
 
 class _Window(Callback):
     "Stop training after `n_train` batches and validation after `n_valid`; the whole fit at `deadline` (a `time.perf_counter()` reading)"
@@ -239,13 +239,18 @@ class BuiltInWorkers:
     def __init__(self, dl, tfm, prev=None): self.dl,self.tfm,self.prev = dl,tfm,prev  # `prev`: a `create_batch` set on the loader
     def __call__(self, b):
         b = self.prev(b) if self.prev is not None else type(self.dl).create_batch(self.dl, b)
+        if not isinstance(self.tfm, Transform): return self.tfm(b)  # a plain function, as `DataLoader` calls it
         return self.tfm(b, split_idx=getattr(self.dl.after_batch, 'split_idx', None))
     def __repr__(self): return f"create_batch, then {self.tfm!r}"
 
 def move_to_workers(dl, name:str) -> bool:
-    "Take the batch transform `name` (as the breakdown names it) out of loader `dl`'s `after_batch` and run it after `create_batch`, in the workers; False if `dl` has none"
+    "Take the batch transform `name` (as the breakdown names it) out of loader `dl`'s `after_batch` (a `Pipeline`, or a plain function given as `DataLoader(after_batch=fn)`) and run it after `create_batch`, in the workers; False if `dl` has none"
     ab = getattr(dl, 'after_batch', None)
-    if not isinstance(ab, Pipeline): return False
+    if not isinstance(ab, Pipeline):
+        if 'after_batch' not in dl.__dict__ or not callable(ab) or transform_names([ab]) != [name]: return False
+        dl.after_batch = Pipeline([])  # the function leaves the main process: nothing is left there
+        dl.create_batch = BuiltInWorkers(dl, ab, dl.__dict__.get('create_batch'))
+        return True
     f = next((f for n,f in zip(transform_names(ab.fs), ab.fs) if n == name), None)
     if f is None: return False
     dl.after_batch = Pipeline([g for g in ab.fs if g is not f], split_idx=ab.split_idx)  # a new pipeline: the old one is left as it was
@@ -282,6 +287,18 @@ def _finding(d, resource):
         if f.resource == resource: return f
     raise ValueError(f"No advice for {resource!r}: valid resources are {', '.join(repr(f.resource) for f in d.findings)}")
 
+def _given(learn, resource):
+    "The finding the learner's last profile gave for `resource` (None: its verdict) with a change, as its report shows it: the change `check_advice` applies; None without one, or without a profile of the loaders as they are now"
+    r = learn.__dict__.get('simple_profile')
+    if r is None or not r.record.stats[Row('train','batch')].n: return None
+    try: d = r.section('Diagnosis')
+    except Exception: return None
+    dls = _loaders(learn)
+    W = dls[0].fake_l.num_workers if dls and hasattr(dls[0], 'fake_l') else None
+    if not isinstance(d, Diagnosis) or W != d.numbers.get('num_workers'): return None  # the loaders changed since
+    f = d.first if resource is None else next((f for f in d.findings if f.resource == resource and f.change is not None), None)
+    return f if f is not None and f.change is not None else None  # nothing to apply: the window's own finding
+
 # %% ../nbs/18_advice.ipynb #378de43d
 def check_advice(learn:Learner,
                  n_batches:int=30, # Training batches in each window (validation: `n_valid`)
@@ -295,11 +312,14 @@ def check_advice(learn:Learner,
     n_valid = n_batches if n_valid is None else check_int('n_valid', n_valid, 1)
     if lr is not None: check_number('lr', lr, 0, lo_open=True)
     if resource is not None: check_choice('resource', resource, RESOURCES)
+    given = _given(learn, resource)  # what the learner's own report said: its change, with its values, is what is applied
     with preserved(learn):
         learn.remove_cbs([cb for cb in learn.cbs if type(cb).__name__ in SIDE_EFFECT_CBS or isinstance(cb, TrackerCallback)])
         r0 = _run_window(learn, n_batches, n_valid, lr)
-        d = diagnose(r0)
-        c = d.findings[0] if resource is None else _finding(d, resource)
+        d = diagnose(r0, change=None if given is None else given.change)  # the window's model predicts that same change
+        if given is None: c = d.findings[0] if resource is None else _finding(d, resource)
+        else:  # the window's finding with that change (under any resource); none: the profile's own prediction
+            c = next((f for f in d.findings if given.change is not None and f.change == given.change), given)
         if c.change is None or c.change['kind'] == 'prefetch':
             return AdviceCheck(d, None, math.nan, math.nan, c.speedup, math.nan, c)
         _apply(learn, c.change)

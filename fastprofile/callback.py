@@ -11,7 +11,7 @@ from fastai.basics import *
 from .loop import *
 from .record import Slot, ProfileRecord, _BATCH_END  # the batch-end slot as a plain int: read each batch
 from .core import Profile, ProfileOptions, Probe
-from .gpu_timing import make_record
+from .gpu_timing import make_record, GpuProfileRecord, GPU_EVERY
 from .tokens import token_ids, pad_index, TokenCounter
 from .session import Session
 
@@ -31,9 +31,11 @@ TIMED_EVENTS = ('before_draw','before_batch','after_pred','after_loss','before_b
 _perf = time.perf_counter
 _NAMES = {}  # callback class -> its fastai name
 
+_INLINE_MARKS = (ProfileRecord.mark, GpuProfileRecord.mark)  # the marks the callbacks write themselves: the wall clock, and a sampled batch's events
+
 def _wall(rec) -> ProfileRecord|None:
-    "`rec` if its `mark` is the plain one on `perf_counter` (the callbacks then write its marks themselves: one call less per mark), else None"
-    return rec if type(rec).mark is ProfileRecord.mark and 'mark' not in rec.__dict__ and rec.clock is _perf else None
+    "`rec` if its `mark` is a plain one on `perf_counter` (the callbacks then write its marks, and a sampled batch's CUDA events, themselves: one call less per mark), else None"
+    return rec if type(rec).mark in _INLINE_MARKS and 'mark' not in rec.__dict__ and rec.clock is _perf else None
 
 class _TableDispatch(Callback, Probe):
     "A `Callback` whose events go through one table, `_table`: an event's slot (an int: mark a time there) or its handler (a function of the callback, called with it: no bound method, so no cycle through the callback itself); a `Probe` of its session"
@@ -44,7 +46,9 @@ class _TableDispatch(Callback, Probe):
         if h is not None and self.run:
             if h.__class__ is int:
                 rec = self._wall
-                if rec is not None: rec.marks[h] = _perf()  # `rec.mark(h)`, inlined
+                if rec is not None:  # `rec.mark(h)`, inlined
+                    rec.marks[h] = _perf()
+                    if rec.evs is not None: rec.evs[h].record(rec.stream)  # a batch that records CUDA events (one in `gpu_every`)
                 else: self._mark(h)
             else: h(self)
         if event_name == 'after_fit': self.run = True
@@ -83,8 +87,11 @@ class SimpleProfilerCallback(_TableDispatch):
         "Mark into `rec`, follow the stage's epochs, tell the session when a phase starts"
         s = self.profile.session
         self._mark,self._wall = rec.mark,_wall(rec)
-        self._table = dict(_PRE_TABLE, before_fit=type(self)._before_fit, before_epoch=lambda cb: rec.start_epoch(cb.learn.epoch),
-                           before_train=lambda cb: s.phase_starts('train'), before_validate=lambda cb: s.phase_starts('valid'))
+        t = dict(_PRE_TABLE, before_fit=type(self)._before_fit, before_epoch=lambda cb: rec.start_epoch(cb.learn.epoch),
+                 before_train=lambda cb: s.phase_starts('train'), before_validate=lambda cb: s.phase_starts('valid'))
+        # validation reads no `zero_grad` (`VALID_STEPS`): its `after_batch` marks nothing there (nor records an event)
+        self._tables = {'train': t, 'valid': {e:h for e,h in t.items() if e != 'after_batch'}}
+        self._table = self._tables.get(rec.phase, t)
 
     def _before_fit(self):
         "The session decides what this is: a fit of the call (it then calls `stage`) or something nested"
@@ -97,7 +104,9 @@ class SimpleProfilerCallback(_TableDispatch):
         rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)  # calibrated once per process, when first asked for
         self._bind(rec)
 
-    def phase(self, s): s.record.start_phase(s.phase)
+    def phase(self, s):
+        s.record.start_phase(s.phase)
+        self._table = self._tables[s.phase]
     def end_stage(self, s): self._idle()
 
 # %% ../nbs/07_callback.ipynb #f0a4f3ad
@@ -131,7 +140,9 @@ class SimpleProfilerPostCallback(_TableDispatch):
 
     def _after_batch(self):
         rec = self._rec
-        if self._wall is not None: rec.marks[_BATCH_END] = _perf()
+        if self._wall is not None:
+            rec.marks[_BATCH_END] = _perf()
+            if rec.evs is not None: rec.evs[_BATCH_END].record(rec.stream)
         else: rec.mark(Slot.BATCH_END)
         rec.end_batch(self._bs())
         if self._on_batch is not None: self._on_batch()
@@ -203,7 +214,7 @@ def pair_overhead(timing:str, device,
 
 def _calibrate(timing, device, n, k):
     scratch = Profile(ProfileOptions(timing=timing, keep_batches=8, warmup=0, show_report=False))
-    scratch.record = rec = make_record(timing, device, pool_batches=4, keep_batches=8, warmup=0)  # a small event pool
+    scratch.record = rec = make_record(timing, device, pool_batches=4, keep_batches=8, warmup=0, events_every=GPU_EVERY)  # a small event pool; events on one batch in `GPU_EVERY`, as in a profile
     rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
     pre,post = SimpleProfilerCallback(scratch),SimpleProfilerPostCallback(scratch)
     fake = types.SimpleNamespace(xb=(torch.zeros(1),), training=True, train_iter=1)  # so `find_bs` costs what it will

@@ -17,8 +17,8 @@ from .core import ProfileResult
 from .saving import load_profile
 
 # %% auto #0
-__all__ = ['fmt_change_time', 'fmt_change_pct', 'fmt_speedup', 'Steady', 'steady_train', 'as_profile', 'comparison_table',
-           'verdict_lines', 'Comparison', 'compare']
+__all__ = ['PER_SAMPLE', 'fmt_change_time', 'fmt_change_pct', 'fmt_speedup', 'Steady', 'steady_train', 'train_batch_size',
+           'per_sample_needed', 'as_profile', 'comparison_table', 'verdict_lines', 'Comparison', 'compare']
 
 # %% ../nbs/17b_compare.ipynb #53f454b5
 def _missing(x) -> bool: return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
@@ -52,6 +52,18 @@ def steady_train(result:ProfileResult) -> Steady|None:
     t = d.total + b.total
     return Steady(d.mean + b.mean, n[Row('train','batch')]/t if t > 0 else math.nan, b.n)
 
+def train_batch_size(result:ProfileResult) -> float|None:
+    "The training batch size of `result`: its loader's, else the mean of its steady-state batches (None: no batch)"
+    bs = getattr(result.facts, 'batch_size', None) if result.facts is not None else None
+    if bs: return bs
+    n,b = result.record.samples[Row('train','batch')],result.record.stats[Row('train','batch')].n
+    return n/b if b else None
+
+def per_sample_needed(a:ProfileResult, b:ProfileResult) -> bool:
+    "True when `a` and `b` trained with different batch sizes: a time per batch or per call would compare different work"
+    ba,bb = train_batch_size(a),train_batch_size(b)
+    return bool(ba and bb and ba != bb)
+
 # %% ../nbs/17b_compare.ipynb #7675cac7
 def as_profile(x, name:str='a') -> ProfileResult:
     "`x` as a `ProfileResult`: itself, a profiled `Learner`'s last profile, or a profile saved at a path (`load_profile`)"
@@ -62,20 +74,24 @@ def as_profile(x, name:str='a') -> ProfileResult:
 
 # %% ../nbs/17b_compare.ipynb #db8b6625
 _PHASE_ORDER = {'fit':0, 'train':1, 'valid':2}
+PER_SAMPLE = 'Per sample'  # the time columns' label when the batch sizes differ
 
-def comparison_table(a:ProfileResult, b:ProfileResult, names=('before','after'), main:bool=False) -> pd.DataFrame:
-    "Per row of either profile: the mean per call in `a` and in `b`, the change and its percent, samples/s in each (numbers; NaN where a row is in one only)"
+def comparison_table(a:ProfileResult, b:ProfileResult, names=('before','after'), main:bool=False, per_sample:bool|None=None) -> pd.DataFrame:
+    "Per row of either profile: the mean per call (per sample where the batch sizes differ) in `a` and in `b`, the change and its percent, samples/s in each (numbers; NaN where a row is in one only)"
     na,nb = names
+    if per_sample is None: per_sample = per_sample_needed(a, b)
     cols = ['Mean Duration','Samples/Second']
     ra,rb = (r[KEY_COLUMNS + cols] for r in (a.results, b.results))
     if main: ra,rb = ra[ra.Step == ''],rb[rb.Step == '']
     keys = pd.concat([ra[KEY_COLUMNS], rb[KEY_COLUMNS]]).drop_duplicates()  # `a`'s rows in their order, then those of `b` only
     keys = keys.iloc[keys.Phase.map(lambda p: _PHASE_ORDER.get(p, 3)).argsort(kind='stable')]  # ... each in its phase
     t = keys.merge(ra, on=KEY_COLUMNS, how='left').merge(rb, on=KEY_COLUMNS, how='left', suffixes=(' a',' b'))
-    m,s = col_label('Mean Duration'),col_label('Samples/Second')
-    ma,mb = t['Mean Duration a'],t['Mean Duration b']
+    m,s = (PER_SAMPLE if per_sample else col_label('Mean Duration')),col_label('Samples/Second')
+    ra_,rb_ = t['Samples/Second a'],t['Samples/Second b']
+    # per sample: a row's seconds per sample, the inverse of its samples/s (NaN for a row without samples: `other`)
+    ma,mb = (1/ra_.where(ra_ > 0),1/rb_.where(rb_ > 0)) if per_sample else (t['Mean Duration a'],t['Mean Duration b'])
     return pd.DataFrame({**{k:t[k] for k in KEY_COLUMNS}, f'{m} {na}':ma, f'{m} {nb}':mb, 'Δ':mb - ma, 'Δ%':100*(mb/ma - 1),
-                         f'{s} {na}':t['Samples/Second a'], f'{s} {nb}':t['Samples/Second b']})
+                         f'{s} {na}':ra_, f'{s} {nb}':rb_})
 
 # %% ../nbs/17b_compare.ipynb #3e5ae43d
 def _diagnosis(result):
@@ -98,8 +114,12 @@ def verdict_lines(a:ProfileResult, b:ProfileResult, names=('before','after')) ->
     else: head = f"The bottleneck moved from {da.label} to {db.label}."
     out = [head]
     if sa is not None and sb is not None:
-        out.append(f"Training step (steady state): {fmt_time(sa.step)} -> {fmt_time(sb.step)} per batch, {fmt_rate(sa.samples_per_s)} -> "
-                   f"{fmt_rate(sb.samples_per_s)} samples/s: {_speed_words(sb.samples_per_s/sa.samples_per_s)}.")
+        words = f"{fmt_rate(sa.samples_per_s)} -> {fmt_rate(sb.samples_per_s)} samples/s: {_speed_words(sb.samples_per_s/sa.samples_per_s)}."
+        if per_sample_needed(a, b):  # a step of 64 samples against one of 32: per sample, or the words contradict the rates
+            ps = lambda s: 1/s.samples_per_s if s.samples_per_s > 0 else math.nan
+            out.append(f"Training step (steady state), per sample (batch size {train_batch_size(a):g} -> {train_batch_size(b):g}): "
+                       f"{fmt_time(ps(sa))} -> {fmt_time(ps(sb))} per sample, {words}")
+        else: out.append(f"Training step (steady state): {fmt_time(sa.step)} -> {fmt_time(sb.step)} per batch, {words}")
     for n,d in ((na, da), (nb, db)):
         if d is None: continue
         fix = f" Fix: {d.knob}" if n == nb and d.knob else ''
@@ -140,9 +160,12 @@ class Comparison:
     def report(self) -> ProfileReport:
         "The comparison as a `ProfileReport`: it renders as rich text, HTML, plain text and markdown"
         na,nb = self.names
-        m,s = col_label('Mean Duration'),col_label('Samples/Second')
+        per = per_sample_needed(self.a, self.b)
+        m,s = (PER_SAMPLE if per else col_label('Mean Duration')),col_label('Samples/Second')
         fmts = {f'{m} {na}':fmt_time, f'{m} {nb}':fmt_time, 'Δ':fmt_change_time, 'Δ%':fmt_change_pct, f'{s} {na}':fmt_rate, f'{s} {nb}':fmt_rate}
-        notes = [f"Δ: {nb} minus {na}, of each row's mean per call; negative is faster.",
+        what = (f"of each row's time per sample (the batch sizes differ: {train_batch_size(self.a):g} -> {train_batch_size(self.b):g})"
+                if per else "of each row's mean per call")
+        notes = [f"Δ: {nb} minus {na}, {what}; negative is faster.",
                  f"{na.capitalize()}: {_describe(self.a)}.", f"{nb.capitalize()}: {_describe(self.b)}."]
         return ProfileReport(self.table, notes, [Section('Verdict', verdict_lines(self.a, self.b, self.names), self, headline=True)],
                              title=f'Profile comparison: {na} -> {nb}', formats=fmts)

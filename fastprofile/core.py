@@ -14,7 +14,7 @@ import numpy as np, pandas as pd
 from fastcore.basics import patch
 from .checks import check_int, check_bool, check_type, check_items, check_callable, check_path
 from .record import ProfileRecord, Row, PHASES, batch_durations, result_row, MAX_KEEP_BATCHES
-from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes
+from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes, GPU_EVERY
 from .report import ProfileReport, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
@@ -48,12 +48,14 @@ class ProfileOptions:
     keep_batches:int=1000 # Most recent batches kept for plots and traces
     timing:str='auto' # 'events' (CUDA events), 'sync' (synchronize at each boundary), 'wall', or 'auto'
     samples_per_second:bool=True # Count samples per batch for the Samples/Second column
+    events_every:int=GPU_EVERY # With CUDA events (`timing='events'`): record them on one batch in this many past the warm-up (1: every batch)
     def __post_init__(self):
         for n in ('show_report','plain','markdown','save_csv','samples_per_second'): check_bool(n, getattr(self, n))
         check_int('log_every', self.log_every, 1)
         check_int('warmup', self.warmup, 0)
         check_int('keep_batches', self.keep_batches, 1, MAX_KEEP_BATCHES)
         check_timing(self.timing)
+        check_int('events_every', self.events_every, 1)
 
 # %% ../nbs/06_core.ipynb #7ed928cb
 class LoadTime:
@@ -204,6 +206,12 @@ def _timing_note(rec) -> str:
     "How the table was timed, what `other` and `warmup` are, where percentiles come from: one line"
     how = {'wall': "wall clock", 'sync': "wall clock, torch.cuda.synchronize() at each phase boundary (exact, but it stalls the GPU)",
            'events': "wall clock and CUDA events (the GPU columns; no per-batch sync)"}[rec.timing]
+    k = getattr(rec, 'gpu_every', None)
+    if rec.timing == 'events' and k and k > 1 and rec.gpu_stats:  # events on a sample of the batches: say on how many
+        n = {p:rec.gpu_stats[Row(p,'batch')].n for p in PHASES if rec.gpu_stats[Row(p,'batch')].n}
+        on = ' + '.join(f"{v} {p}" for p,v in n.items()) or 'no'
+        how = (f"wall clock and CUDA events (the GPU columns: the means of {on} batches, one in {k} past the warm-up; "
+               f"GPU Total is that mean times the calls; no per-batch sync)")
     nw = sum(rec.stats[Row(p,'warmup')].n for p in PHASES)
     na,warm = sum(getattr(rec, 'n_apart', {}).values()),''
     if (rec.warmup or na) and nw:
@@ -350,7 +358,7 @@ def start_stage(self:Profile, device='cpu', overhead=None) -> ProfileRecord:
     if self.record is None:
         o = self.options
         self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches, warmup=o.warmup,
-                                  lazy=True)  # folded when the result is read
+                                  events_every=o.events_every, lazy=True)  # folded when the result is read
     if overhead is not None: self.record.overhead_per_batch = overhead  # a function: measured when first asked for
     self.own_cost += self.clock() - t0
     self.record.start_stage()

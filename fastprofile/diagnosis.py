@@ -18,13 +18,15 @@ from .tokens import tokens_line
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
-           'THROTTLE_FINDING', 'HOST_BOUND', 'RULES', 'PhaseModel', 'Finding', 'Evidence', 'input_rule', 'copy_rule',
-           'batch_tfms_rule', 'optimizer_rule', 'layers_lead', 'compute_rule', 'callback_costs', 'callbacks_rule',
+           'THROTTLE_FINDING', 'HOST_BOUND', 'MOST_BATCH_GROWTH', 'LAYER_LEAD', 'RULES', 'PhaseModel', 'Finding',
+           'Evidence', 'input_rule', 'pinned_ratio', 'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'layers_lead',
+           'compute_rule', 'larger_batch', 'batch_text', 'host_rule', 'callback_costs', 'callbacks_rule',
            'outside_rule', 'throttle_rule', 'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose',
            'diagnosis_section']
 
 # %% ../nbs/09_diagnosis.ipynb #a5158f73
 CATEGORIES = {
+    'host': 'the host (the GPU waits for it: the loader, Python and kernel launches)',
     'input': 'input pipeline (waiting for the loader)',
     'copy': 'host-to-device copy',
     'batch_tfms': 'batch transforms (`after_batch`, in the main process)',
@@ -41,7 +43,9 @@ CORE_CBS = ('TrainEvalCallback','Recorder','CastToTensor')  # fastai's own: neve
 OWN_CBS = ('CudaPrefetchCallback','EfficiencyCallback','BreakdownCallback')  # fastprofile's (the prefetcher's staging is `input`)
 LOW_GPU_UTIL = 50  # % GPU utilization in the training batches (NVML, `telemetry`) below which the GPU counts as mostly waiting
 THROTTLE_FINDING = .05  # share of the busy GPU samples below the maximum SM clock from which throttling is a finding
-HOST_BOUND = ('input','callbacks','outside','optimizer')  # verdicts in which the GPU waits for the host
+HOST_BOUND = ('host','input','callbacks','outside','optimizer')  # verdicts in which the GPU waits for the host
+MOST_BATCH_GROWTH = 4  # the batch-size advice: a power of two at most this many times the batch (memory permitting)
+LAYER_LEAD = 10  # % of forward+backward from which a layer is named as the first thing to make cheaper
 
 @dataclass
 class PhaseModel:
@@ -58,6 +62,7 @@ class PhaseModel:
     tfms:dict=field(default_factory=dict)  # `after_batch` transform -> seconds per batch, timed by a breakdown or on the sampled batches
     send:float=0.  # with no workers now: what sending a batch to the main process would add to a worker's `L`
     take:float=0.  # ... and taking it would add to the main process's `R` (measured on a copy of a batch)
+    gpu_busy:float=math.nan  # seconds per batch the GPU's spans (CUDA events) cover: at most its busy time (NaN: not timed)
 
     @property
     def main(self) -> float: return self.copy + self.batch_tfms + self.compute + self.optimizer + self.callbacks
@@ -97,6 +102,9 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
     inp = max(draw - X, 0.) + staged  # with CudaPrefetchCallback the next batch is drawn inside this one: input
     compute = sum(cost(s) for s in steps if s not in ('opt_step','zero_grad'))
     optimizer = sum(cost(s) for s in steps if s in ('opt_step','zero_grad'))
+    if on_gpu and compute + optimizer > mean('batch') > 0:  # spans that start late or end early overlap: no more than the batch's wall time
+        k = mean('batch')/(compute + optimizer)
+        compute,optimizer = compute*k,optimizer*k
     other = mean('batch') - compute - optimizer if on_gpu else mean('other')
     lt = facts.loading.get(p)
     if lt is not None and lt.workers != W: lt = None  # timed with another number of workers than the one asked about
@@ -118,8 +126,9 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
         if lt is not None and not math.isnan(lt.receive): fastest = min(max(fastest, lt.receive), inp)
         if loader_bound: load,receive = W*step,fastest  # the workers set the pace
         else: load,receive = (None if pace is None else lt.seconds),inp
+    busy = sum(gpu(s) for s in steps) + copy if on_gpu else math.nan  # the spans hold the GPU's idle gaps too: an upper bound (the draw's span is the host's wait)
     return PhaseModel(p, n, inp, copy, sum(tfms.values()), compute, optimizer, max(other - staged, 0.), W, receive, load,
-                      loader_bound, timed, on_gpu, tfms, send, take)
+                      loader_bound, timed, on_gpu, tfms, send, take, busy)
 
 # %% ../nbs/09_diagnosis.ipynb #5f1c2a04
 @dataclass
@@ -136,6 +145,7 @@ class Finding:
     step:float=math.nan  # seconds per batch (steady state) now
     predicted_step:float=math.nan  # ... after the fix (NaN: a whole-fit bound)
     if_free:bool=False  # the speedup is the bound if the resource cost nothing
+    covers:tuple=()  # resources whose fixes this finding's fix already lists (the diagnosis does not repeat them)
 
     @property
     def label(self) -> str: return CATEGORIES.get(self.resource, self.resource)
@@ -156,6 +166,7 @@ class Evidence:
     facts:Facts
     cpus:int  # CPUs the process may use
     costs:object=None  # a `Breakdown` or `SampledCosts` (callback and metric costs), if any
+    given:dict|None=None  # a change whose values the rules predict instead of choosing their own (`check_advice`: the report's)
 
     @cached_property
     def cost_rows(self) -> list:
@@ -193,16 +204,32 @@ def _waiting_workers(ev:Evidence, W:int) -> str:
     return (f" Its workers mostly wait (their CPU time is {fmt_pct(100*f)} of their time): more workers than CPUs may help too "
             f"(try `num_workers={min(16, 2*ev.cpus)}` and profile again; not predicted).")
 
+def _given(ev:Evidence, kind:str, key:str, default, **match):
+    "The value `key` of the change `ev.given` if it is of `kind` (and matches `match`), else `default`: one value per fix"
+    g = ev.given
+    if g is None or g.get('kind') != kind or any(g.get(k) != v for k,v in match.items()): return default
+    return g[key]
+
+def _workers_wanted(ev:Evidence) -> int:
+    "The loader workers the input fix asks for: enough to keep up with the main process, at most the CPUs (the given change's, if any)"
+    ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
+    W,cap = ph0.workers,max(ev.cpus, 1)
+    L,M = ph0.load or 0.,ph0.receive + ph0.main
+    need = math.ceil(L/M) if M > 0 else cap
+    return _given(ev, 'num_workers', 'value', int(min(max(need, W+1), cap)))
+
 def input_rule(ev:Evidence) -> list:
     "The loader: more workers, cheaper items, or fewer tensors to send"
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     W,cap = ph0.workers,max(ev.cpus, 1)
     free = lambda ph: ph.main  # no loading, no taking: only the main process's work
     L,M = ph0.load or 0.,ph0.receive + ph0.main
-    need = math.ceil(L/M) if M > 0 else cap
-    W2 = int(min(max(need, W+1), cap))
+    W2 = _workers_wanted(ev)
     wait = 100*ph0.input/ph0.step if ph0.step > 0 else 0.
     detail = f"the main process waits {fmt_time(ph0.input)} per training batch for the next one, {fmt_pct(wait)} of the step"
+    if not W and ph0.load_timed and ph0.receive > max(.5*ph0.input, .05*ph0.step):  # the loader built it faster than the wait
+        detail += (f"; the loader builds a batch in {fmt_time(ph0.load)}: the other {fmt_time(ph0.receive)} is main-process work after the "
+                   "batch is built (the loader's `after_batch`, a plain function or a `Pipeline`, or its copy), which more workers do not take")
     if W and ph0.loader_bound:
         detail += (f"; its {W} worker{'s' if W > 1 else ''} take{'s' if W == 1 else ''} {fmt_time(L)} to build a batch "
                    f"({fmt_time(L/W)} a batch together), the main process {fmt_time(M)}: the workers set the pace")
@@ -218,7 +245,7 @@ def input_rule(ev:Evidence) -> list:
         if probed is not None and ph0.receive > 3*probed + 1e-3 and not ev.facts.on_gpu:  # not the taking: the CPU is shared
             fix = (f"the main process spends {fmt_time(ph0.receive)} per batch in the draw though its {W} workers keep up "
                    f"({fmt_time(L/W)} a batch) and taking a batch costs {fmt_time(probed)} (probed): the rest is waiting for a core, "
-                   f"which the workers and torch's {ev.facts.threads or '?'} threads share ({ev.cpus} CPUs): fewer workers, or fewer threads "
+                   f"which the workers and torch's {f'{ev.facts.threads} ' if ev.facts.threads else ''}threads share ({ev.cpus} CPUs): fewer workers, or fewer threads "
                    "(`torch.set_num_threads`).")
         else:
             fix = (f"the main process spends {fmt_time(ph0.receive)} per batch taking each batch from the workers "
@@ -238,11 +265,32 @@ def _overlapped(ph:PhaseModel) -> float:
     x = ph.copy + ph.batch_tfms
     return ph.step_with(main=max(x, ph.main - x))
 
+def pinned_ratio(ev:Evidence) -> tuple:
+    "The copy's time pinned over its time now (1 when the batches are pinned or nothing was measured), and whether the batches were pinned (None: unknown)"
+    x,ph0 = ev.facts.extra,ev.phases.get('train', next(iter(ev.phases.values())))
+    pinned,p = x.get('batch_pinned'),x.get('pinned_copy_seconds')
+    if p is None and not pinned and ph0.copy > 0 and callable(x.get('pinned_copy')):  # measured now, once: only a diagnosis with a copy to model asks
+        p = x.pop('pinned_copy')()
+        if p is not None: x['pinned_copy_seconds'] = p
+    if pinned or p is None or not ph0.copy > 0: return 1.,pinned
+    return min(p/ph0.copy, 1.),pinned
+
 def copy_rule(ev:Evidence) -> list:
-    "The host-to-device copy (split out by a breakdown): overlapped by `learn.prefetch()`"
+    "The host-to-device copy (timed on the sampled batches or by a breakdown): pinned (`pinned_copy_seconds`, measured once on a batch) and overlapped by `learn.prefetch()`"
     if not any(ph.copy > 0 for ph in ev.phases.values()): return []
-    return [ev.finding('copy', "`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy overlaps compute.",
-                       _overlapped, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'))]
+    r,pinned = pinned_ratio(ev)
+    ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
+    both = lambda ph: ph.step_with(main=max(ph.copy*r + ph.batch_tfms, ph.main - ph.copy - ph.batch_tfms))  # pinned, on a side stream
+    detail = f"the copy to the device takes {fmt_time(ph0.copy)} per training batch, {fmt_pct(100*ph0.copy/ph0.step if ph0.step > 0 else 0.)} of the step"
+    if pinned: fix = "`learn.prefetch()` (`CudaPrefetchCallback`): the (pinned) copy overlaps compute."
+    elif r < 1:
+        pin = ev.steady/ev.after(lambda ph: ph.step_with(main=ph.main - ph.copy*(1 - r)))
+        detail += f", from pageable memory; pinned it took {fmt_time(ph0.copy*r)} (one batch, measured once)"
+        fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the pinned copy is "
+               f"{1/r:.1f}x faster, and overlaps compute" + (f"; `pin_memory=True` alone: {pin:.2f}x predicted." if pin >= MIN_GAIN else '.'))
+    else: fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy overlaps compute "
+                 "(a pinned copy was not measured: predicted with the copy's time now).")
+    return [ev.finding('copy', fix, both, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'), detail=detail)]
 
 def _into_workers(ev:Evidence, slow:str) -> tuple:
     "The workers to build batch transform `slow` in, and the step of each phase with it moved there (its time leaves the main process's work for the workers' build)"
@@ -251,6 +299,7 @@ def _into_workers(ev:Evidence, slow:str) -> tuple:
     W,cap = ph0.workers,max(ev.cpus, 1)
     L,M = (ph0.load or 0.) + T[ph0.phase],ph0.receive + ph0.main - T[ph0.phase]
     W2 = W if W >= cap else int(min(max(math.ceil(L/M) if M > 0 else cap, W, 1), cap))  # enough to keep up, at most the CPUs
+    W2 = _given(ev, 'move_tfm', 'workers', W2, name=slow)
     return W2,lambda ph: ph.step_with(main=ph.main - T[ph.phase], load=(ph.load or 0.) + T[ph.phase], workers=W2)
 
 def batch_tfms_rule(ev:Evidence) -> list:
@@ -278,7 +327,8 @@ def batch_tfms_rule(ev:Evidence) -> list:
                        change=dict(kind='move_tfm', name=slow, workers=W2, before=W))]
 
 def optimizer_rule(ev:Evidence) -> list:
-    "The optimizer step: a fused or foreach optimizer, fewer steps"
+    "The optimizer step: a fused or foreach optimizer, fewer steps (where the GPU waits for the host: in `host_rule`)"
+    if _gpu_waits(ev) is not None: return []
     return [ev.finding('optimizer', "a fused or foreach optimizer (e.g. `opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, "
                        "foreach=True)`), or a larger batch size: fewer steps per epoch.",
                        lambda ph: ph.step_with(main=ph.main - ph.optimizer), kind='bound')]
@@ -301,7 +351,7 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
     fixed = ph0.optimizer + ph0.callbacks + ph0.receive
     s = ph0.step/(ph0.step - fixed/2) if ph0.step > fixed/2 else 1.
     if s >= MIN_GAIN:
-        opts.append(f"a larger batch size (now {f.batch_size or '?'}): {fmt_pct(100*fixed/ph0.step)} of the step is per-batch work "
+        opts.append(f"a larger batch size{_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is per-batch work "
                     f"(optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the batch (up to {s:.2f}x; retune the learning rate)")
     if f.model.get('conv2d') and not f.model.get('channels_last'): opts.append("`learn.model.to(memory_format=torch.channels_last)` (a conv net)")
     if not f.model.get('compiled'): opts.append("`learn.model = torch.compile(learn.model)`")
@@ -312,13 +362,15 @@ def layers_lead(facts:Facts|None, n:int=2) -> str|None:
     "The model's costliest layers in words, from `facts.layers` (`fastprofile.layers.LayerTimes`): what the compute fix names first; None if not timed"
     lay = getattr(facts, 'layers', None)
     if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None  # a model with no submodules: nothing to name
-    top = [l for l in lay.top(n) if lay.share(l.name) >= 10] or lay.top(1)
+    top = [l for l in lay.top(n) if lay.share(l.name) >= LAYER_LEAD]
+    if not top: return None  # no layer takes a tenth: none is the first thing to make cheaper (the layers' lines still list them)
     names = ', '.join(f"{lay.label(l)} {fmt_pct(lay.share(l.name))}" for l in top)
     return (f"{names} of forward+backward (self time, {lay.batches} sampled batch{'es' if lay.batches != 1 else ''}): "
             f"the layer{'s' if len(top) > 1 else ''} to make cheaper or replace first")
 
 def compute_rule(ev:Evidence) -> list:
     "The model's forward, loss and backward: the costliest layers (where timed) first, then what speeds the model up as a whole"
+    if _gpu_waits(ev) is not None: return []  # the GPU waits for the host: faster GPU compute saves nothing (`host_rule`)
     after = lambda ph: ph.step_with(main=ph.main - ph.compute)
     lead = layers_lead(ev.facts)
     lead = '' if lead is None else lead + '. For the whole model: '
@@ -330,6 +382,90 @@ def compute_rule(ev:Evidence) -> list:
     f.fix = lead + f.fix
     if s < f.speedup: f.speedup,f.predicted_step,f.if_free = s,f.step/s,False
     return [f]
+
+# %% ../nbs/09_diagnosis.ipynb #5f1c2a21
+def _now(v) -> str: return f" (now {v})" if v else ''  # what a setting is now, where known
+
+def _gpu_busy(ev:Evidence) -> tuple:
+    "The GPU's busy share of a training step (0-1) and how it is known, in words; (None, '') on a CPU or without readings"
+    if not ev.facts.on_gpu: return None,''
+    tel = ev.facts.telemetry
+    b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
+    if t is not None and not math.isnan(t.util):
+        u = b.util if b is not None and not math.isnan(b.util) else t.util
+        return u/100,f"the GPU was busy {fmt_pct(u)} of the time in training batches (NVML, {t.n:,} samples)"
+    ph = ev.phases.get('train')
+    if ph is None or math.isnan(ph.gpu_busy) or not ph.step > 0: return None,''
+    u = min(ph.gpu_busy/ph.step, 1.)
+    return u,f"the GPU's work spans at most {fmt_pct(100*u)} of the training step (CUDA events; the spans hold its idle gaps too)"
+
+def _gpu_waits(ev:Evidence) -> str|None:
+    "Why the GPU waits for the host in training batches, in words (`_gpu_busy` under `LOW_GPU_UTIL`); None when nothing says so"
+    u,why = _gpu_busy(ev)
+    return why if u is not None and u < LOW_GPU_UTIL/100 else None
+
+def larger_batch(bs:int|None, # The batch size now (None: unknown)
+                 growth:float|None=None, # How many times the batch memory allows (`Efficiency.batch_growth`); None: unknown
+                 most:int=MOST_BATCH_GROWTH, # At most this many times the batch
+                ) -> int|None:
+    "The batch size to try: the largest power of two above `bs`, at most `most` times it and what memory allows; None if there is none"
+    if not bs or bs < 1: return None
+    lim = bs*min(most, growth if growth is not None else most)
+    b2 = 2**int(math.floor(math.log2(lim))) if lim >= 1 else 0
+    return b2 if b2 > bs else None
+
+def batch_text(bs:int, b2:int, growth:float|None=None) -> str:
+    "The batch-size advice in words: the size, how many times the batch, what memory allows"
+    g = '' if growth is None else f"; memory allows up to ~{growth:.0f}x" if growth >= 10 else f"; memory allows up to ~{growth:.1f}x"
+    return f"bs {b2} ({b2/bs:.3g}x the batch of {bs}{g}; retune the learning rate)"
+
+def _batch_growth(facts) -> float|None:
+    eff = getattr(facts, 'efficiency', None)
+    try: return None if eff is None else eff.batch_growth()
+    except Exception: return None
+
+class _Option(NamedTuple):
+    "One fix of the host-bound verdict: its words, the step after it (`after(ph)`), 'model' or 'bound', and what `check_advice` applies"
+    text:str; after:Callable; kind:str; change:dict|None=None
+
+def host_rule(ev:Evidence) -> list:
+    "The GPU waits for the host (`_gpu_waits`): the host's fixes, ranked (measured predictions first, then bounds), each predicted"
+    why = _gpu_waits(ev)
+    if why is None: return []
+    u,f = _gpu_busy(ev)[0],ev.facts
+    ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
+    G = lambda ph: u*ph.step  # the GPU's busy seconds per batch
+    opts,W,W2 = [],ph0.workers,_workers_wanted(ev)
+    if (W2 > W and ph0.input >= MODERATELY_INPUT_BOUND/100*ph0.step and (W == 0 or ph0.loader_bound) and sys.platform != 'darwin'):
+        opts.append(_Option(f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): the draw is "
+                            f"{fmt_pct(100*ph0.input/ph0.step)} of the step", lambda ph: ph.step_with(workers=W2), 'model',
+                            dict(kind='num_workers', value=W2, before=W)))
+    g = _batch_growth(f)
+    b2 = larger_batch(f.batch_size, g)
+    if b2:
+        k = b2/f.batch_size  # per sample: the loader's work grows with the batch, the host's launches do not, the GPU's does
+        opts.append(_Option(f"a larger batch, {batch_text(f.batch_size, b2, g)}: the host's per-batch work is paid once for {k:g}x the samples",
+                            lambda ph: ph.step_with(main=max(ph.main, k*G(ph)), load=k*(ph.load or 0.))/k, 'bound'))
+    if not f.model.get('compiled'):
+        opts.append(_Option("CUDA graphs, `learn.model = torch.compile(learn.model, mode='reduce-overhead')`: the step's kernels "
+                            "launched as one graph", lambda ph: ph.step_with(main=ph.main - ph.compute - ph.optimizer +
+                                                                                min(ph.compute + ph.optimizer, G(ph))), 'bound'))
+    if ph0.main > 0 and ph0.optimizer >= .1*ph0.main:
+        opts.append(_Option(f"a fused or foreach optimizer (`opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, fused=True)`): "
+                            f"`opt_step` takes {fmt_time(ph0.optimizer)}, {fmt_pct(100*ph0.optimizer/ph0.main)} of the host's step",
+                            lambda ph: ph.step_with(main=ph.main - ph.optimizer), 'bound'))
+    sp = lambda o: ev.steady/ev.after(o.after)
+    opts = sorted(opts, key=lambda o: (o.kind != 'model', -sp(o)))
+    opts = [o for o in opts if sp(o) >= MIN_GAIN] or opts[:1]
+    share = 100*sum(ph.n*max(ph.step - G(ph), 0.) for ph in ev.phases.values())/ev.fit
+    if not opts: return [ev.finding('host', None, lambda ph: ph.step, G, kind='bound', detail=why, share=share)]
+    timed = not any(ph.workers and ph.load is None for ph in ev.phases.values())  # as `Evidence.finding`: the loader's pace known
+    words = lambda o: f"{sp(o):.2f}x {'predicted' if o.kind == 'model' and timed else 'at most'}"
+    fix = ' '.join(f"({i+1}) {o.text}: {words(o)}." for i,o in enumerate(opts))
+    first = opts[0]
+    out = ev.finding('host', fix, first.after, G, kind=first.kind, change=first.change, detail=f"{why}: it waits for the host", share=share)
+    out.covers = ('input','compute','optimizer')
+    return [out]
 
 # %% ../nbs/09_diagnosis.ipynb #5f1c2a12
 class _CostRow(NamedTuple):
@@ -382,7 +518,7 @@ def callbacks_rule(ev:Evidence) -> list:
     out = [f for f in out if f.speedup >= MIN_GAIN]
     # what no removable callback or metric explains: fastai's own per-batch work, the same whatever the batch size
     rest = {p:max(ph.callbacks - named[p], 0.) for p,ph in ev.phases.items()}
-    f = ev.finding('callbacks', f"a larger batch size (now {ev.facts.batch_size or '?'}): fastai's own callbacks (`Recorder`, "
+    f = ev.finding('callbacks', f"a larger batch size{_now(ev.facts.batch_size)}: fastai's own callbacks (`Recorder`, "
                    "`TrainEvalCallback`...) and the Python between the timed steps cost the same per batch, whatever its size.",
                    lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2), lambda ph: ph.step_with(main=ph.main - rest[ph.phase]), kind='bound',
                    share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit, detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in fastai's own callbacks and between the timed steps")
@@ -426,6 +562,7 @@ def gpu_agreement(resource:str, tel) -> str|None:
     if t is None or math.isnan(t.util): return None
     u = b.util if b is not None and not math.isnan(b.util) else t.util
     busy = f"the GPU was busy {fmt_pct(u)} of the time in training batches ({fmt_pct(t.util)} over the train phase; NVML, {t.n:,} samples)"
+    if resource == 'host': return None  # its verdict says it
     if resource in HOST_BOUND:
         return (f"The GPU agrees: {busy}: it waits for the host." if u < LOW_GPU_UTIL else
                 f"But {busy}: the host's work overlaps the GPU's, so the fix may gain less.")
@@ -485,7 +622,7 @@ def compile_rule(ev:Evidence) -> list:
     return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound', detail=detail,
                     step=ev.steady/ev.batches, if_free=True)]
 
-RULES = [input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule, outside_rule, compile_rule]
+RULES = [host_rule, input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule, outside_rule, compile_rule]
 
 # %% ../nbs/09_diagnosis.ipynb #f6cef14f
 @dataclass
@@ -553,10 +690,12 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
              facts:Facts|None=None, # What the run was (workers, device, loader timing, callback costs); default: the result's
              num_workers:int|None=None, # Loader workers during the fit, overriding `facts.num_workers`
              rules:list|None=None, # Functions `rule(Evidence) -> list[Finding]`; default `RULES`
+             change:dict|None=None, # A change to predict with its own values (e.g. `{'kind': 'num_workers', 'value': 16, ...}`, as `check_advice` applies the report's) instead of the values the rules would choose
             ) -> Diagnosis:
     "What bounds the profiled run, the fastai knob to turn, and the speedup predicted by the pipeline model"
     if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
     if rules is not None: rules = check_items('rules', rules, Callable, 'functions rule(Evidence) -> list of Finding')
+    if change is not None: check_type('change', change, dict, "a dict such as {'kind': 'num_workers', 'value': 4} or None")
     rec,facts = _source(src, facts)
     if facts is None: facts = Facts()
     if num_workers is not None: check_int('num_workers', num_workers, 0)
@@ -575,8 +714,9 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     comp = facts.compile.seconds if facts.compile is not None else 0.  # inside the warm-up (and the batches that compiled, set apart with it)
     shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*max(warm - comp, 0.)/fit, 'compile':100*comp/fit}
     ev = Evidence(ph, shares, fit, tot['outside'], facts, facts.cpus or os.cpu_count() or 1,
-                  facts.breakdown if facts.breakdown is not None else facts.callback_costs)
+                  facts.breakdown if facts.breakdown is not None else facts.callback_costs, change)
     found = [f for rule in (RULES if rules is None else rules) for f in rule(ev)]
+    found = [f for f in found if not any(f.resource in g.covers for g in found if g is not f)]  # listed in another's fix already
     found.sort(key=lambda f: -f.saved)
     best = found[0]
     tds = st[Row('train','draw')]

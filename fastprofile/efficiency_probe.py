@@ -35,7 +35,7 @@ class EfficiencyCallback(ProbeCallback):
             try: self.result.setup_seconds = prepare_flop_counter()
             except Exception as e: self.result.failure = f"counting failed: the FLOP counter could not start ({type(e).__name__}: {e})"
         self._stage,self._counter,self._shadowed,self._mem,self._patches,self._paused = None,None,None,None,None,None
-        self._phase,self._batches,self._reads,self._compiled = None,0,{},False
+        self._phase,self._batches,self._reads,self._compiled,self._driven = None,0,{},False,False
         # fastai's fit and phase events go to a session of its own, when added by hand (a session tells the probe otherwise)
         self._handlers = self._idle = {'before_fit': self.hand_fit_starts, 'after_fit': self.hand_fit_ends}
         self._per_phase = dict(self._idle, before_train=lambda: self.hand_phase_starts('train'),
@@ -65,6 +65,7 @@ def stage(self:EfficiencyCallback, s):
             if r.device_name is None: self._mem = None
         r.rss_start,r.maxrss_start = rss_bytes(),maxrss_bytes()
     self._stage,self._compiled = StageFlops(),is_compiled(self.learn.model)
+    self._driven = s is not self._own  # a session of the call tells it the fits and phases: in `learn.cbs` only for per-batch work
     r.stages.append(self._stage)
     if self.count_flops and not self.warmup and r.failure is None:
         r.failure = "not counted: `warmup=0` puts the first batch in the statistics, and counting slows it down"
@@ -76,6 +77,7 @@ def pause(self:EfficiencyCallback, s):
     self._paused = (self._handlers, self._shadowed is not None)
     self._unshadow()
     self._handlers = self._idle
+    self._listen(False)
 
 @patch
 def resume(self:EfficiencyCallback, s):
@@ -84,6 +86,7 @@ def resume(self:EfficiencyCallback, s):
     self._handlers,reshadow = self._paused
     self._paused = None
     if reshadow: self._shadow(self._phase)
+    self._listen(self._handlers is self._per_batch)
 
 @patch
 def end_stage(self:EfficiencyCallback, s):
@@ -109,6 +112,7 @@ def _start_phase(self:EfficiencyCallback, phase):
     if count: self._shadow(phase)
     mem = self._mem is not None and phase == 'train' and self.warmup > 0
     self._handlers = self._per_batch if (count or mem) else self._per_phase
+    self._listen(self._handlers is self._per_batch)
 
 @patch
 def phase(self:EfficiencyCallback, s): self._start_phase(s.phase)
@@ -118,6 +122,7 @@ def end_phase(self:EfficiencyCallback, s):
     "End of a phase: take the shadow off, read the resident memory"
     self._unshadow()
     self._handlers = self._per_phase
+    self._listen(False)
     r,rss = self.result,rss_bytes()
     if rss is not None: r.rss_seen = max(r.rss_seen or 0, rss)
 
@@ -172,6 +177,14 @@ def _record(self:EfficiencyCallback, phase, fc, seconds):
                      "(custom kernels are not counted)")
 
 # %% ../nbs/16a_efficiency_probe.ipynb #ec986e96
+@patch
+def _listen(self:EfficiencyCallback, on:bool):
+    "Driven by a session, be in `learn.cbs` only while there is per-batch work (fastai calls every callback at every event: ~10 calls a batch for nothing); added by hand, always"
+    if not self._driven or self.learn is None: return
+    cbs = self.learn.cbs
+    if on and self not in cbs: cbs.append(self)
+    elif not on and self in cbs: cbs.remove(self)
+
 @patch
 def _sampling(self:EfficiencyCallback) -> bool:
     "True while memory is sampled: on CUDA, in a training phase"
@@ -247,7 +260,9 @@ def _after_step(self:EfficiencyCallback):
 def _after_batch(self:EfficiencyCallback):
     "After the warm-up batches, or once nothing is left to do in them, the table has no per-batch event"
     self._batches += 1
-    if self._batches >= self.warmup or not (self._sampling() or self._wants_count(self._phase)): self._handlers = self._per_phase
+    if self._batches >= self.warmup or not (self._sampling() or self._wants_count(self._phase)):
+        self._handlers = self._per_phase
+        self._listen(False)  # its work in this phase is done: fastai stops calling it at every event
 
 # %% ../nbs/16a_efficiency_probe.ipynb #5e08b98d
 @patch
@@ -256,6 +271,7 @@ def end(self:EfficiencyCallback, s):
     if self._counter is not None: self._counter.stop(); self._counter = None
     self._unshadow()
     self._handlers,self._paused = self._idle,None
+    self._listen(True)  # back in `learn.cbs`, where the session's undo takes it off (with fastai's `learn.efficiency`)
     if self._stage is not None and self.learn is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
     self._stage = None
     r = self.result

@@ -11,7 +11,7 @@ from fastai.basics import *
 from .core import ProfileResult, guarded
 from .record import Row, result_row
 from .report import Section, fmt_time, fmt_pct
-from .diagnosis import diagnose, diagnosis_section, layers_lead
+from .diagnosis import diagnose, diagnosis_section, layers_lead, larger_batch, batch_text
 from .flops import peak_flops_for
 from .efficiency import Efficiency, fmt_flops, fmt_mem
 
@@ -59,12 +59,14 @@ def _compute_share(record) -> float|None:
     return sum(cost(a) for a in ('forward','loss','backward','opt_step')) / whole if whole > 0 else None
 
 def efficiency_advice(result:ProfileResult,
-    compute_bound:bool|None=None, # The run is compute-bound (the diagnosis' verdict); None: the model and optimizer take half the step or more
+    compute_bound:bool|None=None, # The run is compute-bound (the diagnosis' verdict); None: the report's verdict, else the model and optimizer take half the step or more
 ) -> list:
     "What to try when the GPU runs far below its peak: half precision, a larger batch, channels_last"
     eff,s = _efficiency(result),efficiency_summary(result)
     mfu = s['mfu']
     if eff is None or mfu is None or mfu >= LOW_MFU or not (eff.device or '').startswith('cuda'): return []
+    if compute_bound is None and result.__dict__.get('_verdict') is not None:  # the report's diagnosis, made first: one verdict
+        compute_bound = result.__dict__['_verdict'] == 'compute'
     if compute_bound is None:
         share = _compute_share(result.record)
         compute_bound = share is not None and share >= .5
@@ -77,9 +79,11 @@ def efficiency_advice(result:ProfileResult,
         gain = f" (this GPU's half-precision peak is {half/now:.0f}x its {eff.dtype} peak)" if half and now else ''
         out.append(f"Try `learn.to_fp16()` (or `to_bf16()`): matmuls on tensor cores{gain}.")
     g,bs = s['batch_size_growth'],getattr(result.facts, 'batch_size', None)
-    if g is None or g >= 1.5:
-        room = f": memory allows about {g:.1f}x" + (f" (bs {bs} → ~{int(bs*g)})" if bs else '') if g is not None else ''
-        out.append(f"Try a larger batch size{room}; more work per kernel launch keeps the GPU busy.")
+    b2 = larger_batch(bs, g)
+    if b2: out.append(f"Try a larger batch, {batch_text(bs, b2, g)}: more work per kernel launch keeps the GPU busy.")
+    elif not bs and (g is None or g >= 2):
+        out.append("Try a larger batch (a power of two, 2-4x" + (f"; memory allows up to ~{g:.1f}x" if g is not None and g < 10 else
+                   f"; memory allows up to ~{g:.0f}x" if g is not None else '') + "): more work per kernel launch keeps the GPU busy.")
     fam = eff.family_flops()
     if fam.get('conv', 0) > .5*sum(fam.values()) and not eff.channels_last:
         out.append("Try channels_last for this convnet: `learn.model.to(memory_format=torch.channels_last)` "
@@ -159,6 +163,7 @@ def efficiency_fix(result:ProfileResult,
 def diagnosis_with_efficiency(result:ProfileResult) -> Section|None:
     "The report's *Diagnosis* (`diagnosis_section`), its compute fix made specific by `efficiency_fix`"
     sec = diagnosis_section(result)
+    result._verdict = None if sec is None else sec.data.verdict  # the Efficiency section's advice follows it
     fix = None if sec is None else efficiency_fix(result, sec.data)
     result._efficiency_fix_given = fix is not None  # the Efficiency section reads it: the run is not diagnosed twice
     if fix is None: return sec

@@ -19,11 +19,12 @@ from .cuda_events import take_event, give_back
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['TIMINGS', 'check_timing', 'resolve_timing', 'EventPool', 'PendingBatch', 'GpuProfileRecord', 'sync_clock',
-           'make_record', 'gpu_idle_share', 'Backlog', 'gpu_notes']
+__all__ = ['TIMINGS', 'GPU_EVERY', 'check_timing', 'resolve_timing', 'EventPool', 'PendingBatch', 'GpuProfileRecord',
+           'sync_clock', 'make_record', 'gpu_idle_share', 'Backlog', 'gpu_notes']
 
 # %% ../nbs/04_gpu_timing.ipynb #ad9e25d0
 TIMINGS = ('auto','events','sync','wall')
+GPU_EVERY = 7  # `learn.profile()` records CUDA events on one batch in this many past the warm-up (odd: never in step with samplers that take every 16th or 32nd batch)
 
 def check_timing(timing:str) -> str:
     "Raise a clear error unless `timing` is one of `TIMINGS`"
@@ -69,43 +70,53 @@ class PendingBatch(NamedTuple):
 
 # %% ../nbs/04_gpu_timing.ipynb #6db5caac
 class GpuProfileRecord(ProfileRecord):
-    "A `ProfileRecord` that also times each phase on the GPU with pooled events on `stream`, resolved lazily"
+    "A `ProfileRecord` that also times each phase on the GPU with pooled events on `stream`, on one batch in `every` past the warm-up, resolved lazily"
     timing = 'events'
     def __init__(self,
         make_event=None, # Creates a timing event; default `torch.cuda.Event(enable_timing=True)`
         stream=None, # Stream to record events on (the model device's current stream); None: the current one
         pool_batches:int=64, # Batches whose events can be in flight at once
+        every:int=1, # Record events on one batch in this many past the warm-up (the others get wall marks only); `learn.profile()`'s default is `GPU_EVERY`
         **kwargs
     ):
         super().__init__(**kwargs)
+        check_int('every', every, 1)
         spare = None
         if make_event is None:
             import torch
             spare = getattr(getattr(stream, 'device', None), 'index', None)  # a CUDA stream's device index
             # from the spare list, and back to it when the pool goes (a forked worker must never free one)
             make_event = (lambda: torch.cuda.Event(enable_timing=True)) if spare is None else partial(take_event, spare)
-        self.stream,self.pool = stream,EventPool(make_event, pool_batches, spare)
+        self.stream,self.pool,self.gpu_every = stream,EventPool(make_event, pool_batches, spare),every
         self.gpu_stats = {k:StreamingStats() for k in self.stats}
         self.gpu_ring = np.full((self.keep_batches, len(GPU_COLS)), np.nan)
         self._pending = deque()  # `PendingBatch`es, oldest first
         self._gpu_buf = []       # resolved batches not yet in the statistics: (phase, durations)
         self.n_waits,self._batch_no = 0,0  # times the pool ran dry and the profiler waited for the GPU; batches ended
-        self._take_row()
+        self._row,self._cleared = None,0  # the row of events held for the batch in flight; the first ring row not yet written or cleared
 
     def mark(self, slot:int):
-        "Record the wall time of boundary `slot`, and its event on the stream"
+        "Record the wall time of boundary `slot`, and its event on the stream when the batch in flight is sampled"
         self.marks[slot] = self.clock()
-        self._evs[slot].record(self.stream)
+        evs = self.evs
+        if evs is not None: evs[slot].record(self.stream)
+
+    def start_phase(self, phase:str):
+        super().start_phase(phase)
+        self._sample(0)
 
     def end_batch(self, bs:int):
-        "Queue the batch's marks, keep its row of events pending, and take a row for the next batch"
-        warm = self._phase_batches + len(self._queue) < self.warmup if self.phase else False
-        if self._apart and not warm: warm = any(a is self.marks for a in self._apart)  # it compiled (`set_apart`)
-        self._pending.append(PendingBatch(self._row, self.phase, self._batch_no, warm, self.marks))
+        "Queue the batch's marks; a sampled batch's row of events waits to be resolved; the next batch is sampled or not"
+        if self.evs is not None:
+            warm = self._phase_batches + len(self._queue) < self.warmup if self.phase else False
+            if self._apart and not warm: warm = any(a is self.marks for a in self._apart)  # it compiled (`set_apart`)
+            self._pending.append(PendingBatch(self._row, self.phase, self._batch_no, warm, self.marks))
+            self._row = self.evs = None
+            self._resolve(most=1)  # one finished row a sampled batch: resolving is spread out, never a burst
         self._batch_no += 1
         super().end_batch(bs)
         # a slot not reached in the next batch keeps a NaN wall mark, so its (older) event is never read
-        self._take_row()
+        self._sample(self._phase_batches + len(self._queue) if self.phase else -1)
 
     def fold(self):
         super().fold()
@@ -113,6 +124,7 @@ class GpuProfileRecord(ProfileRecord):
 
     def end_phase(self, bs:int=0, at:float|None=None):
         super().end_phase(bs, at)
+        self._sample(-1)  # no batch in flight: its row goes back
         self._resolve(block_all=True)  # once per phase: the statistics are complete at each epoch's end
 
     def recent(self):
@@ -133,6 +145,14 @@ class GpuProfileRecord(ProfileRecord):
 
 # %% ../nbs/04_gpu_timing.ipynb #b88b28dc
 @patch
+def _sample(self:GpuProfileRecord, i:int):
+    "Whether batch `i` of the phase (-1: none) records events: one in `gpu_every` past the warm-up; it takes a row of the pool if so"
+    on = i >= self.warmup and (i - self.warmup) % self.gpu_every == 0
+    if on and self._row is None: self._take_row()
+    elif not on and self._row is not None: self.pool.give(self._row); self._row = None
+    self.evs = self.pool.rows[self._row] if on else None
+
+@patch
 def _take_row(self:GpuProfileRecord):
     "Take a free row of events for the next batch, resolving (and if need be waiting for) finished ones"
     row = self.pool.take()
@@ -143,12 +163,13 @@ def _take_row(self:GpuProfileRecord):
         self.n_waits += 1
         self._resolve(block_oldest=True)
         row = self.pool.take()
-    self._row,self._evs = row,self.pool.rows[row]
+    self._row = row
 
 @patch
-def _resolve(self:GpuProfileRecord, block_oldest=False, block_all=False):
-    "Resolve pending rows whose last recorded event has completed, oldest first"
-    while self._pending:
+def _resolve(self:GpuProfileRecord, block_oldest=False, block_all=False, most:int|None=None):
+    "Resolve pending rows whose last recorded event has completed, oldest first (at most `most` of them)"
+    n = 0
+    while self._pending and (most is None or n < most):
         b = self._pending[0]
         evs = self.pool.rows[b.row]
         if block_all or block_oldest: evs[Slot.BATCH_END].synchronize(); block_oldest = False
@@ -156,7 +177,20 @@ def _resolve(self:GpuProfileRecord, block_oldest=False, block_all=False):
         self._pending.popleft()
         self._add_gpu(evs, b)
         self.pool.give(b.row)
+        n += 1
     if len(self._gpu_buf) >= 64 or (block_all and self._gpu_buf): self._flush_gpu()
+    if block_all: self._clear_ring(self._batch_no)
+
+@patch
+def _clear_ring(self:GpuProfileRecord, upto:int):
+    "NaN in the GPU ring's rows of batches `_cleared`..`upto - 1`: batches that recorded no events (the ring's rows are reused)"
+    k,a = self.keep_batches,self._cleared
+    if upto - a >= k: self.gpu_ring[:] = math.nan
+    elif upto > a:
+        i,j = a % k,upto % k
+        if i < j: self.gpu_ring[i:j] = math.nan
+        else: self.gpu_ring[i:] = math.nan; self.gpu_ring[:j] = math.nan
+    self._cleared = max(a, upto)
 
 @patch
 def _add_gpu(self:GpuProfileRecord, evs, b:PendingBatch):
@@ -171,7 +205,9 @@ def _add_gpu(self:GpuProfileRecord, evs, b:PendingBatch):
     named = [d[s.name] for s in STEPS[b.phase] if not math.isnan(d[s.name])]
     d['other'] = d['batch'] - sum(named) if not math.isnan(d['batch']) else math.nan
     row = [d.get(c, math.nan) for c in GPU_COLS]
+    self._clear_ring(b.no)  # the batches since the last sampled one have no GPU times
     self.gpu_ring[b.no % self.keep_batches] = row
+    self._cleared = b.no + 1
     if not b.warmup: self._gpu_buf.append((b.phase, row))
 
 @patch
@@ -196,6 +232,7 @@ def sync_clock(device, clock=time.perf_counter):
 def make_record(timing:str, # A resolved timing mode: 'wall', 'sync' or 'events' (see `resolve_timing`)
                 device=None, # The CUDA device for 'sync' and 'events'
                 pool_batches:int=64, # Event rows for 'events'
+                events_every:int=1, # 'events': record them on one batch in this many past the warm-up (`GpuProfileRecord`'s `every`)
                 clock=time.perf_counter, # Wall clock
                 **kwargs # Passed to `ProfileRecord`
                ) -> ProfileRecord:
@@ -207,15 +244,16 @@ def make_record(timing:str, # A resolved timing mode: 'wall', 'sync' or 'events'
         return rec
     if timing == 'events':
         import torch
-        return GpuProfileRecord(stream=torch.cuda.current_stream(device), pool_batches=pool_batches, clock=clock, **kwargs)
+        return GpuProfileRecord(stream=torch.cuda.current_stream(device), pool_batches=pool_batches, every=events_every, clock=clock, **kwargs)
     raise ValueError(f"`timing` must be a resolved mode ('wall', 'sync' or 'events'), got {timing!r}")
 
 # %% ../nbs/04_gpu_timing.ipynb #cba3652c
 def gpu_idle_share(rec:ProfileRecord, phase:str='train') -> float:
-    "Share of the step's wall time (draw + batch) in which the GPU ran none of the timed phases"
-    g = rec.gpu_stats
-    wall = rec.stats[Row(phase,'draw')].total + rec.stats[Row(phase,'batch')].total
-    busy = g[Row(phase,'draw')].total + sum(g[Row(phase,'batch',s.name)].total for s in STEPS[phase])
+    "Share of the step's wall time (draw + batch) in which the GPU ran none of the timed phases (from the means: GPU times come from the sampled batches)"
+    g,st = rec.gpu_stats,rec.stats
+    mean = lambda s: s.mean if s.n else 0.
+    wall = mean(st[Row(phase,'draw')]) + mean(st[Row(phase,'batch')])
+    busy = mean(g[Row(phase,'draw')]) + sum(mean(g[Row(phase,'batch',s.name)]) for s in STEPS[phase])
     return max(0., 1 - busy/wall) if wall > 0 else math.nan
 
 # %% ../nbs/04_gpu_timing.ipynb #7c4f5460

@@ -19,6 +19,7 @@ from .loads import LoadTimer
 from .compiles import CompileProbe, compile_section
 from .breakdown import BreakdownCallback
 from .prefetch import CudaPrefetchCallback
+from .pipeline import PinnedCopy, _tensors
 from .efficiency_probe import EfficiencyCallback
 from .layers import LayerTimer
 from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
@@ -30,7 +31,7 @@ from .wandb import WandbSink
 from .tensorboard import TensorBoardSink
 
 # %% auto #0
-__all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'LearnerFacts', 'PrefetchStaging', 'session_for',
+__all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'batch_copy', 'LearnerFacts', 'PrefetchStaging', 'session_for',
            'NoProfileError']
 
 # %% ../nbs/17_learner.ipynb #52637485
@@ -80,15 +81,34 @@ def learner_facts(learn, device=None) -> Facts:
     return Facts(device=str(train_device(learn) if device is None else device), num_workers=_num_workers(learn), cpus=_cpus(),
                  threads=torch.get_num_threads(), batch_size=getattr(learn.dls.train, 'bs', None), model=_model_facts(learn.model))
 
+def _ready_pinned(dl) -> bool:
+    "Whether a loader of ready batches (`bs=None`) holds them in pinned memory (its first item's tensors)"
+    if getattr(dl, 'bs', 0) is not None: return False
+    try: ts = _tensors(dl.dataset[0])
+    except Exception: return False
+    return bool(ts) and all(t.device.type == 'cpu' and t.is_pinned() for t in ts)
+
+def batch_copy(learn, device) -> dict:
+    "On CUDA, what the diagnosis' copy model needs of a training batch: its bytes (from the batch the learner holds, at the training batch size), whether the loader's batches are pinned, and a `PinnedCopy` of that size, measured only if the diagnosis reads it"
+    if device is None or torch.device(device).type != 'cuda': return {}
+    ts = _tensors((getattr(learn, 'xb', ()), getattr(learn, 'yb', ())))
+    if not ts: return {}
+    n,dl = sum(t.numel()*t.element_size() for t in ts),learn.dls.train
+    bs,got = getattr(dl, 'bs', None),(ts[0].shape[0] if ts[0].dim() else 0)
+    if bs and got: n = n*bs//got  # the last batch held may be a validation batch, or a partial one
+    pinned = bool(getattr(getattr(dl, 'fake_l', None), 'pin_memory', False)) or _ready_pinned(dl)
+    return dict(batch_bytes=int(n), batch_pinned=pinned, pinned_copy=PinnedCopy(n, device))
+
 class LearnerFacts(Probe):
-    "A probe: the learner's `learner_facts`, read at the end of each fit"
+    "A probe: the learner's `learner_facts`, read at the end of each fit (on CUDA, with what the copy model needs: `batch_copy`)"
     _FIELDS = ('device','num_workers','cpus','threads','batch_size','model')
-    def __init__(self, learn): self.learn,self._read = learn,None
-    def start(self, s): self._read = None
-    def end_stage(self, s): self._read = learner_facts(self.learn, s.device)
+    def __init__(self, learn): self.learn,self._read,self._copy = learn,None,{}
+    def start(self, s): self._read,self._copy = None,{}
+    def end_stage(self, s): self._read,self._copy = learner_facts(self.learn, s.device),batch_copy(self.learn, s.device)
     def contribute(self, facts:Facts):
         got = self._read if self._read is not None else learner_facts(self.learn)
         for k in self._FIELDS: setattr(facts, k, getattr(got, k))
+        facts.extra.update(self._copy)
 
 class PrefetchStaging(Probe):
     "A probe: what `CudaPrefetchCallback` staged during the call, read at the end of each fit while the fit's own callbacks (`fit(cbs=...)`) are there"
@@ -200,7 +220,7 @@ def profile(self:Learner,
     telemetry:bool|str='auto', # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU per phase on a CPU; True: the sampler on a CPU too; False: off
     telemetry_every:float=TELEMETRY_EVERY, # Seconds between the sampler's samples
     memory_snapshot:bool=False, # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's memory visualizer
-    **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second
+    **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second, events_every
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)

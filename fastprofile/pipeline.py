@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/pipeline.html.md"""
 
 # %% ../nbs/07b_pipeline.ipynb #c9e5bfce
 from __future__ import annotations
-import time
+import math, time
 from fastai.basics import *
 import fastai.data.load as _load
 from fasttransform import Pipeline, Transform
@@ -14,7 +14,7 @@ from .patches import Patches
 from .prefetch import StagedLoader
 
 # %% auto #0
-__all__ = ['TimedPipeline', 'transform_names', 'draw_clock', 'timed_pipelines']
+__all__ = ['TimedPipeline', 'transform_names', 'draw_clock', 'timed_pipelines', 'pinned_copy', 'PinnedCopy']
 
 # %% ../nbs/07b_pipeline.ipynb #ff177fe6
 _SWITCHED = ('after_batch','_device')  # what `TimedPipeline.on` changes on a loader's instance
@@ -24,7 +24,7 @@ def _same(o): return o
 class TimedPipeline(Pipeline):
     "A loader's `after_batch` preceded by its copy to the device, as in `DataLoader.__iter__`, timing each step into `sink`"
     def __init__(self,
-        pipe, # The loader's `after_batch`: a fasttransform `Pipeline` (each transform timed) or any callable (run untimed)
+        pipe, # The loader's `after_batch`: a fasttransform `Pipeline` (each transform timed) or any callable (a plain function: timed as one step)
         sink, # Called as `sink(name, start, end)` after each step: 'copy', then each transform
         clock=time.perf_counter, # Wall clock, in seconds (`draw_clock` for a loader on a GPU)
         device=None, # Copy each batch to this device first: the loader's `device`, whose own copy `on()` switches off
@@ -61,7 +61,11 @@ class TimedPipeline(Pipeline):
                 t0 = clock()
                 o = _load.to_device(o, self.device)  # what `DataLoader.__iter__` calls
                 sink('copy', t0, clock())
-            if not isinstance(self.pipe, Pipeline): return self.pipe(o)
+            if not isinstance(self.pipe, Pipeline):  # `DataLoader(after_batch=fn)`: one step, named as `transform_names` names it
+                t0 = clock()
+                o = self.pipe(o)
+                sink(self.names[0], t0, clock())
+                return o
             split_idx = self.pipe.split_idx
             for name,f in zip(self.names, self.pipe.fs):
                 t0 = clock()
@@ -71,15 +75,22 @@ class TimedPipeline(Pipeline):
         finally: self.off()
 
 # %% ../nbs/07b_pipeline.ipynb #918526ca
+def _fn_name(f) -> str:
+    "A plain callable's name: its function's (through `functools.partial`), its class's for a callable object; `after_batch` for a lambda"
+    f = getattr(f, 'func', f)
+    n = getattr(f, '__name__', None) or type(f).__name__
+    return 'after_batch' if n == '<lambda>' else n
+
 def transform_names(fs) -> list:
-    "A name per transform of `fs`: its class (a plain `Transform`: its function's), numbered when a name comes again (`Normalize`, `Normalize#2`)"
-    ns = [getattr(f, 'name', 'Transform') if type(f) is Transform else type(f).__name__ for f in fs]
+    "A name per transform of `fs`: its class (a plain `Transform` or a plain function: the function's; a lambda: `after_batch`), numbered when a name comes again (`Normalize`, `Normalize#2`)"
+    lam = lambda n: 'after_batch' if n == '<lambda>' else n
+    ns = [lam(getattr(f, 'name', 'Transform')) if type(f) is Transform else type(f).__name__ if isinstance(f, Transform) else _fn_name(f) for f in fs]
     return [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)]
 
 @patch(as_prop=True)
 def names(self:TimedPipeline) -> list:
-    "A name per transform (`transform_names`)"
-    fs = self.fs
+    "A name per transform (`transform_names`); a plain function's as one"
+    fs = self.fs if isinstance(self.pipe, Pipeline) else [self.pipe]
     if self._key != (id(fs), len(fs)): self._names,self._key = transform_names(fs),(id(fs), len(fs))
     return self._names
 
@@ -121,6 +132,50 @@ def timed_pipelines(dl, sink, patches:Patches|None=None) -> list:
     out = []
     for i,l in enumerate(_loaders(dl)):
         ab,dev = l.after_batch,(l.device if i == 0 else None)
-        if isinstance(ab, TimedPipeline) or dev is None and not isinstance(ab, Pipeline): continue
+        own = isinstance(ab, Pipeline) or 'after_batch' in l.__dict__  # a plain function given as `DataLoader(after_batch=fn)` too; fastai's no-op method is not timed
+        if isinstance(ab, TimedPipeline) or dev is None and not own: continue
         out.append(TimedPipeline(ab, sink, clock=draw_clock(l.device), device=dev, loader=l, patches=patches))
     return out
+
+# %% ../nbs/07b_pipeline.ipynb #8c1d0a16
+def _tensors(b) -> list:
+    "The tensors of batch `b` (tuples, lists and dicts of tensors)"
+    if isinstance(b, torch.Tensor): return [b]
+    if isinstance(b, (tuple, list)): return [t for o in b for t in _tensors(o)]
+    if isinstance(b, dict): return [t for o in b.values() for t in _tensors(o)]
+    return []
+
+def pinned_copy(b, # A batch in host memory, as the loader gave it (before its copy to the device)
+                device, # The device it is copied to
+                tries:int=3, # Timed copies: the fastest is kept
+               ) -> dict|None:
+    "Seconds of one copy of batch `b` to CUDA `device` from pinned memory, whether `b` was pinned, and its bytes; None on a CPU or for a batch with no host tensors"
+    if device is None or torch.device(device).type != 'cuda': return None
+    ts = [t for t in _tensors(b) if t.device.type == 'cpu']
+    if not ts: return None
+    dev = torch.device(device)
+    pinned = all(t.is_pinned() for t in ts)
+    src = ts if pinned else [t.pin_memory() for t in ts]  # a staged copy: the batch itself is left as it is
+    best = math.inf
+    for i in range(tries + 1):
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        for t in src: t.to(dev, non_blocking=True)
+        torch.cuda.synchronize(dev)
+        if i: best = min(best, time.perf_counter() - t0)  # the first copy is untimed: allocations
+    return dict(pinned_copy_seconds=best, batch_pinned=pinned, batch_bytes=sum(t.numel()*t.element_size() for t in ts))
+
+def _no_probe(): return None
+
+class PinnedCopy:
+    "One copy of `nbytes` from pinned host memory to CUDA `device`, measured when first called (a scratch buffer, the fastest of `tries`): what pinning a batch of that size makes its copy. Made at a profiled call's end, called only if the diagnosis needs it (a report never read measures nothing)"
+    def __init__(self, nbytes:int, device, tries:int=3): self.nbytes,self.device,self.tries,self.seconds = int(nbytes),device,tries,None
+    def __call__(self) -> float|None:
+        "Seconds of the copy (measured at the first call; None on a CPU or when it cannot run)"
+        if self.seconds is None and self.nbytes > 0 and torch.device(self.device).type == 'cuda' and torch.cuda.is_available():
+            buf = torch.empty(self.nbytes, dtype=torch.uint8).pin_memory()
+            try: self.seconds = pinned_copy(buf, self.device, self.tries)['pinned_copy_seconds']
+            finally: del buf
+        return self.seconds
+    def __reduce__(self): return (_no_probe, ())  # pickled (`learn.export`) as nothing: a measurement of this machine
+    def __repr__(self): return f"PinnedCopy({self.nbytes:,} bytes to {self.device}: {'not measured' if self.seconds is None else f'{self.seconds*1e3:.3f} ms'})"

@@ -121,6 +121,8 @@ _RING_START = 64  # rows of a new record's ring: a short fit needs no more (a fu
 class ProfileRecord:
     "Timestamps of the batch in flight, the last `keep_batches` batches, and streaming statistics per report row"
     timing = 'wall'  # how marks were taken: 'wall', 'sync' or 'events' (`fastprofile.gpu_timing`)
+    evs = None  # the CUDA events of the batch in flight, when it records them (`GpuProfileRecord`: one batch in `gpu_every`); None: wall marks only
+    gpu_every = None  # CUDA events on one batch in this many past the warm-up (`GpuProfileRecord`); None: no events
     def __init__(self,
         keep_batches:int=1000, # Batches kept for plots and traces (the most recent ones)
         warmup:int=1, # Batches at the start of each train/valid phase left out of the per-batch statistics
@@ -157,7 +159,7 @@ class ProfileRecord:
     STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','tokens','ring','n_batches','epochs','stages','gpu_stats',
                   'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
                   '_overhead','last_seen','n_apart','timing','_phase_batches','_phase_span','_epoch_totals',
-                  '_stage_phases','_stage_epochs','_stage_train_batches','telemetry')
+                  '_stage_phases','_stage_epochs','_stage_train_batches','telemetry','gpu_every')
     def __getattr__(self, name):
         "The ring of recent batches (`ring`) is made when first used, by a fold or a read: a short fit whose result is never read makes none"
         if name == 'ring' and 'keep_batches' in self.__dict__:  # grown as batches come, up to `keep_batches` rows
@@ -512,9 +514,9 @@ def results(self:ProfileRecord) -> pd.DataFrame:
         return n/s.total if (n and s.total > 0 and 'other' not in (row.action, row.step)) else nan
     for row,s in self.stats.items():
         if s.n == 0 and row != Row('fit','fit'): continue
-        g = gpu.get(row)  # GPU time per row, when CUDA events were recorded
+        g = gpu.get(row)  # GPU time per row, when CUDA events were recorded (on one batch in `gpu_every`: the total is the mean times the batches)
         rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, per_second(self.samples, row, s), s.total,
                               100*s.total/fit_total if fit_total > 0 else nan, *s.quantiles((.5, .9, .99)),
-                              s.min if s.n else nan, s.max if s.n else nan, *((g.mean, g.total) if g is not None and g.n else (nan, nan)),
+                              s.min if s.n else nan, s.max if s.n else nan, *((g.mean, g.mean*s.n) if g is not None and g.n else (nan, nan)),
                               tokens_per_s=nan if tokens is None else per_second(tokens, row, s)))
     return results_frame(rows, (('gpu_mean','gpu_total') if self.gpu_stats else ()) + (('tokens_per_s',) if tokens is not None else ()))

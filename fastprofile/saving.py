@@ -99,7 +99,8 @@ def record_state(rec:ProfileRecord) -> dict:
            'gpu_stats': None if not gs else [dict(**_row(r), **stats_state(s)) for r,s in gs.items()],
            'ring': _rows(st['ring'][:n]), 'gpu_ring': None if gr is None else _rows(gr[:n]), 'n_apart': dict(st.get('n_apart') or {}),
            'epochs': [dict(stage=e.stage, epoch=e.epoch, seconds=[dict(**_row(r), seconds=_num(v)) for r,v in e.seconds.items()]) for e in st['epochs']],
-           'stages': [dict(stage=s.stage, epochs=s.epochs, seconds=_num(s.seconds), train_batches=s.train_batches) for s in st['stages']]}
+           'stages': [dict(stage=s.stage, epochs=s.epochs, seconds=_num(s.seconds), train_batches=s.train_batches) for s in st['stages']],
+           'gpu_every': st.get('gpu_every')}  # CUDA events on one batch in this many (None: no events); files before 0.2 have no such key
     if isinstance(rec, MergedRecord):
         out['merged'] = dict(world=rec.world, missing_ranks=list(rec.missing_ranks), missing_why={str(k):v for k,v in rec.missing_why.items()},
                              gather_seconds=_num(rec.gather_seconds),
@@ -126,6 +127,7 @@ def record_from(d:dict) -> ProfileRecord:
     rec.ring,rec.n_apart = _ring(d['ring'], rec.keep_batches, N_COLS),dict(d['n_apart'])
     if d['gpu_stats'] is not None:
         rec.gpu_stats = {_key(r):stats_from(r) for r in d['gpu_stats']}
+        if d.get('gpu_every') is not None: rec.gpu_every = int(d['gpu_every'])
         rec.gpu_ring = _ring(d['gpu_ring'], rec.keep_batches, len(GPU_COLS))
     rec.epochs = deque((EpochTotals(e['stage'], e['epoch'], {_key(r):_unnum(r['seconds']) for r in e['seconds']}) for e in d['epochs']),
                        maxlen=max(len(d['epochs']), 1000))

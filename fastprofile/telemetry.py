@@ -24,7 +24,7 @@ __all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'RECENT_SAMPLES', 'BUSY_UTIL', 'THR
            'TelemetrySampler', 'TelemetryProbe']
 
 # %% ../nbs/16c_telemetry.ipynb #ffb76079
-TELEMETRY_EVERY = .05  # seconds between the sampler's samples, by default
+TELEMETRY_EVERY = .25  # seconds between the sampler's samples, by default: 4 Hz (NVML's utilization is itself an average over 1/6 s to 1 s; at 20 Hz the thread cost a host-bound GPU step ~5%)
 EVERY_RANGE = (.005, 60.)  # the intervals `telemetry_every` may take, in seconds
 RECENT_SAMPLES = 4096  # samples kept (the most recent) in `Telemetry.recent`
 BUSY_UTIL = 50  # % GPU utilization from which a sample counts as busy: throttling is judged on busy samples

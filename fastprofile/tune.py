@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/tune.html.md"""
 
 # %% ../nbs/18a_tune.ipynb #cd05de02
 from __future__ import annotations
-import math, sys, time
+import gc, math, sys, time, warnings
 from dataclasses import dataclass, field, fields
 from functools import cached_property, partial
 import numpy as np, pandas as pd
@@ -24,11 +24,11 @@ from .diagnosis import Diagnosis, PhaseModel, MIN_GAIN, diagnose
 from .learner import learner_facts
 from .efficiency_report import efficiency_summary
 from .prefetch import CudaPrefetchCallback  # `Learner.prefetch`
-from .advice import preserved, SIDE_EFFECT_CBS, _run_window, _loaders, _apply
+from .advice import preserved, SIDE_EFFECT_CBS, _Window, _loaders, _apply
 from .compare import compare, Comparison, fmt_speedup, fmt_change_pct
 
 # %% auto #0
-__all__ = ['CHANGES', 'SAFE_CHANGES', 'Change', 'ValidateOnceCallback', 'torch_optimizer', 'apply_change', 'candidates',
+__all__ = ['CHANGES', 'SAFE_CHANGES', 'DRIFT', 'Change', 'ValidateOnceCallback', 'torch_optimizer', 'apply_change', 'candidates',
            'per_sample', 'speedup', 'Trial', 'measure', 'TuneResult']
 
 # %% ../nbs/18a_tune.ipynb #b9d3d699
@@ -173,11 +173,21 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
     return sorted(out, key=lambda c: -c.predicted if not math.isnan(c.predicted) else 0.)  # stable: unpredicted ones keep their order
 
 # %% ../nbs/18a_tune.ipynb #70b93b9d
+def _settled(t:np.ndarray, k:int) -> int:
+    "Leading entries of `t` (seconds per sample, in order) still warming up: until a block of `k` takes at most 1.5 times the median block of the second half; at most half"
+    if len(t) < 2*k: return 0
+    half = t[len(t)//2:]
+    ref = np.median([half[i:i+k].sum() for i in range(0, len(half) - k + 1, k)])
+    i = 0
+    while i < len(t)//2 and t[i:i+k].sum() > 1.5*ref: i += 1
+    return i
+
 def per_sample(result:ProfileResult) -> dict:
     "Per phase of a window: seconds per sample past the warm-up (draw + batch) and the samples; the median over blocks of consecutive batches"
     # A block of at least 4 batches and twice the loader's workers: workers that start together deliver batches in bursts (one
     # draw waits, the next finds its batch ready), which a block averages out; the median over blocks leaves out a burst of
-    # other work on the machine (with fewer than 3 blocks: the mean of all)
+    # other work on the machine (with fewer than 3 blocks: the mean of all). Leading batches still slower than the settled
+    # speed (a shape autotuned for longer than the warm-up foresaw) are left out with the warm-up
     df,out = result.record.recent(),{}
     if not len(df): return out
     k = max(4, 2*((result.facts.num_workers or 0) if result.facts is not None else 0))
@@ -186,6 +196,8 @@ def per_sample(result:ProfileResult) -> dict:
         ok = ~np.isnan(t)
         t,n = t[ok],n[ok]
         if not len(t): continue
+        s = _settled(t/n, k)
+        t,n = t[s:],n[s:]
         nb = len(t)//k
         per = [t[i*k:(i+1)*k].sum()/n[i*k:(i+1)*k].sum() for i in range(nb)] if nb >= 3 else [t.sum()/n.sum()]
         out[p] = (float(np.median(per)), int(n.sum()))
@@ -201,46 +213,79 @@ def _rate(ps:dict) -> float:
     t = sum(n*s for s,n in ps.values())
     return sum(n for _,n in ps.values())/t if t > 0 else math.nan
 
+def _mean(*pss) -> dict:
+    "The mean of baseline windows' `per_sample`s (the phases of the first in all), in the first one's samples"
+    pss = [ps for ps in pss if ps]
+    if not pss: return {}
+    return {p:(float(np.mean([ps[p][0] for ps in pss if p in ps])), n) for p,(_,n) in pss[0].items()}
+
 @dataclass
 class Trial:
-    "One change (or several together) measured in a window: its speedup, samples/s before and after, and what trying it cost"
+    "One change (or several together) measured in a window: its speedup against the baseline windows beside it, samples/s before and after, and what trying it cost"
     changes:list  # the `Change`s made
     status:str='measured'  # 'measured', 'cut short' (by the budget), 'skipped' or 'failed'
-    measured:float=math.nan  # speedup over the baseline window, samples in the baseline's proportions
-    before:float=math.nan; after:float=math.nan  # samples/s of the baseline window and of this one
+    measured:float=math.nan  # speedup over the baseline windows measured before and after it, samples in the baseline's proportions
+    before:float=math.nan; after:float=math.nan  # samples/s of the baseline windows beside it and of this one
     cost:float=math.nan  # seconds this trial took: the change, the window, putting the learner back (NaN: not tried)
     why:str=''  # why it was skipped, failed or cut short
     profile:ProfileResult|None=None  # the window's profile
     samples:dict=field(default_factory=dict)  # its `per_sample`: phase -> (seconds per sample, samples)
+    warmup:int=0  # batches of each phase its window ran before it was timed
 
     @property
     def text(self) -> str: return ' + '.join(c.text for c in self.changes) or 'as it is'
 
+    @property
+    def off_by(self) -> float:
+        "How far the measured speedup is from the predicted one, in percent of the prediction (NaN: no prediction or no measure)"
+        p = self.changes[0].predicted if len(self.changes) == 1 else math.nan
+        return 100*(self.measured/p - 1) if p > 0 and self.measured > 0 else math.nan
+
 # %% ../nbs/18a_tune.ipynb #9da1cbcd
+def _warm_batches(learn:Learner, n_train:int) -> int:
+    "Batches of each phase a window runs before it is timed: its workers', 3 on a GPU (1 on a CPU), 2 more compiled; at most half of `n_train`, fewer than the loader holds"
+    f = learner_facts(learn)
+    w = (f.num_workers or 0) + (3 if f.on_gpu else 1) + (2 if f.model.get('compiled') else 0)
+    return max(1, min(w, n_train//2, len(learn.dls.train) - 1))
+
+def _window(learn, n_train, n_valid, lr, deadline=None) -> tuple:
+    "Profile a fit of `n_train` training and `n_valid` validation batches past a warm-up of their own (cut at `deadline`): its `ProfileResult` and the warm-up"
+    warm = _warm_batches(learn, n_train)
+    gc.collect()  # an earlier window's garbage is not collected inside this one
+    learn.add_cb(_Window(n_train + warm, n_valid + warm, deadline))
+    try:
+        learn.profile(breakdown=True, show_report=False, logger_callback=None, save_csv=False, warmup=warm)
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            learn.fit(1, lr=lr)
+    finally: learn.remove_cbs(learn._grab_cbs(_Window))
+    return learn.simple_profile,warm
+
 def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, deadline=None, base:dict|None=None) -> Trial:
-    "Make `changes` on `learn` inside `preserved` and profile a window of `n_train` + `n_valid` batches (cut at `deadline`); its speedup over `base` (`per_sample`)"
+    "Make `changes` on `learn` inside `preserved` and profile a warmed-up window of `n_train` + `n_valid` batches (cut at `deadline`); its speedup over `base` (`per_sample`)"
     t0 = time.perf_counter()
     try:
         with preserved(learn):
             for c in changes: apply_change(learn, c, trial=True)
-            r = _run_window(learn, n_train, n_valid, lr, deadline)
+            r,warm = _window(learn, n_train, n_valid, lr, deadline)
     except Exception as e: return Trial(changes, 'failed', cost=time.perf_counter() - t0, why=f'{type(e).__name__}: {e}'.split('\n')[0][:200])
     ps,cost = per_sample(r),time.perf_counter() - t0
-    tr = Trial(changes, cost=cost, profile=r, after=_rate(ps), samples=ps)
+    tr = Trial(changes, cost=cost, profile=r, after=_rate(ps), samples=ps, warmup=warm)
     if base is not None: tr.measured,tr.before = speedup(base, ps),_rate(base)
     short = deadline is not None and time.perf_counter() > deadline
-    if short and (math.isnan(tr.measured) or r.record.stats[Row('train','batch')].n < 3):
+    if short and (not ps or r.record.stats[Row('train','batch')].n < 3):
         tr.status,tr.why,tr.measured = 'cut short','the budget ran out inside its window',math.nan
     elif short: tr.status,tr.why = 'cut short','the budget ran out inside its window: fewer batches measured'
     return tr
 
 # %% ../nbs/18a_tune.ipynb #b576ae24
 class TuneResult:
-    "What `tune` measured: each change's speedup in a window, ranked; what it kept (`apply`) and those measured together; before and after side by side"
+    "What `tune` measured: each change's speedup in a window against the baseline windows beside it, ranked; what it kept (`apply`); before and after side by side"
     def __init__(self, trials, baseline:Trial, diagnosis:Diagnosis|None, kept=(), combined:Trial|None=None, budget:float=math.nan,
-                 elapsed:float=math.nan, windows:tuple=(), again:Trial|None=None):
+                 elapsed:float=math.nan, windows:tuple=(), baselines:list|None=None):
         self.trials = sorted(trials, key=lambda t: (math.isnan(t.measured), -(0. if math.isnan(t.measured) else t.measured)))
-        self.baseline,self.diagnosis,self.kept,self.combined,self.again = baseline,diagnosis,list(kept),combined,again
+        self.baseline,self.diagnosis,self.kept,self.combined = baseline,diagnosis,list(kept),combined
+        self.baselines = list(baselines) if baselines is not None else [baseline]  # every baseline window, in order: the first, then one after each change
         self.budget,self.elapsed,self.windows = budget,elapsed,windows
 
     @property
@@ -255,20 +300,28 @@ class TuneResult:
         return self.combined if self.kept else self.best
 
     @property
+    def drift(self) -> float:
+        "How much faster the last baseline window ran than the first, as a fraction (negative: slower; NaN with fewer than two)"
+        b = [t for t in self.baselines if t.samples]
+        return speedup(b[0].samples, b[-1].samples) - 1 if len(b) > 1 else math.nan
+
+    @property
     def table(self) -> pd.DataFrame:
-        "The ranked changes as numbers: predicted and measured speedups, samples/s before and after, seconds trying cost, status"
+        "The ranked changes as numbers: predicted and measured speedups and how far apart (percent), samples/s before and after, seconds trying cost, status"
         return pd.DataFrame([dict(Change=t.text, Kind=t.changes[0].kind, Predicted=t.changes[0].predicted, Measured=t.measured,
-                                  **{'Samples/s before':t.before, 'Samples/s after':t.after, 'Cost':t.cost}, Status=t.status, Why=t.why)
-                             for t in self.trials], columns=['Change','Kind','Predicted','Measured','Samples/s before','Samples/s after','Cost','Status','Why'])
+                                  **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after, 'Cost':t.cost}, Status=t.status, Why=t.why)
+                             for t in self.trials], columns=['Change','Kind','Predicted','Measured','Off by','Samples/s before','Samples/s after','Cost','Status','Why'])
 
     @cached_property
     def comparison(self) -> Comparison|None:
-        "The baseline window and the window of what was kept (or of the best change), side by side"
+        "The baseline window and the window of what was kept (or of the best change), side by side (per sample where the batch sizes differ)"
         a = self.after
         if a is None or a.profile is None: return None
         return compare(self.baseline.profile, a.profile, names=('before', 'after'), rows='main')
 
 # %% ../nbs/18a_tune.ipynb #ebf3cce3
+DRIFT = .10  # a drift between the first and last baseline windows over this is said
+
 @patch
 def lines(self:TuneResult) -> list:
     "The outcome in words: the headline, what was not measured and why, what to know before keeping a change"
@@ -282,18 +335,19 @@ def lines(self:TuneResult) -> list:
         out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep it with `tune(apply=True)` or by hand.")
     else: out.append("No change measured 5% faster or more: the learner is as it was.")
     if self.diagnosis is not None: out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the window.")
-    a = self.again
-    if a is not None:
-        drift = 100*(a.measured - 1)
-        out.append(f"The baseline again, after the changes: {fmt_rate(a.before)} -> {fmt_rate(a.after)} samples/s ({fmt_change_pct(drift)}); "
-                   "the speedups are against the mean of both" + (": the machine's speed changed while tuning (other work on it?): "
-                   "measure again where it is quiet." if abs(drift) > 10 else '.'))
+    bs,dr = [t for t in self.baselines if t.samples],self.drift
+    if len(bs) > 1:
+        out.append(f"Baseline windows, one before and after each change: {len(bs)}, {fmt_rate(bs[0].after)} -> {fmt_rate(bs[-1].after)} samples/s "
+                   f"first to last ({fmt_change_pct(100*dr)}); each change is measured against the two beside it"
+                   + (": the machine's speed changed while tuning (other work on it?); measure again where it is quiet." if abs(dr) > DRIFT else '.'))
     for t in self.trials:
         if t.status != 'measured': out.append(f"`{t.text}`: {t.status}" + (f" ({t.why})" if t.why else '') + '.')
     for t in self.trials:
         if t.status == 'measured' and t.measured >= MIN_GAIN and t.changes[0].note: out.append(f"`{t.text}`: {t.changes[0].note}.")
     n,v = self.windows or ('?', '?')
-    out.append(f"Each measured in a window of {n} training and {v} validation batches from the learner as it was, samples in the baseline's "
+    w = sorted({t.warmup for t in [*self.baselines, *self.trials] if t.profile is not None})
+    warm = f" past {'-'.join(str(x) for x in (w[0], w[-1]) if x is not None) if len(w) > 1 else w[0]} warm-up batches each" if w else ''
+    out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples in the baseline's "
                f"proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} budget.")
     return out
 
@@ -301,11 +355,11 @@ def lines(self:TuneResult) -> list:
 def report(self:TuneResult) -> ProfileReport:
     "The ranked table and its lines as a `ProfileReport` (rich text, HTML, plain text, markdown)"
     rows = [dict(Phase='measured, fastest first' if t.status in ('measured',) else 'not measured', Action=t.text, Step='',
-                 Predicted=t.changes[0].predicted, Measured=t.measured, **{'Samples/s before':t.before, 'Samples/s after':t.after}, Cost=t.cost)
+                 Predicted=t.changes[0].predicted, Measured=t.measured, **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after}, Cost=t.cost)
             for t in self.trials]
-    df = pd.DataFrame(rows, columns=['Phase','Action','Step','Predicted','Measured','Samples/s before','Samples/s after','Cost'])
+    df = pd.DataFrame(rows, columns=['Phase','Action','Step','Predicted','Measured','Off by','Samples/s before','Samples/s after','Cost'])
     df = df.iloc[df.Phase.map({'measured, fastest first':0, 'not measured':1}).argsort(kind='stable')].reset_index(drop=True)
-    fmts = dict(Predicted=fmt_speedup, Measured=fmt_speedup, **{'Samples/s before':fmt_rate, 'Samples/s after':fmt_rate}, Cost=fmt_time)
+    fmts = dict(Predicted=fmt_speedup, Measured=fmt_speedup, **{'Off by':fmt_change_pct, 'Samples/s before':fmt_rate, 'Samples/s after':fmt_rate}, Cost=fmt_time)
     return ProfileReport(df, [], [Section('Tune', self.lines(), self, headline=True)], title='Tune: changes measured', formats=fmts)
 
 # %% ../nbs/18a_tune.ipynb #266bc070
@@ -381,39 +435,40 @@ def tune(self:Learner,
     return res
 
 # %% ../nbs/18a_tune.ipynb #1fb4c210
-def _again(learn, base, trials, n_train, n_valid, lr, deadline) -> Trial|None:
-    "The baseline measured once more after the trials (if the budget allows): each speedup taken against the mean of both; this second one, its `samples` that mean"
-    if time.perf_counter() + base.cost > deadline: return None
-    again = measure(learn, [], n_train, n_valid, lr, deadline)
-    if again.status != 'measured' or any(p not in again.samples for p in base.samples): return None
-    again.before,again.measured = base.after,speedup(base.samples, again.samples)  # > 1: the machine got faster meanwhile
-    again.samples = {p:((t + again.samples[p][0])/2, n) for p,(t,n) in base.samples.items()}
-    for t in trials:
-        if t.samples and not math.isnan(t.measured): t.measured,t.before = speedup(again.samples, t.samples),_rate(again.samples)
-    return again
+def _against(trial:Trial, before:Trial|None, after:Trial|None):
+    "Take `trial`'s speedup against the mean of the baseline windows measured just before and just after it"
+    ps = _mean(*(b.samples for b in (before, after) if b is not None and b.status == 'measured'))
+    if trial.samples and ps: trial.measured,trial.before = speedup(ps, trial.samples),_rate(ps)
 
 def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, progress) -> TuneResult:
-    "The baseline, each candidate, and what to keep measured together; within `deadline`"
+    "The baseline, then each candidate followed by the baseline again (A B A C A ...), then what to keep measured together; within `deadline`"
     base = measure(learn, [], n_train, n_valid, lr, deadline)
-    ps = per_sample(base.profile) if base.profile is not None else {}
-    if not ps or base.status != 'measured': return TuneResult([], base, None)
+    if not base.samples or base.status != 'measured': return TuneResult([], base, None)
     base.before = base.after
     try: d = diagnose(base.profile)
     except ValueError: return TuneResult([], base, None)
     growth = efficiency_summary(base.profile)['batch_size_growth'] if base.profile.facts.on_gpu else None
     cands = [c for c in candidates(learn, d, compile, growth) if kinds is None or c.kind in kinds]
-    reserve = base.cost if keep_kinds else 0.  # the changes kept are measured together at the end
-    trials,pb = [],progress_bar(cands, display=progress, leave=False)
+    reserve = 2*base.cost if keep_kinds else 0.  # the changes kept are measured together at the end, and the baseline beside them
+    trials,baselines,pb = [],[base],progress_bar(cands, display=progress, leave=False)
     for c in pb:
         pb.comment = c.text
         est = base.cost*(3 if c.kind == 'compile' else 1)
-        if time.perf_counter() + est > deadline - reserve: trials.append(Trial([c], 'skipped', why='not enough of the budget left')); continue
-        trials.append(measure(learn, [c], n_train, n_valid, lr, deadline - reserve, ps))
-    again = _again(learn, base, trials, n_train, n_valid, lr, deadline - reserve)
-    if again is not None: ps = again.samples  # the mean of both baselines
+        if time.perf_counter() + est + base.cost > deadline - reserve:  # the change and the baseline after it
+            trials.append(Trial([c], 'skipped', why='not enough of the budget left')); continue
+        t = measure(learn, [c], n_train, n_valid, lr, deadline - reserve)
+        trials.append(t)
+        if not t.samples: continue  # failed or cut short before a batch: the last baseline is still the one beside the next
+        again = measure(learn, [], n_train, n_valid, lr, deadline - reserve)
+        _against(t, baselines[-1], again if again.status == 'measured' else None)
+        if again.status == 'measured': baselines.append(again)
+        if t.status == 'cut short' and t.profile is not None and t.profile.record.stats[Row('train','batch')].n < 3: t.measured = math.nan
     kept = _keep(trials, keep_kinds)
     combined = kept[0] if len(kept) == 1 else None
     if len(kept) > 1:
-        combined = measure(learn, [t.changes[0] for t in kept], n_train, n_valid, lr, deadline, ps)
+        combined = measure(learn, [t.changes[0] for t in kept], n_train, n_valid, lr, deadline)
+        again = measure(learn, [], n_train, n_valid, lr, deadline) if time.perf_counter() + base.cost < deadline else None
+        _against(combined, baselines[-1], again if again is not None and again.status == 'measured' else None)
+        if again is not None and again.status == 'measured': baselines.append(again)
         if combined.status != 'measured' or combined.measured < kept[0].measured: kept,combined = kept[:1],kept[0]  # together no faster than the best alone
-    return TuneResult(trials, base, d, [t.changes[0] for t in kept], combined, again=again)
+    return TuneResult(trials, base, d, [t.changes[0] for t in kept], combined, baselines=baselines)

@@ -129,3 +129,28 @@ def test_demo_tune_runs_the_loop_end_to_end(tmp_path):
     assert rc == 0, err
     assert 'Tune: changes measured' in out and 'Profile comparison: before -> tuned' in out
     for f in ('demo.json', 'demo.tuned.json'): assert load_profile(tmp_path/f).record.stats[Row('train','batch')].n > 0
+
+class PerBatchModel(Module):
+    "A forward that sleeps 4 ms whatever the batch size: per-batch work (a launch-bound GPU model)"
+    def __init__(self): self.lin = nn.Linear(1, 1)
+    def forward(self, x): time.sleep(.004); return self.lin(x)
+
+def test_different_batch_sizes_are_compared_per_sample():
+    "bs 32 against bs 64 on per-batch work: the fit takes about as long with twice the samples; the table and the verdict say faster, per sample, as samples/s does"
+    from fastai.test_utils import synth_dbunch
+    def at(bs):
+        learn = synth_learner(data=synth_dbunch(n_train=8, n_valid=2, bs=bs), model=PerBatchModel())
+        learn.remove_cb(ProgressCallback); learn.logger = noop
+        learn.profile(**QUIET).fit(1)
+        return learn.simple_profile
+    c = compare(at(32), at(64), rows='main')
+    assert c.speedup > 1.3, c.plain()
+    rows = c.table.set_index(['Phase', 'Action'])
+    for row in (('fit', 'fit'), ('train', 'batch')):  # each a time per sample: shorter, as the rates are higher
+        r = rows.loc[row]
+        assert r['Δ%'] < 0 and r['Samples/s after'] > r['Samples/s before'], (row, c.plain())
+    text = c.plain(120)
+    assert 'Per sample before' in text and 'per sample (batch size 32 -> 64)' in text and 'slower' not in text, text
+    assert 'the batch sizes differ: 32 -> 64' in text
+    same = compare(at(32), at(32), rows='main')
+    assert 'Mean before' in same.plain(120) and 'per batch' in same.plain(120)  # the same batch size: per call, as before

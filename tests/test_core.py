@@ -513,7 +513,7 @@ def test_training_bit_identical_with_workers_and_fine_tune():
 
 # ---- the pair writes a plain wall-clock record's marks itself; any other record gets its `mark` called ----
 def test_marks_inlined_only_for_the_plain_record():
-    "A record with its own `mark` (GPU events, a sync clock, a subclass) is called for every mark; the plain one is written directly: the same rows either way"
+    "A record with its own `mark` (a sync clock, a subclass) is called for every mark; the plain one (and the events one, `GpuProfileRecord`) is written directly: the same rows either way"
     from fastprofile.record import ProfileRecord
     calls = []
     class Counting(ProfileRecord):
@@ -521,7 +521,7 @@ def test_marks_inlined_only_for_the_plain_record():
     import fastprofile.core as fcore
     made = fcore.make_record
     try:
-        fcore.make_record = lambda timing, dev, **kw: Counting(**kw)
+        fcore.make_record = lambda timing, dev, events_every=1, **kw: Counting(**kw)
         learn = synth_learner(n_trn=8, n_val=2)
         _noreport(learn).fit(1)
     finally: fcore.make_record = made

@@ -93,17 +93,21 @@ def test_events_mode_end_to_end_in_a_real_fit(monkeypatch, tmp_path):
     assert rec.overhead_per_batch >= 0                            # the pair's own cost, calibrated now, with events ...
     assert _WallEvent.made == made + 4*13                         # ... in a 4-row scratch pool
     r = learn.simple_profile_results.set_index(['Phase','Action','Step'])
-    for k in [('train','draw',''),('train','batch',''),('train','batch','forward'),('train','batch','backward'),
-              ('train','batch','opt_step'),('valid','batch','predict')]:
-        w,g = r.loc[k,'Mean Duration'],r.loc[k,'GPU Mean Duration']
-        assert abs(g - w) <= 0.2*w + 20e-6, (k, w, g)            # events read right after each wall mark
+    df = rec.recent()
+    sampled = (df.iter >= 1) & ((df.iter - 1) % 7 == 0)              # events on one batch in 7 past the warm-up (the default)
+    assert len(df) == 50 and (df.draw_gpu.notna() == sampled).all()
+    for c in ('draw','batch','forward','backward','opt_step'):      # a sampled batch's GPU times are its wall times (events read right after each mark)
+        t = df[sampled & (df.phase == 'train')]
+        assert (t[f'{c}_gpu'] - t[c]).abs().median() <= 0.2*t[c].median() + 20e-6, c
     assert r.loc[('train','batch','backward'),'Number of Calls'] == 2*299
-    assert rec.gpu_stats[Row('train','batch','backward')].n == 2*299
-    assert 'CUDA events' in learn.simple_profile_report.plain() and 'GPU idle' in learn.simple_profile_report.plain()
+    assert rec.gpu_stats[Row('train','batch','backward')].n == 2*len(range(1, 300, 7))
+    g = r.loc[('train','batch','backward')]
+    assert abs(g['GPU Total Time'] - g['GPU Mean Duration']*2*299) < 1e-12   # the sample's mean, over every batch
+    txt = learn.simple_profile_report.plain()
+    assert 'CUDA events' in txt and 'GPU idle' in txt and f"{2*len(range(1, 300, 7))} train + 2 valid batches, one in 7" in txt, txt
     csv = pd.read_csv(tmp_path/'simple_profile.csv')
     assert 'GPU Mean Duration' in csv.columns
-    df = rec.recent()
-    assert len(df) == 50 and df[df.phase=='train'].backward_gpu.notna().all() and df.predict_gpu.notna().sum() == 4
+    assert df.predict_gpu.notna().sum() == 1                         # the last valid phase's batches 0-3: batch 1 sampled
     assert any(e.get('tid') == GPU_TID and e['ph'] == 'X' for e in trace_events(learn))
     back = pickle.loads(pickle.dumps(rec))                        # learn.export pickles the record: no events in it
     assert getattr(back, 'pool', None) is None and back.results().equals(rec.results())
@@ -117,7 +121,7 @@ def test_events_mode_fine_tune_is_one_call(monkeypatch):
     rec = learn.simple_profile_record
     assert isinstance(rec, GpuProfileRecord) and [s.epochs for s in rec.stages] == [1, 1]
     assert learn.count_events.at_end == rec.pool.n_events           # one pool for the call (the calibration: when first asked for)
-    assert rec.gpu_stats[Row('train','batch','forward')].n == 2*19
+    assert rec.gpu_stats[Row('train','batch','forward')].n == 2*len(range(1, 19+1, 7))  # 19 batches past the warm-up in each fit: one in 7
 
 def test_events_record_keeps_its_timing_when_pickled_or_gathered():
     "`learn.export()` and the DDP gather send `state()`: the record read back still says its GPU times came from CUDA events"
@@ -153,7 +157,6 @@ def test_pool_is_bounded_and_resolves_everything():
 # ---- on a GPU ----
 from bench.gpu_timing import known_cost_learner, cycles_for
 
-WANT = dict(forward=4., backward=8., opt_step=2.)  # ms of GPU work per phase
 
 def test_known_cost_workload_spins_each_phase_once():
     "The GPU tests' workload, on CPU with a logging spin: forward, backward and optimizer step each spin once per batch"
@@ -162,38 +165,42 @@ def test_known_cost_workload_spins_each_phase_once():
     learn.fit(1)
     assert log == [1, 2, 3]*5 + [1]*2
 
+GPU_BOUND = dict(forward=8., backward=16., opt_step=4.)  # ms: long enough that autograd's ~0.45 ms start is under 3% of a span
+
 @pytest.mark.cuda
 def test_events_match_sync_and_wall_misattributes():
-    cycles = cycles_for(WANT)
+    "On a GPU-bound step the GPU columns (events on one batch in 7, the default) are within 5% of `timing='sync'`, both ways, and within 10% of the known work; wall alone misattributes"
+    cycles = cycles_for(GPU_BOUND)
     res = {}
     for mode in ('sync','events','wall'):
         learn = known_cost_learner(cycles)
         learn.profile(timing=mode, show_report=False, logger_callback=None).fit(1)
         assert learn.simple_profile_record.timing == mode
         res[mode] = learn.simple_profile_results.set_index(['Phase','Action','Step'])
-    for k,ms in WANT.items():
+    for k,ms in GPU_BOUND.items():
         sync = res['sync'].loc[('train','batch',k),'Mean Duration']
         ev = res['events'].loc[('train','batch',k),'GPU Mean Duration']
         # 'sync' drains the GPU at each boundary, so its span also holds the host's time to the phase's first kernel
-        # (backward: 8.49 ms against 8.00 on an H200, autograd's start); events time the GPU's work alone: never more
-        # than sync's span, and the known work
-        assert ev <= 1.05*sync, (k, ev, sync)
+        # (autograd's start, ~0.45 ms on an H200): on spans this long that is within the 5%
+        assert abs(ev - sync) <= 0.05*sync, (k, ev, sync)
         assert abs(ev*1e3 - ms) <= 0.1*ms, (k, ev, ms)
     # wall alone charges queued GPU work to a later phase: backward's wall time is far below its GPU time
-    assert res['wall'].loc[('train','batch','backward'),'Mean Duration'] < 0.5*WANT['backward']/1e3
+    assert res['wall'].loc[('train','batch','backward'),'Mean Duration'] < 0.5*GPU_BOUND['backward']/1e3
 
 @pytest.mark.cuda
-def test_events_cost_under_one_percent():
-    "The events' own host cost per batch (events minus wall, each self-measured at fit start) is under 1% of a step"
-    cycles,ovh = cycles_for(WANT),{}
-    for mode in ('wall','events'):
-        learn = known_cost_learner(cycles)
-        learn.profile(timing=mode, show_report=False, logger_callback=None).fit(1)
-        rec = learn.simple_profile_record
-        ovh[mode] = rec.overhead_per_batch
-    step = rec.stats[Row('train','draw')].mean + rec.stats[Row('train','batch')].mean
-    assert step > sum(WANT.values())/1e3*0.9, step
-    assert ovh['events'] - ovh['wall'] < 0.01*step, (ovh, step)
+def test_events_recorded_on_one_batch_in_seven(monkeypatch):
+    "A real CUDA fit records 13 events on one training batch in 7 past the warm-up and 7 on one validation batch in 7; none on the others (a count: the cost itself is the bench's, measured from outside)"
+    recorded = []
+    real = torch.cuda.Event.record
+    def record(self, stream=None): recorded.append(self); return real(self, stream)
+    monkeypatch.setattr(torch.cuda.Event, 'record', record)
+    learn = known_cost_learner(cycles_for(dict(forward=.1, backward=.1, opt_step=.1)), n_batches=40, n_valid=10)
+    learn.profile(show_report=False, logger_callback=None, layers=False, efficiency=False, telemetry=False).fit(1)
+    rec = learn.simple_profile_record
+    sampled = lambda n: len(range(1, n, 7))  # batches 1, 8, 15...: past the one warm-up batch, one in 7
+    assert rec.gpu_stats[Row('train','batch')].n == sampled(40) and rec.gpu_stats[Row('valid','batch')].n == sampled(10)
+    assert len(recorded) == 13*sampled(40) + 7*sampled(10), len(recorded)
+    assert rec.stats[Row('train','batch')].n == 39  # wall times for every batch past the warm-up
 
 def _conv_learner(setup:str, cuda:bool, profile:str|None):
     "A small conv net on random images, set up as `setup` ('fp32', 'fp16', 'bf16', 'channels_last', 'prefetch')"

@@ -1,7 +1,7 @@
 """`learn.tune()` on real learners: it finds the change that matters and measures it as an independent timing does,
 keeps within its budget, and leaves the learner exactly as it was (training afterwards bit for bit the same) unless
 `apply` keeps a change"""
-import math, time
+import html, math, time
 import pytest, torch
 from fastai.basics import *
 from fastai.callback.all import *
@@ -137,5 +137,61 @@ def test_the_tune_table_html_does_not_wrap(theme, tmp_path):
     res = learn.tune(budget=30, n_batches=6, kinds=['num_workers', 'validate_once'], progress=False)
     m = measure(res.report._repr_html_(), theme, 960, tmp_path)
     assert m['wrapped'] == [] and m['low'] == [], m
-    assert m['visible'] == ['', 'Predicted', 'Measured', 'Samples/s\xa0before', 'Samples/s\xa0after', 'Cost'], m['visible']
+    assert m['visible'] == ['', 'Predicted', 'Measured', 'Off\xa0by', 'Samples/s\xa0before', 'Samples/s\xa0after', 'Cost'], m['visible']
     assert 'Profile comparison' in res._repr_html_()
+
+# ---------------------------------------------------------------- measuring as on a GPU: warmed windows, interleaved baselines
+
+def test_two_runs_in_a_row_give_the_same_top_change():
+    "A clear bottleneck (items that sleep 4 ms, loaded in the main process): two `tune()` calls in a row rank the same change first"
+    learn = make_learner()
+    tops = [learn.tune(budget=60, n_batches=16, progress=False) for _ in range(2)]
+    assert all(r.best is not None for r in tops), [r.table for r in tops]
+    assert tops[0].best.text == tops[1].best.text, (tops[0].table, tops[1].table)
+    assert all(len(r.baselines) == sum(t.status == 'measured' for t in r.trials) + 1 for r in tops)  # A B A C A ...
+
+class NewShapesSlow(Module):
+    "A model whose forward takes 4 ms a batch whatever its size, and 60 ms on the first 3 batches of each new input shape (cuDNN autotuning them, the allocator growing)"
+    def __init__(self): self.lin,self.seen = nn.Linear(1, 1),{}
+    def forward(self, x):
+        k = tuple(x.shape)
+        self.seen[k] = self.seen.get(k, 0) + 1
+        time.sleep(.06 if self.seen[k] <= 3 else .004)
+        return self.lin(x)
+
+def test_each_window_is_warmed_for_its_new_shapes():
+    "A batch twice as large on a model with per-batch cost: about 2x per sample once its new shape is warm; its first, slow batches are not timed"
+    learn = make_learner(delay=0., n_train=24)
+    learn.model = NewShapesSlow()
+    res = learn.tune(budget=60, n_batches=8, kinds=['batch_size'], progress=False)
+    t = first(t for t in res.trials if t.changes[0].kind == 'batch_size')
+    train = res.baselines[-1].samples['train'][0]/t.samples['train'][0]  # per training sample (validation keeps its batch size), the bs 8 shape warm by then
+    # up to 2x less the loop's own per-item work; a window that timed two of the 60 ms batches: under 0.6x
+    assert t.status == 'measured' and 1.25 < train < 2.4, (train, res.table)
+    assert learn.dls.train.bs == 8
+
+class Slowing(Callback):
+    "The machine slows down while tuning: each fit's items take `step` seconds longer to load than the last's"
+    def __init__(self, step): self.step = step
+    def before_fit(self):
+        for dl in (self.dls.train, self.dls.valid): dl.dataset.delay += self.step
+
+def test_a_drifting_machine_is_taken_out_by_the_baselines_beside_each_change():
+    "Items that take 2 ms more to load at every window (the machine slows steadily): changes that do nothing measure about 1x against the baselines beside them, and the drift is said"
+    learn = make_learner(delay=.002, n_train=20, conv=True)
+    learn.add_cb(Slowing(.002))
+    res = learn.tune(budget=90, n_batches=8, kinds=['batch_size', 'channels_last', 'optimizer'], progress=False)
+    measured = [t for t in res.trials if t.status == 'measured']
+    assert len(measured) == 3, res.table
+    for t in measured: assert .8 < t.measured < 1.25, res.table      # against one start and one end baseline: 1.5x down to 0.75x
+    assert res.drift < -.3, res.drift                                # the first baseline against the last: much slower
+    assert "the machine's speed changed while tuning" in res.plain()
+
+def test_the_table_puts_each_prediction_beside_its_measurement():
+    "Predicted, measured and how far apart, in percent of the prediction: in the numbers and in every renderer"
+    learn = make_learner(n_train=20)
+    res = learn.tune(budget=60, n_batches=8, kinds=['num_workers'], progress=False)
+    t = first(t for t in res.trials if t.status == 'measured' and not math.isnan(t.changes[0].predicted))
+    row = res.table.set_index('Change').loc[t.text]
+    assert row['Off by'] == pytest.approx(100*(t.measured/t.changes[0].predicted - 1))
+    for text in (res.plain(), res.markdown(), res._repr_html_()): assert 'Off by' in html.unescape(text).replace('\xa0', ' ')

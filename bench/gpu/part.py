@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse, importlib, json, signal, sys, traceback
 from .common import Deadline, Results, log
 
-PARTS = {'tests':'bench.gpu.cudatests', 'timing':'bench.gpu.timing', 'prefetch':'bench.gpu.prefetch',
+PARTS = {'overhead':'bench.gpu.overhead', 'tests':'bench.gpu.cudatests', 'timing':'bench.gpu.timing', 'prefetch':'bench.gpu.prefetch',
          'diagnosis':'bench.gpu.diagnosis', 'nvtx':'bench.gpu.nvtx', 'telemetry':'bench.gpu.telemetry'}
 
 class Stopped(Exception):

@@ -5,7 +5,7 @@ its time limit, and each section says so where it stands instead of failing the 
 from __future__ import annotations
 import math
 
-TITLES = {'tests':'CUDA tests', 'timing':'Timing accuracy: events, sync and wall against a synchronized truth',
+TITLES = {'overhead':"The default profile's cost on a host-bound step, beside Lightning's simple profiler", 'tests':'CUDA tests', 'timing':'Timing accuracy: events, sync and wall against a synchronized truth',
           'prefetch':'CudaPrefetchCallback against the pipeline bound', 'diagnosis':'The diagnosis on a GPU',
           'nvtx':'NVTX ranges from annotate()', 'telemetry':'Telemetry (NVML) and the out-of-memory snapshot'}
 NAMED = ('draw','forward','loss','backward','opt_step','zero_grad')
@@ -67,7 +67,7 @@ def timing_goals(r:dict, mode:str='events_cost') -> dict:
     return dict(err=worst_err, ovh=worst_ovh)
 
 def goal_rows(outs:dict) -> list:
-    rows = []
+    rows = overhead_goal_rows((outs.get('overhead') or {}).get('results') or {})
     t = (outs.get('tests') or {}).get('results') or {}
     if t.get('summary'):
         s = t['summary']
@@ -104,6 +104,16 @@ def goal_rows(outs:dict) -> list:
     if right:
         ok = sum(x['verdict'] and x['knob'] for _,x in right)
         rows.append(["diagnosis: verdict and knob right", f"{ok} of {len(right)} regimes", yes(ok == len(right))])
+    for name,sc in (dg.get('scenarios') or {}).items():
+        if sc.get('runs'):
+            d = sc.get('drift')
+            rows.append([f"tune: drift < 5% between first and last baseline window ({name})", fpct(d, signed=False) if d is not None else '—',
+                         yes(d < .05) if d is not None else '—'])
+            rows.append([f"tune: the same top change twice ({name})", ' / '.join(f"`{x.get('top')}`" for x in sc['runs']), yes(sc.get('same_top'))])
+    sr = [sc for sc in (dg.get('scenarios') or {}).values() if sc.get('right')]
+    if sr:
+        ok = sum(x['right']['verdict'] and x['right']['fix'] for x in sr)
+        rows.append(["diagnosis: verdict and fix right", f"{ok} of {len(sr)} scenarios", yes(ok == len(sr))])
     nv = (outs.get('nvtx') or {}).get('results') or {}
     if nv.get('checks'):
         c = nv['checks']
@@ -123,6 +133,41 @@ def goal_rows(outs:dict) -> list:
         rows.append(["memory_snapshot: written on a real OOM, loads, named in the error; nothing without one",
                      ', '.join(f"{k} {yes(v)}" for k,v in c.items()), yes(all(c.values()))])
     return rows
+
+OVERHEAD_GOALS = (('per_batch', "default `learn.profile()`: cost a training batch of a host-bound step"),
+                  ('per_fit', "default `learn.profile()`: cost a fit, the report not shown"),
+                  ('per_fit_shown', "`learn.profile(plain=True)`: cost a fit, the report shown"),
+                  ('first_fit', "the process's first profiled fit: cost beyond a later one"))
+
+def overhead_goal_rows(r:dict) -> list:
+    "The goals of the overhead part (issue 32), each with its figure"
+    rows = []
+    for k,what in OVERHEAD_GOALS:
+        g = (r.get('goals') or {}).get(k) or {}
+        if g.get('value') is None: continue
+        rows.append([f"{what} ≤ {ftime(g['goal'])}", ftime(g['value']), yes(g.get('met'))])
+    lt = (r.get('summary') or {}).get('lightning simple')
+    if lt: rows.append(["(for comparison) Lightning `profiler='simple'` against Lightning plain, a batch", ftime(lt['per_batch']), '—'])
+    return rows
+
+def overhead_section(o:dict) -> list:
+    r = o.get('results') or {}
+    st = r.get('settings') or {}
+    out = [f"`Linear({st.get('width')},{st.get('width')})-ReLU-Linear({st.get('width')},{st.get('n_out')})`, bs {st.get('bs')}, Adam, "
+           "batches ready in host memory; every variant in one process, interleaved, fits of "
+           f"{st.get('long')} and {st.get('short')} training batches timed from outside (GPU synchronized): per batch from "
+           "the two lengths, per fit the rest, each against the baseline of its round (medians)."]
+    if r.get('lightning'): out += ['', f"Lightning: {r['lightning']}."]
+    s = r.get('summary') or {}
+    if s:
+        rows = [[f"`{n}`", v['baseline'], ftime(v['base_per_batch']), ('+' if v['per_batch'] >= 0 else '') + ftime(v['per_batch']),
+                 fpct(v['share']), ('+' if v['per_fit'] >= 0 else '') + ftime(v['per_fit']), v['rounds']] for n,v in s.items()]
+        out += ['', *table(['variant', 'against', 'its step', 'cost a batch', 'share', 'cost a fit', 'rounds'], rows, text=(1,))]
+    if r.get('first_fit') is not None:
+        out += ['', f"The process's first profiled fit ({st.get('short')} batches) took {ftime(r.get('first_fit_seconds'))}: "
+                f"{ftime(r['first_fit'])} more than the default's later fits of that length."]
+    if r.get('stopped'): out += ['', f"Stopped early: {r['stopped']}."]
+    return out
 
 # ---------------------------------------------------------------- sections
 
@@ -246,9 +291,34 @@ def prefetch_section(o:dict) -> list:
     if settings: out += [''] + [f"- {x}" for x in settings]
     return out
 
+def scenario_rows(r:dict) -> list:
+    "The diagnosis part's scenarios as table rows: scenario, verdict, expected, fix, predicted, measured, off by, within 15%"
+    rows = []
+    sx = lambda x: '—' if nan(x) else f"{x:.2f}x"
+    for name,s in (r.get('scenarios') or {}).items():
+        exp = s.get('expect')
+        e = f"{exp[0]}" + (f", `{exp[1]}`" if exp[1] else '') if exp else '— (for the record)'
+        if s.get('skipped') or s.get('error'):
+            rows.append([name, f"skipped: {s['skipped']}" if s.get('skipped') else f"failed: `{s['error']}`", e, '', '', '', '', '']); continue
+        fix = (s.get('fix') or '').replace('|', '/').replace('\n', ' ')
+        fix = fix if len(fix) <= 90 else fix[:87] + '...'
+        if 'runs' in s:  # `tune` twice: the top change of each, and the drift between first and last baseline windows
+            fix = '; '.join(f"run {i+1}: `{x.get('top')}` (drift {fpct(x.get('drift'))})" for i,x in enumerate(s['runs'])) + \
+                  f"; same top: {yes(s.get('same_top'))}"
+        if s.get('mfu') is not None: fix = f"MFU {fpct(s['mfu'], signed=False)}; " + fix
+        ms = s.get('measured')
+        rows.append([name, s.get('verdict') or '—', e, fix, sx(s.get('predicted')),
+                     sx(ms) if not nan(ms) else (s.get('measured_skipped') or '—'), fpct(s.get('off_by')), yes(s.get('within'))])
+    return rows
+
 def diagnosis_section(o:dict) -> list:
     r = o.get('results') or {}
-    out = ["Each regime of the prefetch part (pinned, no prefetch) profiled with `timing='events'`: with `breakdown=True` "
+    rows = scenario_rows(r)
+    sc = ['', "Scenarios: profile -> diagnosis -> `check_advice` (its change applied and measured; `learn.prefetch()` measured as "
+          "`tune` measures, warmed windows between baselines), `learn.tune()` twice, and fastai's usual JPEG pipeline.", '',
+          *table(['scenario', 'verdict', 'expected', 'fix', 'predicted', 'measured', 'off by', 'within 15%'], rows, text=(1, 2, 3))] if rows else []
+    out = [*sc[1:], ''] if sc else []
+    out += ["Each regime of the prefetch part (pinned, no prefetch) profiled with `timing='events'`: with `breakdown=True` "
            "(the expectation applies), without it, and with `CudaPrefetchCallback` (for the record)."]
     rows = []
     for name,reg in (r.get('regimes') or {}).items():
@@ -317,7 +387,7 @@ def telemetry_section(o:dict) -> list:
                 f"profile kept {yes(sn.get('profile_kept'))}; a fit without the error wrote {'a file' if sn.get('written_without_error') else 'nothing'}."]
     return out
 
-SECTIONS = {'tests':tests_section, 'timing':timing_section, 'prefetch':prefetch_section, 'diagnosis':diagnosis_section, 'nvtx':nvtx_section,
+SECTIONS = {'overhead':overhead_section, 'tests':tests_section, 'timing':timing_section, 'prefetch':prefetch_section, 'diagnosis':diagnosis_section, 'nvtx':nvtx_section,
             'telemetry':telemetry_section}
 
 # ---------------------------------------------------------------- the file
