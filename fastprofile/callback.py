@@ -87,11 +87,8 @@ class SimpleProfilerCallback(_TableDispatch):
         "Mark into `rec`, follow the stage's epochs, tell the session when a phase starts"
         s = self.profile.session
         self._mark,self._wall = rec.mark,_wall(rec)
-        t = dict(_PRE_TABLE, before_fit=type(self)._before_fit, before_epoch=lambda cb: rec.start_epoch(cb.learn.epoch),
-                 before_train=lambda cb: s.phase_starts('train'), before_validate=lambda cb: s.phase_starts('valid'))
-        # validation reads no `zero_grad` (`VALID_STEPS`): its `after_batch` marks nothing there (nor records an event)
-        self._tables = {'train': t, 'valid': {e:h for e,h in t.items() if e != 'after_batch'}}
-        self._table = self._tables.get(rec.phase, t)
+        self._table = dict(_PRE_TABLE, before_fit=type(self)._before_fit, before_epoch=lambda cb: rec.start_epoch(cb.learn.epoch),
+                           before_train=lambda cb: s.phase_starts('train'), before_validate=lambda cb: s.phase_starts('valid'))
 
     def _before_fit(self):
         "The session decides what this is: a fit of the call (it then calls `stage`) or something nested"
@@ -104,9 +101,7 @@ class SimpleProfilerCallback(_TableDispatch):
         rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)  # calibrated once per process, when first asked for
         self._bind(rec)
 
-    def phase(self, s):
-        s.record.start_phase(s.phase)
-        self._table = self._tables[s.phase]
+    def phase(self, s): s.record.start_phase(s.phase)
     def end_stage(self, s): self._idle()
 
 # %% ../nbs/07_callback.ipynb #f0a4f3ad
