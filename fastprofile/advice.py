@@ -319,7 +319,7 @@ def check_advice(learn:Learner,
         d = diagnose(r0, change=None if given is None else given.change)  # the window's model predicts that same change
         if given is None: c = d.findings[0] if resource is None else _finding(d, resource)
         else:  # the window's finding with that change (under any resource); none: the profile's own prediction
-            c = next((f for f in d.findings if given.change is not None and f.change == given.change), given)
+            c = next((f for f in d.findings if f.change == given.change), given)
         if c.change is None or c.change['kind'] == 'prefetch':
             return AdviceCheck(d, None, math.nan, math.nan, c.speedup, math.nan, c)
         _apply(learn, c.change)

@@ -271,7 +271,6 @@ def end(self:EfficiencyCallback, s):
     if self._counter is not None: self._counter.stop(); self._counter = None
     self._unshadow()
     self._handlers,self._paused = self._idle,None
-    self._listen(True)  # back in `learn.cbs`, where the session's undo takes it off (with fastai's `learn.efficiency`)
     if self._stage is not None and self.learn is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
     self._stage = None
     r = self.result

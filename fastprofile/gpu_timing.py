@@ -107,10 +107,9 @@ class GpuProfileRecord(ProfileRecord):
 
     def end_batch(self, bs:int):
         "Queue the batch's marks; a sampled batch's row of events waits to be resolved; the next batch is sampled or not"
-        if self.evs is not None:
-            warm = self._phase_batches + len(self._queue) < self.warmup if self.phase else False
-            if self._apart and not warm: warm = any(a is self.marks for a in self._apart)  # it compiled (`set_apart`)
-            self._pending.append(PendingBatch(self._row, self.phase, self._batch_no, warm, self.marks))
+        if self.evs is not None:  # sampled: past the warm-up, so only a batch that compiled (`set_apart`) stays out of the statistics
+            apart = any(a is self.marks for a in self._apart)
+            self._pending.append(PendingBatch(self._row, self.phase, self._batch_no, apart, self.marks))
             self._row = self.evs = None
             self._resolve(most=1)  # one finished row a sampled batch: resolving is spread out, never a burst
         self._batch_no += 1

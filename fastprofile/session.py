@@ -113,13 +113,19 @@ class _ProfiledMethod:
     def __reduce__(self): return (getattr, (self.session.learn, self.name))  # pickled (`learn.export()`): the plain method
     def __repr__(self): return f"<{type(self.session.learn).__name__}.{self.name}, profiled by fastprofile>"
 
+def _take_off(learn, cbs):
+    "Take the session's callbacks off `learn` as fastai's `remove_cb` does, also those that took themselves off `learn.cbs` meanwhile (`EfficiencyCallback` once its work is done): their `learn.<name>` goes too"
+    learn.remove_cbs([cb for cb in cbs if cb in learn.cbs])
+    for cb in cbs:
+        if cb not in learn.cbs and learn.__dict__.get(cb.name) is cb: delattr(learn, cb.name); cb.learn = None
+
 @patch
 def arm(self:Session):
     "Route the learner's training methods through `call` and add the callbacks, through `patches`"
     learn = self.learn
     for n in training_methods(learn): self.patches.set(learn, n, _ProfiledMethod(self, n))
     learn.add_cbs(self.cbs)
-    self.patches.call(lambda: learn.remove_cbs([cb for cb in self.cbs if cb in learn.cbs]))
+    self.patches.call(lambda: _take_off(learn, self.cbs))
 
 @patch
 def disarm(self:Session):
@@ -128,7 +134,7 @@ def disarm(self:Session):
     finally:  # what `preserved` (fastprofile.advice) put back from its own copy of the learner after an earlier `disarm`
         d,learn = self.learn.__dict__,self.learn
         for n in [n for n,v in d.items() if isinstance(v, _ProfiledMethod) and v.session is self]: del d[n]
-        if any(cb in learn.cbs for cb in self.cbs): learn.remove_cbs([cb for cb in self.cbs if cb in learn.cbs])
+        _take_off(learn, self.cbs)
 
 @patch
 def enter(self:Session):

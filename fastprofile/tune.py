@@ -346,7 +346,7 @@ def lines(self:TuneResult) -> list:
         if t.status == 'measured' and t.measured >= MIN_GAIN and t.changes[0].note: out.append(f"`{t.text}`: {t.changes[0].note}.")
     n,v = self.windows or ('?', '?')
     w = sorted({t.warmup for t in [*self.baselines, *self.trials] if t.profile is not None})
-    warm = f" past {'-'.join(str(x) for x in (w[0], w[-1]) if x is not None) if len(w) > 1 else w[0]} warm-up batches each" if w else ''
+    warm = f" past {w[0]}{f'-{w[-1]}' if len(w) > 1 else ''} warm-up batches each" if w else ''
     out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples in the baseline's "
                f"proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} budget.")
     return out
