@@ -106,7 +106,7 @@ def test_the_budget_is_honoured():
     learn = make_learner()
     budget = 3.
     t0 = time.perf_counter()
-    res = learn.tune(budget=budget, n_batches=30, progress=False)
+    res = learn.tune(budget=budget, n_batches=20, progress=False)  # 20: the baseline window (warmed first) fits in the budget on a busy machine too
     elapsed = time.perf_counter() - t0
     assert res.elapsed <= elapsed
     # a window is cut at the batch after the deadline: then a batch (32 ms), closing the window (its workers), putting the
