@@ -380,7 +380,8 @@ def test_diagnosis_part_scenarios_on_stand_ins(tmp_path):
         if r['predicted'] and r['measured']: assert r['off_by'] == pytest.approx(r['measured']/r['predicted'] - 1) and isinstance(r['within'], bool)
     assert all(isinstance(sc[n]['right']['verdict'], bool) for n in ('input-bound', 'slow after_batch'))
     assert sc['copy-bound pinned']['skipped'] == 'pinned host memory needs CUDA'
-    assert sc['copy-bound pageable']['measured_skipped'] == 'learn.prefetch() needs CUDA'
+    cp = sc['copy-bound pageable']  # its verdict on stand-ins moves with the machine's load: the prefetch fix, where given, is not measured on a CPU
+    if 'prefetch' in (cp['fix'] or ''): assert cp['measured_skipped'] == 'learn.prefetch() needs CUDA', cp
     assert sc['gpu-bound mlp']['verdict'] and 'mfu' in sc['gpu-bound mlp']
     tv = torchvision_imports()
     for name in ('launch-bound resnet18', 'tune twice resnet18', 'fastai jpegs'):
