@@ -192,7 +192,9 @@ def session_of(pre:SimpleProfilerCallback) -> Session:
     s = prof.session
     if s is None or s.learn is not pre.learn:
         post = [cb for cb in pre.learn.cbs if isinstance(cb, SimpleProfilerPostCallback) and cb.profile is prof]
-        s = Session(pre.learn, prof, probes=[pre, *prof.sinks, *post])
+        # the batch hook (the cost sampler) is a probe of the call too: a pair loaded from a learner exported while armed brings it along
+        hook = [p for p in (prof.on_batch,) if isinstance(p, Probe)]
+        s = Session(pre.learn, prof, probes=[pre, *hook, *prof.sinks, *post])
     return s
 
 # %% ../nbs/07_callback.ipynb #6e2b9c31
