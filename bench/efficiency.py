@@ -63,7 +63,7 @@ def count_ops(fn) -> int:
 
 def setup_cost(runs:int=3) -> list:
     "Seconds of `prepare_flop_counter()` in fresh processes (torch, fastai and fastprofile already imported)"
-    code = ("import time, torch, fastai.basics, fastprofile.flops as e; t=time.perf_counter(); e.prepare_flop_counter(); "
+    code = ("import time, torch, fastai.basics, fastprofile.engine.flops as e; t=time.perf_counter(); e.prepare_flop_counter(); "
             "print(time.perf_counter()-t)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
     out = []
@@ -76,7 +76,7 @@ def setup_cost(runs:int=3) -> list:
 
 def counted_batch_cost(reps:int, device='cpu') -> list:
     "Per model: ms of a training step uncounted and counted (medians, interleaved), ops, FLOPs per sample, Lightning's count"
-    from fastprofile.flops import FlopCount, prepare_flop_counter
+    from fastprofile.engine.flops import FlopCount, prepare_flop_counter
     prepare_flop_counter()
     sync = torch.cuda.synchronize if device != 'cpu' else (lambda: None)
     clock = time.perf_counter if device != 'cpu' else time.process_time
@@ -136,8 +136,8 @@ def profiled_fit(trials:int) -> dict:
 def idle_dispatch_cost(n:int=200, rounds:int=60) -> dict:
     "µs per training batch that an idle `EfficiencyCallback` (after its warm-up work) adds through fastai's dispatch"
     from fastai.basics import Learner, Callback, L
-    from fastprofile.callback import TIMED_EVENTS
-    from fastprofile.efficiency_probe import EfficiencyCallback
+    from fastprofile.lifecycle.callback import TIMED_EVENTS
+    from fastprofile.probes.efficiency_probe import EfficiencyCallback
     fake = types.SimpleNamespace(training=True, xb=(torch.zeros(1),), train_iter=1)
     others = []
     for _ in range(4):  # stand-ins for TrainEvalCallback, Recorder, CastToTensor, ProgressCallback
@@ -174,7 +174,7 @@ def timed_call(f, n:int=2000, rounds:int=5) -> float:
     return 1e6*best
 
 def rss_costs() -> dict:
-    from fastprofile.efficiency import rss_bytes, maxrss_bytes, mem_available
+    from fastprofile.engine.efficiency import rss_bytes, maxrss_bytes, mem_available
     return {'rss_bytes (/proc/self/statm)': timed_call(rss_bytes), 'maxrss_bytes (getrusage)': timed_call(maxrss_bytes),
             'mem_available (/proc/meminfo)': timed_call(mem_available)}
 

@@ -31,7 +31,13 @@ VARIANTS = {  # name -> `learn.profile` options (None: plain fastai), where the 
     'none': None, 'quiet': dict(show_report=False), 'rich': dict(show_report=True), 'pipe': dict(show_report=True)}
 LABELS = {'quiet': '`learn.profile(show_report=False)`', 'rich': 'report shown in a terminal (rich, colour, 120 columns)',
           'pipe': 'report shown into a pipe (no terminal, 80 columns)'}
-ONCE = (('fastprofile.callback', '_calibrate'), ('fastprofile.loads', '_transfer_probe'))  # once-per-process costs, timed where they run
+ONCE = (('fastprofile.lifecycle.callback', '_calibrate'), ('fastprofile.probes.loads', '_transfer_probe'))  # once-per-process costs, timed where they run
+OLD_PATHS = {'fastprofile.lifecycle.callback': 'fastprofile.callback', 'fastprofile.probes.loads': 'fastprofile.loads'}  # a --baseline from before the subpackages (0.1.0's flat modules)
+
+def _module(name):
+    import importlib
+    try: return importlib.import_module(name)
+    except ModuleNotFoundError: return importlib.import_module(OLD_PATHS[name])
 ONCE_LABELS = {'_calibrate': "the pair's calibration", '_transfer_probe': "the loader's transfer probe"}
 TRIALS,ROUNDS,REPEATS = 5,15,15
 _CONSOLE_ENV = ('FORCE_COLOR','NO_COLOR','COLUMNS','LINES','TTY_COMPATIBLE','TTY_INTERACTIVE','COLORTERM','TERM','JUPYTER_COLUMNS')
@@ -61,9 +67,8 @@ def check_shown(variant:str, text:str):
 
 def time_once(times:dict):
     "Wrap the once-per-process functions of `ONCE` that this fastprofile has, adding their wall time to `times[name]`"
-    import importlib
     for mod,name in ONCE:
-        m = importlib.import_module(mod)
+        m = _module(mod)
         f = getattr(m, name, None)
         if f is None: continue
         times[name] = 0.
@@ -113,7 +118,7 @@ def _timed(f):
 
 def parts(res, repeats:int) -> dict:
     "Seconds of each part of showing the report of `res`, `repeats` interleaved repetitions on fresh copies"
-    from fastprofile.core import report_notes
+    from fastprofile.engine.core import report_notes
     out = {}
     add = lambda k, s: out.setdefault(k, []).append(s)
     def shown(kind, f):
@@ -147,7 +152,7 @@ def work(task:dict) -> dict:
     once = {}
     if task['mode'] == 'calibrate':  # the pair's calibration as a first fit runs it: once, cold, in a fresh process
         _setup('quiet', task['expect'])
-        from fastprofile.callback import _calibrate
+        _calibrate = _module('fastprofile.lifecycle.callback')._calibrate
         t = time.perf_counter(); v = _calibrate('wall', 'cpu', task['n'], task['k'])
         return {'mode': 'calibrate', 'n': task['n'], 'k': task['k'], 'value': v, 'seconds': time.perf_counter() - t}
     if task['mode'] == 'fresh':

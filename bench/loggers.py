@@ -16,8 +16,8 @@ from .common import median, iqr, md_table, machine_info, machine_md
 class Timed:
     "Wrap the `log_batch` of the sink class that logger `name` uses, to add up the time spent in it"
     def __init__(self, name):
-        from fastprofile.wandb import WandbSink
-        from fastprofile.tensorboard import TensorBoardSink
+        from fastprofile.sinks.wandb import WandbSink
+        from fastprofile.sinks.tensorboard import TensorBoardSink
         self.cls,self.total,self.calls = {'wandb': WandbSink, 'tensorboard': TensorBoardSink}[name],0.,0
         self.orig = self.cls.__dict__['log_batch']
         def timed(sink, record, step, window, _o=self.orig, _t=self):
@@ -31,7 +31,7 @@ class Timed:
 def per_batch(learn, logger, log_every):
     "Fit one epoch with the profiler (logging to `logger`); the train phase's wall time per batch"
     learn.profile(show_report=False, logger_callback=logger, log_every=log_every).fit(1)
-    from fastprofile.record import Row
+    from fastprofile.engine.record import Row
     st = learn.simple_profile_record.stats
     n = st[Row('train','batch')].n + st[Row('train','warmup')].n
     return st[Row('fit','train')].total/n

@@ -20,8 +20,8 @@ def setup_variant(variant:str):
 
 def check_clean(variant:str):
     "Fail if a module of the other profiler is loaded in this process"
-    if variant in ('none', 'fastxtend') and 'fastprofile.loop' in sys.modules:
-        raise RuntimeError(f"variant {variant!r}: fastprofile.loop was imported (it patches fastai)")
+    if variant in ('none', 'fastxtend') and 'fastprofile.lifecycle.loop' in sys.modules:
+        raise RuntimeError(f"variant {variant!r}: fastprofile.lifecycle.loop was imported (it patches fastai)")
     if variant != 'fastxtend' and any(m.startswith('fastxtend') for m in sys.modules):
         raise RuntimeError(f"variant {variant!r}: fastxtend was imported (it patches fastai)")
 
@@ -29,8 +29,8 @@ def add_profiler(learn, variant:str):
     "Add the variant's profiler for the next fit (both profilers remove themselves after it)"
     if variant.startswith('fastprofile') and variant != 'fastprofile-off': learn.profile(show_report=False, logger_callback=None)
     if variant == 'fastprofile-nosampler':  # the defaults, less the `CostSampler` (callback costs, loader timing): its share
-        from fastprofile.session import Session
-        from fastprofile.costs import CostSampler
+        from fastprofile.lifecycle.session import Session
+        from fastprofile.probes.costs import CostSampler
         s = Session.of(learn)
         s.probes = [p for p in s.probes if not isinstance(p, CostSampler)]; s.profile.on_batch = None
     elif variant == 'fastxtend': learn.profile(mode='simple', show_report=False)
@@ -76,7 +76,7 @@ def overhead(task:dict) -> dict:
             fits.append(time.perf_counter() - t)
             on.append(profiled)
             if profiling and profiled:
-                from fastprofile.record import Row
+                from fastprofile.engine.record import Row
                 rec = learn.simple_profile_record
                 if rec.stats[Row('train','batch')].n != n_train - rec.warmup: raise RuntimeError("fastprofile did not time every batch")
                 self_oh.append(rec.overhead_per_batch)
@@ -126,7 +126,7 @@ def memory(task:dict) -> dict:
 
 def _drive_fastprofile(n:int):
     "A `ProfileRecord` through `n` training batches exactly as the profiler pair marks them (real clock)"
-    from fastprofile.record import ProfileRecord
+    from fastprofile.engine.record import ProfileRecord
     rec = ProfileRecord()
     rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
     mark,clock = rec.mark,rec.clock

@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/all.html.md"""
 
 # %% auto #0
 __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'ProfileReport', 'Facts', 'Sink', 'Section', 'Probe',
-           'ProbeCallback', 'Session', 'Patches', 'Row', 'result_row', 'SimpleProfilerCallback',
+           'ProbeCallback', 'register', 'Session', 'Patches', 'Row', 'result_row', 'SimpleProfilerCallback',
            'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback',
            'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink',
            'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved', 'load_profile', 'compare',
@@ -15,32 +15,33 @@ __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profi
            'fix_cpu_broadcast', 'make_demo_learner']
 
 # %% ../nbs/99_all.ipynb #07faa944
-import fastprofile.loop, fastprofile.learner, fastprofile.trace, fastprofile.prefetch  # `Learner.profile`, `annotate`, `prefetch`, `before_draw`
-from .core import Profile, ProfileOptions, ProfileResult, Facts, Sink, Probe
-from .session import Session, ProbeCallback
-from .patches import Patches
-from .record import ProfileRecord, Row, result_row
-from .report import ProfileReport, Section
-from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
-from .breakdown import BreakdownCallback
-from .prefetch import CudaPrefetchCallback
-from .efficiency_probe import EfficiencyCallback
-from .trace import RecordFunctionCallback, save_trace
-from .distributed import save_merged_trace, fix_cpu_broadcast
-from .efficiency_report import efficiency_summary
-from .telemetry_report import telemetry_summary
-from .diagnosis import Diagnosis, diagnose
-from .learner import LOGGERS, SECTIONS, NoProfileError
-from .wandb import WandbSink, fix_fastai_wandb_4173
-from .tensorboard import TensorBoardSink
-from .advice import check_advice, preserved
-from .saving import load_profile  # and `ProfileResult.save`
-from .compare import compare, Comparison
-from .tune import TuneResult, ValidateOnceCallback  # and `Learner.tune`
-from .plots import plot_profile, save_plots, plot_phase_shares, plot_timeline
+import fastprofile.lifecycle.loop, fastprofile.learner, fastprofile.analysis.trace, fastprofile.data.prefetch  # `Learner.profile`, `annotate`, `prefetch`, `before_draw`
+from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Sink, Probe, register
+from .lifecycle.session import Session, ProbeCallback
+from .engine.patches import Patches
+from .engine.record import ProfileRecord, Row, result_row
+from .engine.tables import ProfileReport, Section
+from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallback
+from .probes.breakdown import BreakdownCallback
+from .data.prefetch import CudaPrefetchCallback
+from .probes.efficiency_probe import EfficiencyCallback
+from .analysis.trace import RecordFunctionCallback, save_trace
+from .analysis.distributed import save_merged_trace, fix_cpu_broadcast
+from .analysis.efficiency_report import efficiency_summary
+from .analysis.telemetry_report import telemetry_summary
+from .analysis.diagnosis import Diagnosis, diagnose
+from .learner import LOGGERS, NoProfileError
+from .analysis.sections import SECTIONS
+from .sinks.wandb import WandbSink, fix_fastai_wandb_4173
+from .sinks.tensorboard import TensorBoardSink
+from .fixes.advice import check_advice, preserved
+from .sinks.saving import load_profile  # and `ProfileResult.save`
+from .fixes.compare import compare, Comparison
+from .fixes.tune import TuneResult, ValidateOnceCallback  # and `Learner.tune`
+from .analysis.plots import plot_profile, save_plots, plot_phase_shares, plot_timeline
 from .demo import make_demo_learner
 _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'ProfileReport', 'Facts', 'Sink', 'Section',
-         'Probe', 'ProbeCallback', 'Session', 'Patches', 'Row', 'result_row',
+         'Probe', 'ProbeCallback', 'register', 'Session', 'Patches', 'Row', 'result_row',
          'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback',
          'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError',
          'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved',

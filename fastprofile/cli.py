@@ -8,7 +8,7 @@ Docs: https://fastprofile.github.io/fastprofile/cli.html.md"""
 from __future__ import annotations
 import argparse, math, sys, time
 from . import __version__
-from .checks import check_path
+from .engine.checks import check_path
 
 # %% auto #0
 __all__ = ['OUTPUTS', 'parser', 'check_args', 'demo', 'main', 'compare_files']
@@ -105,8 +105,8 @@ def demo(args) -> tuple:
     "Run the demo described by parsed (and checked) `args`; the learner, and whether every asked-for output was written"
     from fastai.basics import set_seed
     from fastprofile.all import make_demo_learner, save_plots, save_trace  # (and `Learner.profile`)
-    from fastprofile.report import atomic_write_csv
-    from fastprofile.compare import compare
+    from fastprofile.engine.tables import atomic_write_csv
+    from fastprofile.fixes.compare import compare
     device = None if args.device == 'auto' else args.device
     t0 = time.perf_counter()
     set_seed(0)
@@ -148,8 +148,8 @@ def main(argv=None) -> int:
 
 def compare_files(args) -> int:
     "`fastprofile compare`: print the comparison; 1 when the gate (`--fail-if-slower`) fails, 0 otherwise (bad input raises)"
-    from fastprofile.compare import compare
-    from fastprofile.report import fmt_pct
+    from fastprofile.fixes.compare import compare
+    from fastprofile.engine.tables import fmt_pct
     c = compare(args.before, args.after, rows=args.rows)
     if args.fail_if_slower is not None and math.isnan(c.slower_by):
         raise ValueError(f"no steady-state training step to compare in {args.before if c.steady[0] is None else args.after}: "

@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 from fastai.basics import *
 from fastai.callback.all import *
 from fastai.data.transforms import IntToFloatTensor, Normalize
-from .checks import check_int, check_type, check_folder
+from .engine.checks import check_int, check_type, check_folder
 
 # %% auto #0
 __all__ = ['SHAPES', 'make_jpegs', 'JpegDataset', 'demo_model', 'make_demo_learner']

@@ -9,34 +9,34 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from fastai.basics import *
-from .checks import check_bool, check_number, check_path, check_choice, check_written_beside
-from .core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe
-from .gpu_timing import resolve_timing
-from .session import Session, train_device
-from .callback import SimpleProfilerCallback, SimpleProfilerPostCallback
-from .costs import CostSampler
-from .loads import LoadTimer
-from .compiles import CompileProbe, compile_section
-from .breakdown import BreakdownCallback
-from .prefetch import CudaPrefetchCallback
-from .pipeline import PinnedCopy, _tensors
-from .efficiency_probe import EfficiencyCallback
-from .layers import LayerTimer
-from .efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
-from .telemetry import TelemetryProbe, TELEMETRY_EVERY, EVERY_RANGE, reads_gpu
-from .snapshot import MemorySnapshot, check_memory_snapshot, snapshot_path
-from .telemetry_report import telemetry_section, telemetry_summary
-from .distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world
-from .wandb import WandbSink
-from .tensorboard import TensorBoardSink
+from .engine.checks import check_bool, check_number, check_path, check_choice, check_written_beside, check_items
+from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe, register
+from .engine.gpu_timing import resolve_timing
+from .lifecycle.session import Session, train_device
+from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallback
+from .probes.costs import CostSampler
+from .probes.loads import LoadTimer
+from .probes.compiles import CompileProbe, compile_section
+from .probes.breakdown import BreakdownCallback
+from .data.prefetch import CudaPrefetchCallback
+from .data.pipeline import PinnedCopy, _tensors
+from .probes.efficiency_probe import EfficiencyCallback
+from .probes.layers import LayerTimer
+from .analysis.efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
+from .probes.telemetry import TelemetryProbe, TELEMETRY_EVERY, EVERY_RANGE, reads_gpu
+from .probes.snapshot import MemorySnapshot, check_memory_snapshot, snapshot_path
+from .analysis.telemetry_report import telemetry_section, telemetry_summary
+from .analysis.distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world
+from .sinks.wandb import WandbSink
+from .sinks.tensorboard import TensorBoardSink
+from .analysis.sections import SECTIONS
 
 # %% auto #0
-__all__ = ['LOGGERS', 'SECTIONS', 'logger_sink', 'learner_facts', 'batch_copy', 'LearnerFacts', 'PrefetchStaging', 'session_for',
+__all__ = ['LOGGERS', 'logger_sink', 'learner_facts', 'batch_copy', 'LearnerFacts', 'PrefetchStaging', 'session_for',
            'NoProfileError']
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
-SECTIONS = [diagnosis_with_efficiency, compile_section, efficiency_section, telemetry_section, distributed_section]
 
 class _Default(str):
     "A default argument value, told apart from the same value passed explicitly"
@@ -132,7 +132,7 @@ def _n_train_batches(learn) -> int|None:
 # %% ../nbs/17_learner.ipynb #4d2cc3f0
 _OPTION_NAMES = [f.name for f in ProfileOptions.__dataclass_fields__.values()]
 _CALL_OPTIONS = ['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops','layers','telemetry',
-                 'telemetry_every','memory_snapshot']  # the options of `session_for` besides `ProfileOptions`
+                 'telemetry_every','memory_snapshot','probes']  # the options of `session_for` besides `ProfileOptions`
 
 def _running(learn):
     "Refuse to start a profile while a profiled call (or a `profiling()` block) is running on `learn`"
@@ -144,7 +144,7 @@ def _running(learn):
 def session_for(learn,
     logger_callback=_Default('wandb'), csv_name=_Default('simple_profile.csv'), breakdown:bool=False, rank_csv:bool=False,
     gather_timeout:float=GATHER_TIMEOUT, efficiency:bool|str='auto', peak_flops:float|None=None, layers:bool=True,
-    telemetry:bool|str='auto', telemetry_every:float=TELEMETRY_EVERY, memory_snapshot:bool=False,
+    telemetry:bool|str='auto', telemetry_every:float=TELEMETRY_EVERY, memory_snapshot:bool=False, probes=(),
     **kwargs # `ProfileOptions`
 ) -> Session:
     "A `Session` for the next profiled call on `learn`, every option checked (`Learner.profile` documents them); not armed yet"
@@ -179,8 +179,19 @@ def session_for(learn,
                          f"use a warm-up below {n} (0 keeps every batch)")
     resolve_timing(opts.timing, dev)  # 'events'/'sync' on a CPU learner: refused now, not at fit start
     sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
-    return _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry, telemetry_every,
-                    snapshot)
+    return _session(learn, opts, sink, csv_path, breakdown=breakdown, rank_csv=rank_csv, gather_timeout=gather_timeout, efficiency=efficiency,
+                    peak_flops=peak_flops, layers=layers, telemetry=telemetry, telemetry_every=telemetry_every, snapshot=snapshot,
+                    probes=_own_probes(probes))
+
+def _own_probes(probes) -> list:
+    "`probes` checked: `Probe` objects with a `key` each (their classes registered), keys all different"
+    probes = check_items('probes', probes, Probe, 'Probe objects (a subclass of `fastprofile.engine.core.Probe` with a `key`)')
+    keys = [p.key for p in probes]
+    for p in probes:
+        if p.key is None: raise ValueError(f"`probes`: {type(p).__name__} has no `key`: name what it measures (`key = 'h2d'`), so its facts have a place")
+        register(type(p))
+    if len(set(keys)) < len(keys): raise ValueError(f"`probes`: two probes share a key ({', '.join(sorted(k for k in set(keys) if keys.count(k) > 1))}): each needs its own")
+    return probes
 
 def _world_size() -> int:
     "Processes in the run: `distributed_world`'s, or torchrun's `WORLD_SIZE` before `torch.distributed` starts, else 1"
@@ -189,8 +200,8 @@ def _world_size() -> int:
     try: return max(int(os.environ.get('WORLD_SIZE', 1)), 1)
     except ValueError: return 1
 
-def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers=True, telemetry='auto',
-             telemetry_every=TELEMETRY_EVERY, snapshot=None) -> Session:
+def _session(learn, opts:ProfileOptions, sink, csv_path, *, breakdown=False, rank_csv=False, gather_timeout=GATHER_TIMEOUT, efficiency='auto',
+             peak_flops=None, layers=True, telemetry='auto', telemetry_every=TELEMETRY_EVERY, snapshot=None, probes=()) -> Session:
     "The session and its probes, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, telemetry, the learner's facts, prefetch staging, sinks, the memory snapshot, the pair's last"
     bd = BreakdownCallback() if breakdown else None
     sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
@@ -202,9 +213,9 @@ def _session(learn, opts, sink, csv_path, breakdown, rank_csv, gather_timeout, e
     lay = LayerTimer(learn, warmup=opts.warmup) if layers else None  # hooks on the model only for a few sampled batches
     tel = None if telemetry is False else TelemetryProbe(telemetry, telemetry_every)  # 'auto': the sampler on a GPU; the CPU per phase always
     snap = None if snapshot is None else MemorySnapshot(snapshot)  # it ends right after the pair's last: the snapshot before the others end
-    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay, tel) if p is not None], LearnerFacts(learn),
+    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay, tel) if p is not None], *probes, LearnerFacts(learn),
               PrefetchStaging(learn), *prof.sinks, *[p for p in (snap,) if p is not None], post]
-    return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff) if c])
+    return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff, *probes) if isinstance(c, Callback)])  # yours: a `ProbeCallback` joins learn.cbs for the call
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da
 @patch
@@ -215,17 +226,19 @@ def profile(self:Learner,
     rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
     gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
     efficiency:bool|str='auto', # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
-    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.flops.PEAK_FLOPS`, GPUs only)
+    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
     layers:bool=True, # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
     telemetry:bool|str='auto', # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU per phase on a CPU; True: the sampler on a CPU too; False: off
     telemetry_every:float=TELEMETRY_EVERY, # Seconds between the sampler's samples
     memory_snapshot:bool=False, # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's memory visualizer
+    probes=(), # Probes of your own (`Probe` objects with a `key`): told of the call like fastprofile's, their facts, section and scalars in the result
     **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second, events_every
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)
-    s = session_for(self, logger_callback, csv_name, breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry,
-                    telemetry_every, memory_snapshot, **kwargs)
+    s = session_for(self, logger_callback, csv_name, breakdown=breakdown, rank_csv=rank_csv, gather_timeout=gather_timeout, efficiency=efficiency,
+                    peak_flops=peak_flops, layers=layers, telemetry=telemetry, telemetry_every=telemetry_every, memory_snapshot=memory_snapshot,
+                    probes=probes, **kwargs)
     if old is not None: old.disarm()
     s.arm()
     return self

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect, pickle, threading, time, types
 import torch, torch.cuda.memory
 from fastcore.basics import patch
-from .record import ProfileRecord, Slot
+from .engine.record import ProfileRecord, Slot
 
 # %% auto #0
 __all__ = ['NVML_SIGNATURES', 'FakeClock', 'drive_record', 'FakeStream', 'FakeEvent', 'drive_gpu_batches', 'NVMLError',

@@ -54,8 +54,8 @@ def expected(name:str, s:dict) -> tuple|None:
 
 def diagnosed(dls, s:dict, variant:str, cfg:dict, device, ops=None) -> dict:
     "Profile one fit (`variant`: 'breakdown', 'plain' or 'prefetch' (with the breakdown)) and diagnose it"
-    from fastprofile.diagnosis import diagnose
-    from fastprofile.prefetch import CudaPrefetchCallback
+    from fastprofile.analysis.diagnosis import diagnose
+    from fastprofile.data.prefetch import CudaPrefetchCallback
     from .data import learner
     from .prefetch import make_model
     cbs = [CudaPrefetchCallback(ops=ops)] if variant == 'prefetch' else []
@@ -86,7 +86,7 @@ def run(cfg:dict, res:Results, deadline:Deadline):
     pcfg = merged(prefetch.DEFAULTS, dict(skip=cfg['skip'], batches=cfg['batches'], device=device, pins=[torch.device(device).type == 'cuda']))
     ops = None
     if torch.device(device).type != 'cuda':
-        from fastprofile.prefetch import LoggingOps
+        from fastprofile.data.prefetch import LoggingOps
         ops = LoggingOps(copy=True)
     res['regimes'],dls = {},{}
     names = [n for n in regimes if cfg['select'] is None or n in cfg['select']]
@@ -160,7 +160,7 @@ def _record(a) -> dict:
 
 def _tune_measured(learn, kind, n, n_valid=2) -> float:
     "The speedup of `kind` (a `tune` change) measured as `tune` does: a warmed window between two warmed baseline windows"
-    from fastprofile.tune import Change, measure, speedup
+    from fastprofile.fixes.tune import Change, measure, speedup
     before = measure(learn, [], n, n_valid)
     t = measure(learn, [Change(kind, True, kind)], n, n_valid)
     after = measure(learn, [], n, n_valid)
@@ -170,7 +170,7 @@ def _tune_measured(learn, kind, n, n_valid=2) -> float:
 
 def _advise(learn, c, device, measure_kind=None) -> dict:
     "profile -> diagnosis -> `check_advice` on `learn`; a fix it does not make itself measured as `tune` does"
-    from fastprofile.advice import check_advice
+    from fastprofile.fixes.advice import check_advice
     out = _record(check_advice(learn, n_batches=c['batches'], n_valid=2))
     kind = (out['change'] or {}).get('kind') if isinstance(out['change'], dict) else None
     if math.isnan(out['measured'] or math.nan) and (measure_kind or 'prefetch' in (out['fix'] or '')):
@@ -219,7 +219,7 @@ def sc_after_batch(c, device):
     return _advise(_pool_learner(c, device, conv_net(c['channels'], 1), image_pool(2, c['bs'], c['size']), after_batch=slow_after_batch), c, device)
 
 def sc_tune_twice(c, device):
-    import fastprofile.tune  # noqa: F401 (Learner.tune)
+    import fastprofile.fixes.tune  # noqa: F401 (Learner.tune)
     learn = _resnet_learner(c, device)
     runs = []
     for _ in range(2):
@@ -256,7 +256,7 @@ def sc_jpegs(c, device):
     return out
 
 def sc_gpu_bound(c, device):
-    from fastprofile.efficiency_report import efficiency_summary
+    from fastprofile.analysis.efficiency_report import efficiency_summary
     from .data import tensor_pool, mlp, pool_dls, learner
     pin = _on_cuda(device)
     dls = pool_dls(tensor_pool(2, (c['bs'], c['n_in']), pin=pin), c['batches'] + 10, 0., 0, pin=pin, device=device, n_valid=2)

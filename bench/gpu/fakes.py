@@ -64,11 +64,11 @@ def install():
     torch.cuda.nvtx.range_push,torch.cuda.nvtx.range_pop = range_push,range_pop
 
     # fastprofile: 'events' and 'sync' accepted for a CPU model (the events are the stand-ins above)
-    import fastprofile.core, fastprofile.learner, fastprofile.trace
+    import fastprofile.engine.core, fastprofile.learner, fastprofile.analysis.trace
     from fastai.learner import Learner
-    orig = fastprofile.core.resolve_timing
+    orig = fastprofile.engine.core.resolve_timing
     def resolve_timing(timing, device): return timing if timing in ('events','sync') else orig(timing, device)
-    fastprofile.core.resolve_timing = fastprofile.learner.resolve_timing = resolve_timing
+    fastprofile.engine.core.resolve_timing = fastprofile.learner.resolve_timing = resolve_timing
     annotate = Learner.annotate
     def annotate_with_cuda(self, **kwargs):
         "`Learner.annotate`, with `torch.cuda.is_available()` True while the callback is made (so `nvtx=True` holds)"
@@ -79,12 +79,12 @@ def install():
     Learner.annotate = annotate_with_cuda
     # telemetry: NVML (`pynvml`) and the allocator's history stood in (checked against NVML's documented and torch's real
     # signatures, `fastprofile.testing`); the sampler reads the stand-in GPU and `memory_snapshot=True` is taken for a CPU model
-    import fastprofile.telemetry, torch.cuda.memory
+    import fastprofile.probes.telemetry, torch.cuda.memory
     from fastprofile.testing import FakeNvml, FakeCudaMemory
     sys.modules['pynvml'] = FakeNvml()
     mem = FakeCudaMemory()
     torch.cuda.memory._record_memory_history,torch.cuda.memory._dump_snapshot = mem._record_memory_history,mem._dump_snapshot
-    fastprofile.telemetry.reads_gpu = fastprofile.learner.reads_gpu = lambda device: True
+    fastprofile.probes.telemetry.reads_gpu = fastprofile.learner.reads_gpu = lambda device: True
     fastprofile.learner.check_memory_snapshot = lambda memory_snapshot, device: bool(memory_snapshot)
     INSTALLED = True
 

@@ -34,7 +34,7 @@ def run(cfg:dict, res:Results, deadline:Deadline):
     "The `nvtx` part"
     import torch, torch.cuda.nvtx as nvtx
     from torch.profiler import profile, ProfilerActivity
-    import fastprofile.learner, fastprofile.trace  # noqa: F401 (Learner.profile, Learner.annotate)
+    import fastprofile.learner, fastprofile.analysis.trace  # noqa: F401 (Learner.profile, Learner.annotate)
     from .data import image_pool, image_tfms, pool_dls, conv_net, learner
     cfg = merged(DEFAULTS, cfg)
     device = cfg['device']

@@ -104,7 +104,7 @@ def components(dls, s:dict, pinned:bool, cfg:dict, device) -> dict:
 
 def fit_rate(dls, s:dict, prefetch:bool, pinned:bool, cfg:dict, device, ops=None) -> tuple:
     "Training batches per second of one fit (after the warm-up), and whether the prefetch was active"
-    from fastprofile.prefetch import CudaPrefetchCallback
+    from fastprofile.data.prefetch import CudaPrefetchCallback
     from .data import learner
     timer = step_timer(cfg['skip'], device)
     cbs = [timer] + ([CudaPrefetchCallback(pin=pinned, ops=ops)] if prefetch else [])
@@ -173,7 +173,7 @@ def run(cfg:dict, res:Results, deadline:Deadline):
     res['config'] = {k:v for k,v in cfg.items() if k != 'regimes'}
     ops = None
     if torch.device(cfg['device']).type != 'cuda':  # the CPU tests: staging logged, not on a side stream
-        from fastprofile.prefetch import LoggingOps
+        from fastprofile.data.prefetch import LoggingOps
         ops = LoggingOps(copy=True)
     res['regimes'] = {}
     names = [n for n in cfg['regimes'] if cfg['select'] is None or n in cfg['select']]

@@ -144,7 +144,7 @@ def measure(make, mode:str, n:int, skip:int, device='cuda') -> dict:
     out = dict(step=timer.per_batch, fit_s=time.perf_counter() - t0)
     if mode == 'truth': out['phases'] = {k:(sum(v)/len(v) if v else math.nan) for k,v in spans.items()}; out['batches'] = len(spans['step'])
     elif mode != 'none':
-        from fastprofile.gpu_timing import gpu_notes
+        from fastprofile.engine.gpu_timing import gpu_notes
         rec,res = learn.simple_profile_record,learn.simple_profile_results
         assert rec.timing == mode, (rec.timing, mode)
         out['phases'] = phases_from(res)

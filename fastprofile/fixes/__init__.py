@@ -1,0 +1,1 @@
+"Acting on a profile: `compare` two profiles, `check_advice`, `Learner.tune`."
