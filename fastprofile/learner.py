@@ -16,17 +16,17 @@ from .lifecycle.session import Session, train_device
 from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallback
 from .probes.costs import CostSampler
 from .probes.loads import LoadTimer
-from .probes.compiles import CompileProbe, compile_section
+from .probes.compiles import CompileProbe
 from .probes.breakdown import BreakdownCallback
 from .data.prefetch import CudaPrefetchCallback
 from .data.pipeline import PinnedCopy, _tensors
 from .probes.efficiency_probe import EfficiencyCallback
 from .probes.layers import LayerTimer
-from .analysis.efficiency_report import efficiency_section, efficiency_summary, diagnosis_with_efficiency
+from .analysis.efficiency_report import efficiency_summary
 from .probes.telemetry import TelemetryProbe, TELEMETRY_EVERY, EVERY_RANGE, reads_gpu
 from .probes.snapshot import MemorySnapshot, check_memory_snapshot, snapshot_path
-from .analysis.telemetry_report import telemetry_section, telemetry_summary
-from .analysis.distributed import rank_gather, distributed_section, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world
+from .analysis.telemetry_report import telemetry_summary
+from .analysis.distributed import rank_gather, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world
 from .sinks.wandb import WandbSink
 from .sinks.tensorboard import TensorBoardSink
 from .analysis.sections import SECTIONS
@@ -181,7 +181,7 @@ def session_for(learn,
     sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
     return _session(learn, opts, sink, csv_path, breakdown=breakdown, rank_csv=rank_csv, gather_timeout=gather_timeout, efficiency=efficiency,
                     peak_flops=peak_flops, layers=layers, telemetry=telemetry, telemetry_every=telemetry_every, snapshot=snapshot,
-                    probes=_own_probes(probes))
+                    own=_own_probes(probes))
 
 def _own_probes(probes) -> list:
     "`probes` checked: `Probe` objects with a `key` each (their classes registered), keys all different"
@@ -201,7 +201,7 @@ def _world_size() -> int:
     except ValueError: return 1
 
 def _session(learn, opts:ProfileOptions, sink, csv_path, *, breakdown=False, rank_csv=False, gather_timeout=GATHER_TIMEOUT, efficiency='auto',
-             peak_flops=None, layers=True, telemetry='auto', telemetry_every=TELEMETRY_EVERY, snapshot=None, probes=()) -> Session:
+             peak_flops=None, layers=True, telemetry='auto', telemetry_every=TELEMETRY_EVERY, snapshot=None, own=()) -> Session:
     "The session and its probes, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, telemetry, the learner's facts, prefetch staging, sinks, the memory snapshot, the pair's last"
     bd = BreakdownCallback() if breakdown else None
     sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
@@ -213,9 +213,9 @@ def _session(learn, opts:ProfileOptions, sink, csv_path, *, breakdown=False, ran
     lay = LayerTimer(learn, warmup=opts.warmup) if layers else None  # hooks on the model only for a few sampled batches
     tel = None if telemetry is False else TelemetryProbe(telemetry, telemetry_every)  # 'auto': the sampler on a GPU; the CPU per phase always
     snap = None if snapshot is None else MemorySnapshot(snapshot)  # it ends right after the pair's last: the snapshot before the others end
-    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay, tel) if p is not None], *probes, LearnerFacts(learn),
+    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay, tel) if p is not None], *own, LearnerFacts(learn),
               PrefetchStaging(learn), *prof.sinks, *[p for p in (snap,) if p is not None], post]
-    return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff, *probes) if isinstance(c, Callback)])  # yours: a `ProbeCallback` joins learn.cbs for the call
+    return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff, *own) if isinstance(c, Callback)])  # yours: a `ProbeCallback` joins learn.cbs for the call
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da
 @patch

@@ -7,7 +7,6 @@ Docs: https://fastprofile.github.io/fastprofile/efficiency_report.html.md"""
 # %% ../../nbs/16b_efficiency_report.ipynb #71e7c684
 from __future__ import annotations
 import math
-from fastai.basics import *
 from ..engine.core import ProfileResult, guarded
 from ..engine.record import Row, result_row
 from ..engine.tables import Section, fmt_time, fmt_pct

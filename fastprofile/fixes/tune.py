@@ -23,7 +23,6 @@ from ..engine.core import ProfileResult
 from ..analysis.diagnosis import Diagnosis, PhaseModel, MIN_GAIN, diagnose
 from ..learner import learner_facts
 from ..analysis.efficiency_report import efficiency_summary
-from ..data.prefetch import CudaPrefetchCallback  # `Learner.prefetch`
 from .advice import preserved, SIDE_EFFECT_CBS, _Window, _loaders, _apply
 from .compare import compare, Comparison, fmt_speedup, fmt_change_pct
 
@@ -154,7 +153,7 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
         k = (g.change or {}).get('kind')
         if k == 'remove_metric' and g.speedup >= MIN_GAIN:
             out.append(Change('validate_once', g.change['name'], f'{g.change["name"]} once, after fit', g.speedup,
-                              f"the metric is computed once after each fit (`ValidateOnceCallback`), not every epoch"))
+                              "the metric is computed once after each fit (`ValidateOnceCallback`), not every epoch"))
         elif k == 'move_tfm' and g.speedup >= MIN_GAIN:
             out.append(Change('move_tfm', g.change, f"{g.change['name']} in {g.change['workers']} workers", g.speedup))
         elif k == 'remove_callback' and g.speedup >= MIN_GAIN:
