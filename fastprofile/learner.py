@@ -131,8 +131,7 @@ def _n_train_batches(learn) -> int|None:
 
 # %% ../nbs/17_learner.ipynb #4d2cc3f0
 _OPTION_NAMES = [f.name for f in ProfileOptions.__dataclass_fields__.values()]
-_CALL_OPTIONS = ['logger_callback','csv_name','breakdown','rank_csv','gather_timeout','efficiency','peak_flops','layers','telemetry',
-                 'telemetry_every','memory_snapshot','probes']  # the options of `session_for` besides `ProfileOptions`
+_CALL_OPTIONS = ['logger_callback','csv_name','probes']  # the options of `session_for` besides `ProfileOptions`
 
 def _running(learn):
     "Refuse to start a profile while a profiled call (or a `profiling()` block) is running on `learn`"
@@ -142,46 +141,36 @@ def _running(learn):
     return s
 
 def session_for(learn,
-    logger_callback=_Default('wandb'), csv_name=_Default('simple_profile.csv'), breakdown:bool=False, rank_csv:bool=False,
-    gather_timeout:float=GATHER_TIMEOUT, efficiency:bool|str='auto', peak_flops:float|None=None, layers:bool=True,
-    telemetry:bool|str='auto', telemetry_every:float=TELEMETRY_EVERY, memory_snapshot:bool=False, probes=(),
+    logger_callback=_Default('wandb'), csv_name=_Default('simple_profile.csv'), probes=(),
     **kwargs # `ProfileOptions`
 ) -> Session:
     "A `Session` for the next profiled call on `learn`, every option checked (`Learner.profile` documents them); not armed yet"
     bad = [k for k in kwargs if k not in _OPTION_NAMES]
     if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
                             f"{', '.join(_CALL_OPTIONS + _OPTION_NAMES)}")
-    opts = ProfileOptions(**kwargs)
-    check_bool('breakdown', breakdown); check_bool('rank_csv', rank_csv); check_bool('layers', layers)
-    check_choice('efficiency', efficiency, ('auto', True, False))
-    if peak_flops is not None: check_number('peak_flops', peak_flops, 0, lo_open=True)
+    opts = ProfileOptions(**kwargs)  # the options alone, checked; what depends on the learner is checked below
     dev = train_device(learn)
-    check_memory_snapshot(memory_snapshot, dev)  # on a CPU learner: refused now
-    if opts.save_csv or rank_csv or memory_snapshot: csv_path = check_path('csv_name', csv_name, base=learn.path)
+    check_memory_snapshot(opts.memory_snapshot, dev)  # on a CPU learner: refused now
+    if opts.save_csv or opts.rank_csv or opts.memory_snapshot: csv_path = check_path('csv_name', csv_name, base=learn.path)
     elif not isinstance(csv_name, _Default):
         raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP, "
                          "or `memory_snapshot=True` on a GPU: its snapshot goes next to the CSV)")
     else: csv_path = None
     if csv_path is not None:  # the files written beside the CSV, named from it: too long a name is refused now, not when they are written
         world = _world_size()
-        if rank_csv and world > 1: check_written_beside('csv_name', rank_csv_path(csv_path, world - 1), csv_name)
-        if memory_snapshot: check_written_beside('csv_name', snapshot_path(csv_path, world - 1 if world > 1 else None), csv_name)
-    snapshot,csv_path = (csv_path if memory_snapshot else None),(csv_path if opts.save_csv or rank_csv else None)
-    check_choice('telemetry', telemetry, ('auto', True, False))
-    telemetry_every = check_number('telemetry_every', telemetry_every, *EVERY_RANGE)
-    if telemetry_every != TELEMETRY_EVERY and not (reads_gpu(dev) if telemetry == 'auto' else telemetry):
-        raise ValueError(f"`telemetry_every={telemetry_every:g}` was given but no sampler runs: " + ("`telemetry=False`" if telemetry is False else
+        if opts.rank_csv and world > 1: check_written_beside('csv_name', rank_csv_path(csv_path, world - 1), csv_name)
+        if opts.memory_snapshot: check_written_beside('csv_name', snapshot_path(csv_path, world - 1 if world > 1 else None), csv_name)
+    snapshot,csv_path = (csv_path if opts.memory_snapshot else None),(csv_path if opts.save_csv or opts.rank_csv else None)
+    if opts.telemetry_every != TELEMETRY_EVERY and not (reads_gpu(dev) if opts.telemetry == 'auto' else opts.telemetry):
+        raise ValueError(f"`telemetry_every={opts.telemetry_every:g}` was given but no sampler runs: " + ("`telemetry=False`" if opts.telemetry is False else
                          f"the model trains on {dev} (`telemetry=True` runs the sampler on a CPU too)"))
-    gather_timeout = check_number('gather_timeout', gather_timeout, 0, lo_open=True)
     n = _n_train_batches(learn)
     if 'warmup' in kwargs and n is not None and opts.warmup and opts.warmup >= n:
         raise ValueError(f"`warmup={opts.warmup}` leaves no batch to measure: the training loader has {n} batch(es) per epoch; "
                          f"use a warm-up below {n} (0 keeps every batch)")
     resolve_timing(opts.timing, dev)  # 'events'/'sync' on a CPU learner: refused now, not at fit start
     sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
-    return _session(learn, opts, sink, csv_path, breakdown=breakdown, rank_csv=rank_csv, gather_timeout=gather_timeout, efficiency=efficiency,
-                    peak_flops=peak_flops, layers=layers, telemetry=telemetry, telemetry_every=telemetry_every, snapshot=snapshot,
-                    own=_own_probes(probes))
+    return _session(learn, opts, sink, csv_path, snapshot, _own_probes(probes))
 
 def _own_probes(probes) -> list:
     "`probes` checked: `Probe` objects with a `key` each (their classes registered), keys all different"
@@ -200,18 +189,18 @@ def _world_size() -> int:
     try: return max(int(os.environ.get('WORLD_SIZE', 1)), 1)
     except ValueError: return 1
 
-def _session(learn, opts:ProfileOptions, sink, csv_path, *, breakdown=False, rank_csv=False, gather_timeout=GATHER_TIMEOUT, efficiency='auto',
-             peak_flops=None, layers=True, telemetry='auto', telemetry_every=TELEMETRY_EVERY, snapshot=None, own=()) -> Session:
-    "The session and its probes, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, telemetry, the learner's facts, prefetch staging, sinks, the memory snapshot, the pair's last"
-    bd = BreakdownCallback() if breakdown else None
-    sampler = None if breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
-    prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if rank_csv else None,
-                   gather_timeout), csv_path=csv_path, on_batch=sampler)
-    if efficiency == 'auto': efficiency = peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
-    eff = EfficiencyCallback(peak_flops=peak_flops, warmup=opts.warmup) if efficiency else None
+def _session(learn, opts:ProfileOptions, sink, csv_path, snapshot=None, own=()) -> Session:
+    "The session and its probes, each made from `opts`, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, telemetry, yours (`own`), the learner's facts, prefetch staging, sinks, the memory snapshot, the pair's last"
+    bd = BreakdownCallback() if opts.breakdown else None
+    sampler = None if opts.breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
+    prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if opts.rank_csv else None,
+                   opts.gather_timeout), csv_path=csv_path, on_batch=sampler)
+    efficiency = opts.efficiency
+    if efficiency == 'auto': efficiency = opts.peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
+    eff = EfficiencyCallback(peak_flops=opts.peak_flops, warmup=opts.warmup) if efficiency else None
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
-    lay = LayerTimer(learn, warmup=opts.warmup) if layers else None  # hooks on the model only for a few sampled batches
-    tel = None if telemetry is False else TelemetryProbe(telemetry, telemetry_every)  # 'auto': the sampler on a GPU; the CPU per phase always
+    lay = LayerTimer(learn, warmup=opts.warmup) if opts.layers else None  # hooks on the model only for a few sampled batches
+    tel = None if opts.telemetry is False else TelemetryProbe(opts.telemetry, opts.telemetry_every)  # 'auto': the sampler on a GPU; the CPU per phase always
     snap = None if snapshot is None else MemorySnapshot(snapshot)  # it ends right after the pair's last: the snapshot before the others end
     probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay, tel) if p is not None], *own, LearnerFacts(learn),
               PrefetchStaging(learn), *prof.sinks, *[p for p in (snap,) if p is not None], post]
@@ -236,9 +225,9 @@ def profile(self:Learner,
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)
-    s = session_for(self, logger_callback, csv_name, breakdown=breakdown, rank_csv=rank_csv, gather_timeout=gather_timeout, efficiency=efficiency,
-                    peak_flops=peak_flops, layers=layers, telemetry=telemetry, telemetry_every=telemetry_every, memory_snapshot=memory_snapshot,
-                    probes=probes, **kwargs)
+    s = session_for(self, logger_callback, csv_name, probes, breakdown=breakdown, rank_csv=rank_csv, gather_timeout=gather_timeout,
+                    efficiency=efficiency, peak_flops=peak_flops, layers=layers, telemetry=telemetry, telemetry_every=telemetry_every,
+                    memory_snapshot=memory_snapshot, **kwargs)  # all of them one `ProfileOptions`, checked, handed to every probe
     if old is not None: old.disarm()
     s.arm()
     return self

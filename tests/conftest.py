@@ -1,6 +1,6 @@
 import os, pytest, torch
 
-# fastprofile's own failures raise in the tests instead of warning (`fastprofile.core.strict_mode`)
+# fastprofile's own failures raise in the tests instead of warning (`fastprofile.engine.core.strict_mode`)
 os.environ.setdefault('FASTPROFILE_STRICT', '1')
 
 def pytest_collection_modifyitems(config, items):

@@ -8,9 +8,9 @@ from accelerate.utils import InitProcessGroupKwargs
 from fastai.basics import *
 from fastai.distributed import *
 from fastai.test_utils import RegModel
-import fastprofile.core, fastprofile.learner  # `Learner.profile`
-from fastprofile.record import ProfileRecord, Row
-from fastprofile.distributed import MergedRecord, fix_cpu_broadcast, distributed_world, save_merged_trace
+import fastprofile.engine.core, fastprofile.learner  # `Learner.profile`
+from fastprofile.engine.record import ProfileRecord, Row
+from fastprofile.analysis.distributed import MergedRecord, fix_cpu_broadcast, distributed_world, save_merged_trace
 
 class SlowDataset(Dataset):
     "`y = 2x + 3` items; each item sleeps `delay` seconds"
@@ -38,9 +38,9 @@ class Stamp(Callback):
 
 def shift_profile_clock(shift):
     "Every `Profile` made from now on in this process has a wall clock reading `shift` seconds ahead"
-    init = fastprofile.core.Profile.__init__
+    init = fastprofile.engine.core.Profile.__init__
     def shifted(self, *args, **kwargs): init(self, *args, **{'clock': lambda: time.perf_counter() + shift, **kwargs})
-    fastprofile.core.Profile.__init__ = shifted
+    fastprofile.engine.core.Profile.__init__ = shifted
 
 def main():
     p = argparse.ArgumentParser()
@@ -72,7 +72,7 @@ def main():
     learn = Learner(dls, RegModel(), loss_func=MSELossFlat(), opt_func=partial(SGD, mom=0.9), lr=1e-2,
                     path=a.out/f'rank{rank}')
     if a.prefetch:  # on the learner: the facts of the call are collected after `fit(cbs=...)` took its callbacks off
-        from fastprofile.prefetch import CudaPrefetchCallback, LoggingOps
+        from fastprofile.data.prefetch import CudaPrefetchCallback, LoggingOps
         learn.add_cb(CudaPrefetchCallback(ops=LoggingOps()))
     stamp = Stamp()
     cbs = [stamp, AtFitEnd(a.late if rank == a.late_rank else 0., rank == a.fail_rank)]

@@ -7,10 +7,10 @@ from fastai.callback.all import *
 from fastai.callback.core import _events
 from fastai.test_utils import RegModel
 from fastprofile.learner import *
-from fastprofile.pipeline import TimedPipeline, _SWITCHED
-from fastprofile.advice import check_advice, preserved
-from fastprofile.record import Row
-from fastprofile.session import Session
+from fastprofile.data.pipeline import TimedPipeline, _SWITCHED
+from fastprofile.fixes.advice import check_advice, preserved
+from fastprofile.engine.record import Row
+from fastprofile.lifecycle.session import Session
 
 class Items(torch.utils.data.Dataset):
     "Regression items with a little noise drawn when each is loaded (in a worker with `num_workers>0`)"

@@ -14,9 +14,9 @@ from fastai.test_utils import synth_learner
 import fastprofile
 from fastprofile.all import *
 from fastprofile.learner import NoProfileError
-from fastprofile.session import Session
-from fastprofile.distributed import RankProfile, find_stragglers, interval_means, merge_records, merged_trace, rank_csv_path, rank_gather, rank_spread
-from fastprofile.trace import chrome_trace, merge_traces, trace_events
+from fastprofile.lifecycle.session import Session
+from fastprofile.analysis.distributed import RankProfile, find_stragglers, interval_means, merge_records, merged_trace, rank_csv_path, rank_gather, rank_spread
+from fastprofile.analysis.trace import chrome_trace, merge_traces, trace_events
 
 PKG = Path(fastprofile.__file__).parent
 FASTPROFILE = Path(sys.executable).parent/'fastprofile'  # the console script `pip install` made

@@ -21,13 +21,13 @@ def env():
 @pytest.fixture
 def fakes(monkeypatch):
     "This process with `torch.cuda` stood in (undone after the test: every replaced attribute is put back)"
-    import torch.cuda.nvtx, torch.cuda.memory, fastprofile.core, fastprofile.learner, fastprofile.trace, fastprofile.telemetry
+    import torch.cuda.nvtx, torch.cuda.memory, fastprofile.engine.core, fastprofile.learner, fastprofile.analysis.trace, fastprofile.probes.telemetry
     from fastai.learner import Learner
     import bench.gpu.fakes as fk
     saved = [(torch.cuda, n) for n in ('Event','synchronize','_sleep','current_stream','init','empty_cache','get_device_name',
                                       'get_device_properties')] + [(torch.cuda.nvtx, 'range_push'), (torch.cuda.nvtx, 'range_pop'),
-             (fastprofile.core, 'resolve_timing'), (fastprofile.learner, 'resolve_timing'), (Learner, 'annotate'),
-             (torch.cuda.memory, '_record_memory_history'), (torch.cuda.memory, '_dump_snapshot'), (fastprofile.telemetry, 'reads_gpu'),
+             (fastprofile.engine.core, 'resolve_timing'), (fastprofile.learner, 'resolve_timing'), (Learner, 'annotate'),
+             (torch.cuda.memory, '_record_memory_history'), (torch.cuda.memory, '_dump_snapshot'), (fastprofile.probes.telemetry, 'reads_gpu'),
              (fastprofile.learner, 'reads_gpu'), (fastprofile.learner, 'check_memory_snapshot')]
     for obj,n in saved: monkeypatch.setattr(obj, n, getattr(obj, n))
     monkeypatch.setitem(sys.modules, 'pynvml', sys.modules.get('pynvml'))  # put back (or taken out) after the test
@@ -39,9 +39,12 @@ def fakes(monkeypatch):
 
 # ---------------------------------------------------------------- the command
 
+# what `python -m bench gpu` does without CUDA: on a CUDA host it runs the suite instead, which these checks are not about
+no_cuda_only = pytest.mark.skipif(torch.cuda.is_available(), reason='checks the GPU suite refusing to run without CUDA; this host has CUDA')
+
+@no_cuda_only
 def test_without_cuda_one_line_and_exit_2(tmp_path):
     "`python -m bench gpu` on a machine without CUDA: exit 2, one line saying CUDA is needed, nothing written"
-    assert not torch.cuda.is_available()
     out = tmp_path/'out'
     r = subprocess.run([sys.executable, '-m', 'bench', 'gpu', '--out', str(out)], cwd=ROOT, env=env(), capture_output=True, text=True)
     assert r.returncode == 2, r
@@ -56,7 +59,12 @@ def test_cpu_benchmarks_still_routed():
     from bench.__main__ import main
     with pytest.raises(SystemExit) as e: main(['nonsense'])
     assert e.value.code == 2
-    assert main(['gpu', '--out', '/nonexistent/never']) == 2  # routed to the GPU suite, which finds no CUDA
+
+@no_cuda_only
+def test_gpu_routed_to_the_gpu_suite():
+    "`python -m bench gpu` goes to the GPU suite, which finds no CUDA here: exit 2 (not the CPU suites' usage error)"
+    from bench.__main__ import main
+    assert main(['gpu', '--out', '/nonexistent/never']) == 2
 
 def test_xresnet_loads_without_torchvision():
     "fastai's xresnet18 without importing `fastai.vision.models` (whose __init__ imports torchvision)"
@@ -120,7 +128,7 @@ def test_mark_cost_and_summary(fakes):
 def test_drift_warning_is_read_from_fastprofiles_own_notes():
     "`flagged_phases` reads the real `gpu_notes` text: a GPU-heavy backward makes the batch's `other` wait, and it is read back"
     from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
-    from fastprofile.gpu_timing import GpuProfileRecord, gpu_notes
+    from fastprofile.engine.gpu_timing import GpuProfileRecord, gpu_notes
     from bench.gpu.timing import flagged_phases
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3, warmup=0)

@@ -7,8 +7,8 @@ from fastai.callback.all import *
 from fastai.callback.core import _events
 from fastai.test_utils import synth_learner, synth_dbunch, RegModel
 from fastprofile.learner import *
-from fastprofile.breakdown import BreakdownCallback, Breakdown
-from fastprofile.pipeline import TimedPipeline, _SWITCHED
+from fastprofile.probes.breakdown import BreakdownCallback, Breakdown
+from fastprofile.data.pipeline import TimedPipeline, _SWITCHED
 
 class SlowCopy(torch.Tensor):
     "A tensor whose copy to a device sleeps `copy_s` seconds first"
@@ -231,7 +231,7 @@ def test_breakdown_times_gpu_loaders_with_a_synchronizing_clock():
 
 def test_no_draw_split_under_prefetch():
     "With `CudaPrefetchCallback` the batch is copied and transformed where it is staged: the loader is left alone, the draw is all wait"
-    from fastprofile.prefetch import CudaPrefetchCallback, LoggingOps
+    from fastprofile.data.prefetch import CudaPrefetchCallback, LoggingOps
     seen = []
     class Look(Callback):
         order = 1

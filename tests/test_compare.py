@@ -8,7 +8,7 @@ from fastai.callback.all import *
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
 from fastprofile.cli import main
-from fastprofile.record import Row
+from fastprofile.engine.record import Row
 from test_report import needs_chromium, measure
 
 QUIET = dict(show_report=False, logger_callback=None)
@@ -37,8 +37,8 @@ def pair():
 
 FRESH = """
 import json, sys
-from fastprofile.saving import load_profile
-from fastprofile.compare import compare
+from fastprofile.sinks.saving import load_profile
+from fastprofile.fixes.compare import compare
 a,b = load_profile(sys.argv[1]),load_profile(sys.argv[2])
 c = compare(a, b)
 print(json.dumps(dict(table=c.table.to_json(), verdict=c.report.section('Verdict').lines, results=a.results.to_json(),

@@ -6,8 +6,8 @@ from fastai.basics import *
 from fastai.data.core import TfmdDL
 from fastai.callback.progress import ProgressCallback
 from fastprofile.learner import *
-from fastprofile.diagnosis import diagnose, CATEGORIES
-from fastprofile.record import Row
+from fastprofile.analysis.diagnosis import diagnose, CATEGORIES
+from fastprofile.engine.record import Row
 
 BS = 8
 

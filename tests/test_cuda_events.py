@@ -2,9 +2,9 @@
 import gc
 from functools import partial
 import pytest
-from fastprofile.cuda_events import SPARE, take_event, give_back
-from fastprofile.gpu_timing import EventPool
-from fastprofile.layers import LayerTimes
+from fastprofile.engine.cuda_events import SPARE, take_event, give_back
+from fastprofile.engine.gpu_timing import EventPool
+from fastprofile.probes.layers import LayerTimes
 
 
 class Ev:

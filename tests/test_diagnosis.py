@@ -7,14 +7,14 @@ from fastai.callback.all import *
 from fastai.data.core import TfmdDL
 from fasttransform import Transform, Pipeline
 from fastprofile.learner import *
-from fastprofile.core import Facts, LoadTime
-from fastprofile.record import Row
-from fastprofile.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN
-from fastprofile.advice import check_advice
-from fastprofile.efficiency_report import diagnosis_with_efficiency
-from fastprofile.breakdown import BreakdownCallback
-from fastprofile.costs import CostSampler
-from fastprofile.loads import _LOAD_KEY
+from fastprofile.engine.core import Facts, LoadTime
+from fastprofile.engine.record import Row
+from fastprofile.analysis.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN
+from fastprofile.fixes.advice import check_advice
+from fastprofile.analysis.efficiency_report import diagnosis_with_efficiency
+from fastprofile.probes.breakdown import BreakdownCallback
+from fastprofile.probes.costs import CostSampler
+from fastprofile.probes.loads import _LOAD_KEY
 
 class SleepyDS(torch.utils.data.Dataset):
     "A regression dataset whose items take `item_sleep` seconds each to load"
@@ -152,7 +152,7 @@ def test_the_issue_reproducer_with_workers():
 
 def test_slow_loader_is_input_bound_with_prefetch_too():
     "With CudaPrefetchCallback the loader is drawn inside the batch (its `other`): still input, not callbacks"
-    from fastprofile.prefetch import CudaPrefetchCallback, LoggingOps
+    from fastprofile.data.prefetch import CudaPrefetchCallback, LoggingOps
     learn = make_learner(item_sleep=.001, cbs=CudaPrefetchCallback(ops=LoggingOps()))
     d = profiled(learn)
     assert learn.cuda_prefetch.active
@@ -171,7 +171,7 @@ def test_slow_loader_is_input_bound_with_prefetch_too():
 def test_gpu_bound_is_compute_not_callbacks():
     "On a GPU the host waits for queued work where it syncs (the batch's `other`): the GPU spans say it is compute (fakes: no GPU here)"
     from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
-    from fastprofile.gpu_timing import GpuProfileRecord
+    from fastprofile.engine.gpu_timing import GpuProfileRecord
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=4)
     rec.start_stage(); rec.start_epoch(0)
@@ -188,7 +188,7 @@ def test_gpu_bound_is_compute_not_callbacks():
 def test_a_loader_that_sets_the_pace_outranks_compute():
     "With workers slower than the main process, faster compute saves nothing: the loader is the verdict though compute takes more time"
     from fastprofile.testing import FakeClock, drive_record
-    from fastprofile.record import ProfileRecord
+    from fastprofile.engine.record import ProfileRecord
     clock = FakeClock()
     rec = drive_record(ProfileRecord(warmup=0, clock=clock), clock, n_train=20, n_valid=0,
                        cost=dict(draw=.02, forward=.03, gap=0, loss=0, backward=0, opt_step=0, zero_grad=0))
@@ -201,7 +201,7 @@ def test_a_loader_that_sets_the_pace_outranks_compute():
 def test_cpu_advice_threads_and_batch_size():
     "On a CPU: fewer threads than cores is measured and predicted; the GPU is one line among the options"
     from fastprofile.testing import FakeClock, drive_record
-    from fastprofile.record import ProfileRecord
+    from fastprofile.engine.record import ProfileRecord
     clock = FakeClock()
     rec = drive_record(ProfileRecord(warmup=0, clock=clock), clock, n_train=20, n_valid=0,
                        cost=dict(draw=.001, forward=.04, backward=.04, opt_step=.01, gap=0, loss=0, zero_grad=0))
@@ -426,7 +426,7 @@ SPAWN = textwrap.dedent('''
     from fastai.data.core import TfmdDL
     from fastai.test_utils import RegModel
     import fastprofile.learner
-    from fastprofile.diagnosis import diagnose
+    from fastprofile.analysis.diagnosis import diagnose
     if __name__ == '__main__':
         multiprocessing.set_start_method(sys.argv[1], force=True)
         ds = [(torch.randn(1), torch.randn(1)) for _ in range(64)]

@@ -5,16 +5,16 @@ from torch import nn
 from fastai.basics import *
 from fastai.callback.all import *
 from fastprofile.learner import *
-from fastprofile.core import Facts, LoadTime, ProfileResult
-from fastprofile.costs import SampledCosts
-from fastprofile.diagnosis import diagnose, Diagnosis, CATEGORIES, MIN_GAIN, larger_batch, layers_lead
-from fastprofile.advice import check_advice
-from fastprofile.efficiency import Efficiency
-from fastprofile.efficiency_report import efficiency_advice
-from fastprofile.layers import LayerTimes, LayerTime
-from fastprofile.telemetry import Telemetry, Where, GPU_FIELDS
+from fastprofile.engine.core import Facts, LoadTime, ProfileResult
+from fastprofile.probes.costs import SampledCosts
+from fastprofile.analysis.diagnosis import diagnose, Diagnosis, CATEGORIES, MIN_GAIN, larger_batch, layers_lead
+from fastprofile.fixes.advice import check_advice
+from fastprofile.engine.efficiency import Efficiency
+from fastprofile.analysis.efficiency_report import efficiency_advice
+from fastprofile.probes.layers import LayerTimes, LayerTime
+from fastprofile.probes.telemetry import Telemetry, Where, GPU_FIELDS
 from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
-from fastprofile.gpu_timing import GpuProfileRecord
+from fastprofile.engine.gpu_timing import GpuProfileRecord
 import fastprofile.learner as flearner
 
 # ---- GPU runs as recorded numbers ----
@@ -106,7 +106,7 @@ def test_batch_size_advice_is_a_size_to_try():
     assert larger_batch(64, 454.8) == 256 and larger_batch(64, None) == 256 and larger_batch(64, 3.1) == 128
     assert larger_batch(48, 454.8) == 128 and larger_batch(64, 1.4) is None and larger_batch(None, 10.) is None
     facts = launch_bound_facts()
-    from fastprofile.efficiency import StageFlops
+    from fastprofile.engine.efficiency import StageFlops
     facts.efficiency.stages.append(StageFlops(forward=1e9, backward=2e9, batch_size=64, dtypes={'fp16': 3e9*64}, families={'conv': 3e9*64}, train_batches=40))
     facts.flops = facts.efficiency.row_flops()
     res = ProfileResult(gpu_run(LAUNCH_HOST, LAUNCH_GPU), facts)
@@ -236,7 +236,7 @@ def test_batch_copy_facts_of_a_cuda_learner():
     import pickle
     from torch.utils.data import TensorDataset
     from fastprofile.learner import batch_copy
-    from fastprofile.pipeline import PinnedCopy
+    from fastprofile.data.pipeline import PinnedCopy
     x = torch.randn(64*10, 16); y = x.sum(1, keepdim=True)
     dls = DataLoaders.from_dsets(TensorDataset(x[:576], y[:576]), TensorDataset(x[576:], y[576:]), bs=64, val_bs=32, device='cpu')
     got = {}

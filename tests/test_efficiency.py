@@ -9,11 +9,11 @@ import torch.utils.flop_counter as tfc
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.nn.modules import module as _module
 from fastprofile.all import *
-from fastprofile.efficiency import *
-from fastprofile.efficiency_probe import *
-from fastprofile.efficiency_report import *
-from fastprofile.efficiency_report import _compute_share
-from fastprofile.core import row_flops_per_second, train_samples_per_second
+from fastprofile.engine.efficiency import *
+from fastprofile.probes.efficiency_probe import *
+from fastprofile.analysis.efficiency_report import *
+from fastprofile.analysis.efficiency_report import _compute_share
+from fastprofile.engine.core import row_flops_per_second, train_samples_per_second
 from fastprofile.testing import FakeClock, drive_record
 
 N_IN,H1,H2 = 16,64,32
@@ -513,7 +513,7 @@ def test_the_diagnosis_uses_the_measurements():
 @pytest.mark.parametrize('compute', [True, False], ids=['fix-given', 'no-fix'])
 def test_the_report_diagnoses_the_run_once(compute, monkeypatch):
     "Building the report with efficiency measured diagnoses the run once (the Efficiency section reads whether the Diagnosis gave the fix), with the same sections as diagnosing again"
-    import fastprofile.diagnosis as fdiag, fastprofile.efficiency_report as feff
+    import fastprofile.analysis.diagnosis as fdiag, fastprofile.analysis.efficiency_report as feff
     from fastprofile.learner import SECTIONS
     made = lambda: _gpu_result({'fp32': 3e9*64}, {'conv': 2.5e9*64, 'matmul': .5e9*64} if compute else {'matmul': 3e9*64})
     want = ProfileResult(made().record, made().facts, sections=SECTIONS)

@@ -7,9 +7,9 @@ from fastai.callback.core import Callback
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
 from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
-from fastprofile.gpu_timing import GpuProfileRecord, resolve_timing
-from fastprofile.record import Row
-from fastprofile.session import train_device
+from fastprofile.engine.gpu_timing import GpuProfileRecord, resolve_timing
+from fastprofile.engine.record import Row
+from fastprofile.lifecycle.session import train_device
 
 def _report(rec, sections=()) -> str:
     "The plain-text report of a closed record, as the end of a profiled call builds it"
@@ -63,7 +63,7 @@ class CountEvents(Callback):
 
 def _as_if_on_cuda(monkeypatch):
     "CUDA events stood in by wall-clock ones, and the timing mode resolved as on a CUDA model; the pair calibrates afresh"
-    import fastprofile.core as fcore, fastprofile.learner as flearner, fastprofile.callback as fcb
+    import fastprofile.engine.core as fcore, fastprofile.learner as flearner, fastprofile.lifecycle.callback as fcb
     events = lambda timing, device: 'events'
     monkeypatch.setattr(fcore, 'resolve_timing', events)     # the record made at the first fit's start
     monkeypatch.setattr(flearner, 'resolve_timing', events)  # `profile()`'s check at the call
@@ -73,7 +73,7 @@ def _as_if_on_cuda(monkeypatch):
 
 def test_events_mode_end_to_end_in_a_real_fit(monkeypatch, tmp_path):
     "`timing='events'` through a real fastai fit, CUDA events stood in by wall-clock ones: GPU columns everywhere, same losses"
-    from fastprofile.trace import trace_events, GPU_TID
+    from fastprofile.analysis.trace import trace_events, GPU_TID
     def losses(timing):
         set_seed(0); learn = synth_learner(n_trn=300, n_val=4, path=tmp_path, cbs=CountEvents())
         learn.profile(timing=timing, show_report=False, logger_callback=None, save_csv=True, keep_batches=50).fit(2, 1e-2)
@@ -90,7 +90,10 @@ def test_events_mode_end_to_end_in_a_real_fit(monkeypatch, tmp_path):
     assert c.at_start == rec.pool.n_events                        # the fit's pool only: the pair's cost is measured when first asked for
     assert rec.n_waits == 0 and not rec._pending                  # every batch resolved by the end of the fit
     made = _WallEvent.made
-    assert rec.overhead_per_batch >= 0                            # the pair's own cost, calibrated now, with events ...
+    cost = rec.overhead_per_batch                                 # the pair's own cost, calibrated now, with events ...
+    import fastprofile.lifecycle.callback as fcb
+    test_eq(fcb._OVERHEAD, {('events', 'cpu'): cost})              # one calibration, in events mode, for this process
+    assert 1e-6 < cost < 1e-3, cost                               # some µs: 2 callbacks × 13 events a batch, events on one in 7 (floored at 0)
     assert _WallEvent.made == made + 4*13                         # ... in a 4-row scratch pool
     r = learn.simple_profile_results.set_index(['Phase','Action','Step'])
     df = rec.recent()
@@ -264,7 +267,7 @@ def _gather_two(rec0, rec1):
     "Rank 0 and rank 1 gather through the real store protocol (a `HashStore`, rank 1 in a thread): what rank 0 merges"
     import threading
     import torch.distributed as dist
-    from fastprofile.distributed import gather_profiles, merge_gathered
+    from fastprofile.analysis.distributed import gather_profiles, merge_gathered
     store = dist.HashStore()
     t = threading.Thread(target=gather_profiles, args=(rec1,), kwargs=dict(timeout=30., store=store, rank=1, world=2))
     t.start()
@@ -275,7 +278,7 @@ def _gather_two(rec0, rec1):
 
 def test_gpu_times_merge_across_ranks():
     "A record gathered from several ranks keeps the GPU columns, merged like the wall times"
-    from fastprofile.distributed import distributed_section
+    from fastprofile.analysis.distributed import distributed_section
     m = _gather_two(_gpu_record(gpu=dict(backward=.030)), _gpu_record(gpu=dict(backward=.050)))
     r = m.results().set_index(['Phase','Action','Step'])
     assert r.loc[('train','batch','backward'),'Number of Calls'] == 20

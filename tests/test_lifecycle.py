@@ -11,9 +11,9 @@ from fastai.metrics import mae
 from fastai.test_utils import synth_learner
 import fastai.data.load, fastai.torch_core
 from fastprofile.all import *
-from fastprofile.core import Sink
-from fastprofile.record import ProfileRecord
-from fastprofile.report import ProfileReport
+from fastprofile.engine.core import Sink
+from fastprofile.engine.record import ProfileRecord
+from fastprofile.engine.tables import ProfileReport
 import fastprofile.learner as fl
 from helpers.state import learner_state, state_diff, twin_diff, outcome, outcome_diff
 from test_core import Raiser, EXITS, check_sums
@@ -198,6 +198,11 @@ def baseline(method, opts) -> dict:
         _BASELINES[(method, opts)] = counts(run(lambda: make(None, CallOp(None, None, [])), script, arm_profile(OPTIONS[opts])).learn)
     return _BASELINES[(method, opts)]
 
+# (method, op, when) -> why plain fastai (no profiler) raises there: the twin's error then skips the case. None do with
+# fastai 2.8: every op runs at every point, so a twin that raises is an error, not a skip (fastprofile's `all_batches`
+# runs the twin's loop too); a listed case that no longer raises fails, so the list cannot outlive its reason
+PLAIN_FASTAI_RAISES = {}
+
 def _op_matrix():
     for method in ('fit', 'fine_tune'):
         for opts in OPTIONS:
@@ -215,7 +220,11 @@ def test_ops_around_and_inside_the_call(method, opts, op, when, tmp_path):
     outs = []
     mk = lambda: make(tmp_path, CallOp(OPS[op], when, outs))
     t = run(mk, script, expect=Exception)
-    if t.error is not None: pytest.skip(f"{op} at {when} fails in plain fastai, without fastprofile: {t.error!r}")
+    why = PLAIN_FASTAI_RAISES.get((method, op, when))
+    if why is not None:
+        assert t.error is not None, f"{op} at {when} ({method}) is listed as raising in plain fastai ({why}) but ran: take it off PLAIN_FASTAI_RAISES"
+        pytest.skip(f"{op} at {when} fails in plain fastai, without fastprofile ({why}): {t.error!r}")
+    assert t.error is None, f"{op} at {when} ({method}) raised without the profiler: {t.error!r} (if fastai's own, list it in PLAIN_FASTAI_RAISES with why)"
     twin_outs,outs[:] = list(outs),[]
     p = run(mk, script, arm_profile(OPTIONS[opts]), expect=Exception)
     assert p.error is None, p.error
@@ -416,7 +425,7 @@ def test_a_probe_hears_only_the_events_it_defines():
 
 def test_a_sink_reads_the_stats_during_the_call_after_fold():
     "A profile's record folds the ended phases when read: a sink that reads the statistics at a fit's end folds first and sees every batch"
-    from fastprofile.record import Row
+    from fastprofile.engine.record import Row
     seen = []
     class PerFit(Sink):
         def end_stage(self, s):
@@ -438,6 +447,7 @@ class Once:
         if self.n == 1: raise KeyboardInterrupt
 
 STEPS = ('close', 'section', 'csv', 'log', 'show')
+CSV_WRITTEN = ('section', 'log', 'show')  # the steps after the CSV is saved (the report's sections are made when it is shown)
 
 @pytest.mark.parametrize('step', STEPS)
 def test_interrupt_during_a_fit_end_step(step, tmp_path, monkeypatch, capsys):
@@ -485,7 +495,10 @@ def test_interrupt_during_a_fit_end_step(step, tmp_path, monkeypatch, capsys):
     if step != 'close':
         assert counts(p.learn) == baseline('fit1', 'default')  # the complete numbers
         assert counts(p.learn)['train_draw'] == N_TRN-1
-    if csv.exists():  # the CSV is there and complete, or not there
+    # `output` saves the CSV first, then logs, then shows: an interrupt at a later step finds it written; one while closing
+    # (the result kept, the interrupt raised before any output) or while writing it (the temporary file removed) leaves none
+    assert csv.exists() == (step in CSV_WRITTEN), (step, csv.exists())
+    if step in CSV_WRITTEN:  # complete: the results as the learner has them
         got = pd.read_csv(csv)
         assert list(got.columns) == list(res.results.columns) and len(got) == len(res.results)
         assert list(got['Number of Calls']) == list(res.results['Number of Calls'])

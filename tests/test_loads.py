@@ -6,10 +6,10 @@ from fastai.basics import *
 from fastai.data.core import TfmdDL
 from fastai.test_utils import synth_learner
 from fastprofile.learner import *
-from fastprofile.core import Facts, LoadTime
-from fastprofile.patches import Patches
-from fastprofile.saving import load_profile
-import fastprofile.loads as loads
+from fastprofile.engine.core import Facts, LoadTime
+from fastprofile.engine.patches import Patches
+from fastprofile.sinks.saving import load_profile
+import fastprofile.probes.loads as loads
 
 @pytest.fixture
 def probes(monkeypatch):

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from fastai.basics import *
 from fastai.test_utils import synth_learner
-import fastprofile.wandb as fpw
-from fastprofile.core import Sink, ProfileOptions
+import fastprofile.sinks.wandb as fpw
+from fastprofile.engine.core import Sink, ProfileOptions
 from fastprofile.learner import LOGGERS  # (also gives `Learner.profile`)
 from helpers.wandb_reader import WandbRun
 
@@ -287,12 +287,12 @@ if order != 'fastprofile-first':
     assert 'fastprofile' not in sys.modules
     show('without fastprofile', outcome())
     import fastprofile.all
-import fastprofile.wandb as fpw
+import fastprofile.sinks.wandb as fpw
 show('init_args', state())
 show('present', fpw.fastai_wandb_4173_present())
 show('fit', outcome())
 show('profiled fit', outcome(profiled=True))
-if order == 'fastprofile-first':  # the profiler logs to wandb: fastprofile.wandb does its work
+if order == 'fastprofile-first':  # the profiler logs to wandb: fastprofile.sinks.wandb does its work
     import wandb
     from fastai.test_utils import synth_learner
     wandb.init(project='fastprofile-4173')

@@ -1,4 +1,4 @@
-"Fault-injection and cross-cutting tests for `fastprofile.prefetch` (CPU with `LoggingOps`; CUDA where lent)"
+"Fault-injection and cross-cutting tests for `fastprofile.data.prefetch` (CPU with `LoggingOps`; CUDA where lent)"
 import gc, json, math, os, sys, weakref, warnings
 import pytest
 import torch
@@ -7,8 +7,8 @@ from torch.utils.data import TensorDataset
 from fastai.basics import *
 from fastai.data.core import TfmdDL
 from fastai.test_utils import synth_learner
-from fastprofile.prefetch import *
-import fastprofile.prefetch as prefetch_mod
+from fastprofile.data.prefetch import *
+import fastprofile.data.prefetch as prefetch_mod
 from fastcore.test import test_eq as eq, test_fail as fails
 # fastai's star import brings fastcore's `test_*` helpers, which pytest would collect as tests
 for _n in [n for n in list(globals()) if n.startswith('test')]: del globals()[_n]

@@ -6,10 +6,10 @@ from PIL import Image
 from fastai.basics import *
 from fastai.test_utils import synth_learner
 from fastprofile.learner import *
-from fastprofile.record import ProfileRecord
+from fastprofile.engine.record import ProfileRecord
 from fastprofile.testing import FakeClock, drive_record
-from fastprofile.trace import trace_events, chrome_trace, save_trace, merge_traces, RecordFunctionCallback, GPU_TID, CPU_TID
-from fastprofile.plots import plot_phase_shares, plot_timeline, plot_profile, save_plots
+from fastprofile.analysis.trace import trace_events, chrome_trace, save_trace, merge_traces, RecordFunctionCallback, GPU_TID, CPU_TID
+from fastprofile.analysis.plots import plot_phase_shares, plot_timeline, plot_profile, save_plots
 
 @pytest.fixture(scope='module')
 def learn():

@@ -16,14 +16,14 @@ import torch, torch.distributed as dist
 from ..engine.checks import check_number, check_int, check_type, check_choice, check_items, check_path
 from ..engine.record import ProfileRecord, Row, STEPS, PHASES, Slot, KEY_COLUMNS
 from ..engine.tables import Section, fmt_time, fmt_pct, fmt_rate, atomic_write_csv, atomic_write_text
-from ..engine.core import ProfileResult
+from ..engine.core import ProfileResult, GATHER_TIMEOUT  # `profile()`'s default: its options live in `ProfileOptions`
 from .trace import trace_events
 from .telemetry_report import telemetry_rank_lines
 
 # %% auto #0
-__all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERVALS', 'GATHER_TIMEOUT', 'CLOCK_PINGS',
-           'INTERRUPTED', 'distributed_world', 'MergedRecord', 'RankProfile', 'merge_records', 'rank_spread',
-           'Interval', 'interval_means', 'find_stragglers', 'straggler_lines', 'missing_lines', 'distributed_lines',
+__all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERVALS', 'CLOCK_PINGS', 'INTERRUPTED',
+           'distributed_world', 'MergedRecord', 'RankProfile', 'merge_records', 'rank_spread', 'Interval',
+           'interval_means', 'find_stragglers', 'straggler_lines', 'missing_lines', 'distributed_lines',
            'distributed_section', 'default_store', 'send_profile', 'clock_offset', 'Gathered', 'collect_profiles',
            'gather_profiles', 'merge_gathered', 'rank_csv_path', 'save_rank_csvs', 'rank_gather', 'merged_trace',
            'save_merged_trace', 'fix_cpu_broadcast']
@@ -246,7 +246,6 @@ def distributed_section(result:ProfileResult) -> Section|None:
     return Section('Distributed', distributed_lines(record), rank_spread(record.ranks))
 
 # %% ../../nbs/11_distributed.ipynb #0e7db45e
-GATHER_TIMEOUT = 10.  # seconds rank 0 waits at the end of a call for the profiles of ranks that have not arrived
 CLOCK_PINGS = 8  # clock round trips per rank; the one with the shortest round trip gives its offset
 INTERRUPTED = "its training call ended by an exception"
 _GATHERS = itertools.count()  # distributed gathers in this process: the `n`th is the same on every rank

@@ -12,16 +12,17 @@ from functools import cached_property
 from typing import NamedTuple, Callable
 import numpy as np, pandas as pd
 from fastcore.basics import patch
-from .checks import check_int, check_bool, check_type, check_items, check_callable, check_path
+from .checks import check_int, check_bool, check_type, check_items, check_callable, check_path, check_choice, check_number
 from .record import ProfileRecord, Row, PHASES, batch_durations, result_row, MAX_KEEP_BATCHES
 from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes, GPU_EVERY
 from .tables import ProfileReport, Section, atomic_write_csv, fmt_time, fmt_pct
 
 # %% auto #0
-__all__ = ['PROBES', 'SAMPLE_SHARE', 'TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts',
-           'Probe', 'register', 'probe_sections', 'probe_scalars', 'first_samples', 'Sink',
-           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'fit_tokens_per_second',
-           'row_flops_per_second', 'report_notes', 'ProfileResult', 'Profile']
+__all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'PROBES', 'SAMPLE_SHARE', 'TRAIN_ACTIONS', 'strict_mode',
+           'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'register', 'probe_sections',
+           'probe_scalars', 'first_samples', 'Sink', 'rolling_samples_per_second', 'train_samples_per_second',
+           'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second', 'report_notes', 'ProfileResult',
+           'Profile']
 
 # %% ../../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -37,9 +38,13 @@ def guarded(what:str, f:Callable, *args, expected=(), **kwargs):
         return None
 
 # %% ../../nbs/06_core.ipynb #8293a4b7
+TELEMETRY_EVERY = .25  # seconds between the telemetry sampler's samples, by default: 4 Hz (NVML's utilization is itself an average over 1/6 s to 1 s; at 20 Hz the thread cost a host-bound GPU step ~5%)
+EVERY_RANGE = (.005, 60.)  # the intervals `telemetry_every` may take, in seconds
+GATHER_TIMEOUT = 10.  # seconds rank 0 waits at the end of a call for the profiles of ranks that have not arrived
+
 @dataclass
 class ProfileOptions:
-    "What a profiled call was asked for; checked on creation"
+    "What a profiled call was asked for, every option of `Learner.profile` but where it logs and writes: one object from the call to every probe; checked on creation (what depends on the learner, its device and its loaders is checked by `session_for`)"
     show_report:bool=True # Display the report after the call
     plain:bool=False # Print a plain-text report (also in Jupyter)
     markdown:bool=False # Print the report as markdown
@@ -50,6 +55,17 @@ class ProfileOptions:
     timing:str='auto' # 'events' (CUDA events), 'sync' (synchronize at each boundary), 'wall', or 'auto'
     samples_per_second:bool=True # Count samples per batch for the Samples/Second column
     events_every:int=GPU_EVERY # With CUDA events (`timing='events'`): record them on one batch in this many past the warm-up (1: every batch)
+    # what the probes measure
+    breakdown:bool=False # Split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`) instead of sampling callback costs
+    efficiency:bool|str='auto' # FLOPs per sample, FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
+    peak_flops:float|None=None # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
+    layers:bool=True # Time each module's forward and backward on a few sampled training batches (`LayerTimer`)
+    telemetry:bool|str='auto' # GPU utilization, power, clocks, throttling (NVML sampler thread) and CPU utilization; 'auto': the sampler on a GPU
+    telemetry_every:float=TELEMETRY_EVERY # Seconds between the telemetry sampler's samples
+    memory_snapshot:bool=False # GPU only: CUDA's allocator history during the call, a snapshot next to the CSV if a fit runs out of memory
+    # distributed runs
+    rank_csv:bool=False # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
+    gather_timeout:float=GATHER_TIMEOUT # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
     def __post_init__(self):
         for n in ('show_report','plain','markdown','save_csv','samples_per_second'): check_bool(n, getattr(self, n))
         check_int('log_every', self.log_every, 1)
@@ -57,6 +73,12 @@ class ProfileOptions:
         check_int('keep_batches', self.keep_batches, 1, MAX_KEEP_BATCHES)
         check_timing(self.timing)
         check_int('events_every', self.events_every, 1)
+        for n in ('breakdown','layers','memory_snapshot','rank_csv'): check_bool(n, getattr(self, n))
+        check_choice('efficiency', self.efficiency, ('auto', True, False))
+        if self.peak_flops is not None: check_number('peak_flops', self.peak_flops, 0, lo_open=True)
+        check_choice('telemetry', self.telemetry, ('auto', True, False))
+        self.telemetry_every = check_number('telemetry_every', self.telemetry_every, *EVERY_RANGE)
+        self.gather_timeout = check_number('gather_timeout', self.gather_timeout, 0, lo_open=True)
 
 # %% ../../nbs/06_core.ipynb #7ed928cb
 class LoadTime:

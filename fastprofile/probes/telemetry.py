@@ -15,17 +15,15 @@ import numpy as np, pandas as pd
 import torch
 from fastcore.basics import patch
 from ..engine.checks import check_choice, check_number
-from ..engine.core import Facts, Probe, guarded, strict_mode
+from ..engine.core import Facts, Probe, guarded, strict_mode, TELEMETRY_EVERY, EVERY_RANGE  # `profile()`'s defaults: its options live in `ProfileOptions`
 from ..engine.record import Slot, Row
 
 # %% auto #0
-__all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS', 'GPU_FIELDS',
-           'ROWS', 'Where', 'where', 'GpuReading', 'Throttling', 'Telemetry', 'NvmlReader', 'reads_gpu', 'open_gpu',
-           'TelemetrySampler', 'TelemetryProbe']
+__all__ = ['RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS', 'GPU_FIELDS', 'ROWS', 'Where', 'where',
+           'GpuReading', 'Throttling', 'Telemetry', 'NvmlReader', 'reads_gpu', 'open_gpu', 'TelemetrySampler',
+           'TelemetryProbe']
 
 # %% ../../nbs/16c_telemetry.ipynb #ffb76079
-TELEMETRY_EVERY = .25  # seconds between the sampler's samples, by default: 4 Hz (NVML's utilization is itself an average over 1/6 s to 1 s; at 20 Hz the thread cost a host-bound GPU step ~5%)
-EVERY_RANGE = (.005, 60.)  # the intervals `telemetry_every` may take, in seconds
 RECENT_SAMPLES = 4096  # samples kept (the most recent) in `Telemetry.recent`
 BUSY_UTIL = 50  # % GPU utilization from which a sample counts as busy: throttling is judged on busy samples
 THROTTLED_CLOCK = .95  # a busy sample is throttled when its SM clock is below this share of the maximum
