@@ -1,0 +1,109 @@
+"""MkDocs hooks for the docs site (`mkdocs.yml`: `hooks:`); nothing here runs a notebook.
+
+- Each notebook's page gets nbdev's name: `nbs/18_advice.ipynb` -> `advice.html` (the numeric prefix dropped, as
+  `nbdev.config.nbpath2html` does), so the `Docs: https://fastprofile.github.io/fastprofile/advice.html.md` line that
+  `nbdev-export` ends every module docstring with points into this site.
+- Next to each page, `advice.html.md`: the notebook as plain markdown (prose, code, text outputs; `#| hide` cells and
+  `#|` directive lines left out), the page those `Docs:` links name.
+- A notebook page's table of contents is made from its rendered headings: mkdocs-jupyter's own drops code spans
+  from titles and anchors (`## `preserved`: ...` became `: ...`, linking to an id the page does not have).
+- The stylesheets mkdocs-jupyter puts inline in every notebook page (about 0.6 MB each) are written once, to
+  `assets/notebook-<hash>.css`, and linked where they were (the site: 16 MB instead of 40).
+- `docs/img/*` is published as `img/*`: the index notebook links `../docs/img/...` (right from `nbs/` in Jupyter and on
+  GitHub), rewritten to `img/...` on its pages."""
+import hashlib, json, os, re
+from pathlib import Path
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File
+from mkdocs.structure.toc import get_toc
+
+ROOT = Path(__file__).resolve().parent.parent
+IMG = ROOT/'docs'/'img'
+
+def page_name(nb_name):
+    "nbdev's page name for a notebook file name: `18_advice.ipynb` -> `advice.html` (`nbdev.config.nbpath2html`)"
+    return re.sub(r'^\d+[a-zA-Z0-9]*_', '', Path(nb_name).name.lower()).rsplit('.', 1)[0] + '.html'
+
+def _is_nb(f): return f.src_uri.endswith('.ipynb') and f.is_documentation_page()
+
+@event_priority(-100)  # after mkdocs-jupyter has made the notebooks pages
+def on_files(files, config):
+    seen = {}
+    for f in files:
+        if not _is_nb(f): continue
+        if '/' in f.src_uri: raise ValueError(f'{f.src_uri}: the docs expect notebooks directly in nbs/')
+        dest = page_name(f.src_uri)
+        if dest in seen: raise ValueError(f'{f.src_uri} and {seen[dest]} would both be {dest}')
+        seen[dest] = f.src_uri
+        f.dest_uri, f.url = dest, dest
+        f.abs_dest_path = os.path.normpath(os.path.join(config['site_dir'], dest))
+    for p in sorted(IMG.glob('*')):
+        if p.is_file(): files.append(File(f'img/{p.name}', str(IMG.parent), config['site_dir'], False))
+    return files
+
+def _fix_img(text): return text.replace('../docs/img/', 'img/')
+
+_HEAD = re.compile(r'<h([1-6])\s+id="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
+_ANCHOR = re.compile(r'<a\s+class="anchor-link".*?</a>', re.S)
+
+def html_toc(html):
+    "Python-Markdown style TOC tokens from the `<hN id=...>` headings of `html` (titles as text, HTML-escaped)"
+    root = dict(level=0, children=[])
+    stack = [root]
+    for lvl, hid, body in _HEAD.findall(html):
+        name = re.sub(r'\s+', ' ', re.sub(r'<[^>]+>', '', _ANCHOR.sub('', body))).strip()
+        tok = dict(level=int(lvl), id=hid, name=name, children=[])
+        while stack[-1]['level'] >= tok['level']: stack.pop()
+        stack[-1]['children'].append(tok)
+        stack.append(tok)
+    return root['children']
+
+_STYLE = re.compile(r'<style type="text/css">(.*?)</style>', re.S)
+_CSS = {}  # file name in the site -> its text
+
+def _link_css(html, up):
+    "Inline stylesheets over 2 kB in `html` made links to shared files (`up`: the page's way back to the site root)"
+    def sub(m):
+        if len(m[1]) < 2048: return m[0]
+        name = f'assets/notebook-{hashlib.sha1(m[1].encode()).hexdigest()[:12]}.css'
+        _CSS[name] = m[1]
+        return f'<link rel="stylesheet" href="{up}{name}">'
+    return _STYLE.sub(sub, html)
+
+def on_page_content(html, page, config, files):
+    if not _is_nb(page.file): return html
+    page.toc = get_toc(html_toc(html))
+    return _link_css(_fix_img(html), '../' * page.file.url.count('/'))
+
+def _directives(src):
+    "The `#|` lines at the top of a code cell, and the rest"
+    lines = src.splitlines()
+    n = 0
+    while n < len(lines) and lines[n].startswith('#|'): n += 1
+    return [l[2:].strip() for l in lines[:n]], '\n'.join(lines[n:]).strip('\n')
+
+def nb2md(path):
+    "The notebook at `path` as markdown: prose as is, code fenced, text outputs fenced; nothing is run"
+    nb = json.loads(Path(path).read_text(encoding='utf-8'))
+    out = []
+    for c in nb['cells']:
+        src = ''.join(c['source'])
+        if c['cell_type'] == 'markdown': out.append(src.strip('\n')); continue
+        if c['cell_type'] != 'code': continue
+        dirs, body = _directives(src)
+        if any(d.split()[:1] == ['hide'] for d in dirs if d) or not body: continue
+        out.append(f'```python\n{body}\n```')
+        for o in c.get('outputs', []):
+            txt = o.get('text') if o.get('output_type') == 'stream' else o.get('data', {}).get('text/plain')
+            if txt: out.append('```\n' + ''.join(txt).rstrip('\n') + '\n```')
+    return _fix_img('\n\n'.join(out)) + '\n'
+
+def on_post_build(config):
+    "The shared stylesheets; `<page>.html.md` beside each notebook's page"
+    for name, css in _CSS.items():
+        dest = Path(config['site_dir'])/name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(css, encoding='utf-8')
+    for p in sorted(Path(config['docs_dir']).glob('*.ipynb')):
+        dest = Path(config['site_dir'])/(page_name(p.name) + '.md')
+        if dest.with_suffix('').exists(): dest.write_text(nb2md(p), encoding='utf-8')
