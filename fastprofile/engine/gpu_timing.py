@@ -72,6 +72,7 @@ class PendingBatch(NamedTuple):
 class GpuProfileRecord(ProfileRecord):
     "A `ProfileRecord` that also times each phase on the GPU with pooled events on `stream`, on one batch in `every` past the warm-up, resolved lazily"
     timing = 'events'
+    TRANSIENT = ProfileRecord.TRANSIENT + ('stream','pool','_pending','_gpu_buf','n_waits','_batch_no','_row','_cleared')  # the events and their bookkeeping: nothing of them outlives the call
     def __init__(self,
         make_event=None, # Creates a timing event; default `torch.cuda.Event(enable_timing=True)`
         stream=None, # Stream to record events on (the model device's current stream); None: the current one

@@ -18,9 +18,9 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'FIT_ACTIONS', 'PHASE_ACTIONS', 'ROW_KEYS',
-           'N_COLS', 'MAX_KEEP_BATCHES', 'GPU_COLS', 'KEY_COLUMNS', 'RESULT_COLUMNS', 'EXTRA_COLUMNS', 'Slot', 'Step',
-           'Row', 'part_durations', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals', 'StageTotals',
-           'ProfileRecord', 'ResultRow', 'result_rows', 'result_row', 'results_frame']
+           'N_COLS', 'TRANSITIONS', 'MAX_KEEP_BATCHES', 'GPU_COLS', 'KEY_COLUMNS', 'RESULT_COLUMNS', 'EXTRA_COLUMNS',
+           'Slot', 'Step', 'Row', 'part_durations', 'batch_durations', 'Col', 'RecentMarks', 'EpochTotals',
+           'StageTotals', 'RecordAt', 'ProfileRecord', 'ResultRow', 'result_rows', 'result_row', 'results_frame']
 
 # %% ../../nbs/03_record.ipynb #42b22d2c
 class Slot(IntEnum):
@@ -114,15 +114,48 @@ class StageTotals:
     "One fastai fit of a profiled call (`fine_tune` runs two): its epochs and seconds"
     stage:int; epochs:int; seconds:float; train_batches:int
 
+# %% ../../nbs/03_record.ipynb #0a44af10
+class RecordAt(IntEnum):
+    "Where a record is: what is open in it (`ProfileRecord.position`); `TRANSITIONS` says how its methods move it"
+    IDLE=0; STAGE=1; EPOCH=2; PHASE=3; CLOSED=4
+
+def _transitions() -> dict:
+    I,S,E,P,C = RecordAt
+    x = None  # an error: the method needs something open that is not
+    grid = {        # where the record is:  IDLE STAGE EPOCH PHASE CLOSED
+        'start_stage': (S, S, S, S, S),  # ends what is open first; reopens a closed record
+        'start_epoch': (x, E, E, E, x),  # needs a stage; ends the open epoch (and its phase) first
+        'start_phase': (x, x, P, P, x),  # needs an epoch; ends the open phase first
+        'end_phase':   (I, S, E, E, C),  # ends the open phase, if any
+        'end_epoch':   (I, S, S, S, C),  # ends the open epoch and its phase, if any
+        'end_stage':   (I, I, I, I, C),  # ends the open stage and what is open in it, if any
+        'close':       (C, C, C, C, C),  # ends whatever is open; the results are final
+    }
+    return {m:{a:b for a,b in zip(RecordAt, row) if b is not None} for m,row in grid.items()}
+
+TRANSITIONS = _transitions()  # method -> {where it may be called: where it leaves the record}
+
 # %% ../../nbs/03_record.ipynb #5b0e6f21
 MAX_KEEP_BATCHES = 1_000_000  # `keep_batches` upper bound: the ring takes 152 bytes a batch (152 MB here)
 _RING_START = 64  # rows of a new record's ring: a short fit needs no more (a full one of 1,000 rows is 152 KB to write)
+
+class _Ring:
+    "`ProfileRecord.ring`, the ring of recent batches: made at its first read (a fold or a read: a short fit whose result is never read makes none), then kept in the record's `__dict__`, where reads and writes (`_fold_segment` grows it up to `keep_batches` rows) find it first"
+    def __get__(self, rec, cls=None):
+        if rec is None: return self
+        r = rec.__dict__['ring'] = np.full((min(rec.keep_batches, _RING_START), N_COLS), np.nan)
+        return r
 
 class ProfileRecord:
     "Timestamps of the batch in flight, the last `keep_batches` batches, and streaming statistics per report row"
     timing = 'wall'  # how marks were taken: 'wall', 'sync' or 'events' (`fastprofile.engine.gpu_timing`)
     evs = None  # the CUDA events of the batch in flight, when it records them (`GpuProfileRecord`: one batch in `gpu_every`); None: wall marks only
     gpu_every = None  # CUDA events on one batch in this many past the warm-up (`GpuProfileRecord`); None: no events
+    # What `state()` keeps (`STATE_KEYS`, set below the class): every attribute `__init__` makes but `TRANSIENT`, the live call's own,
+    # then `CLASS_STATE`, declared on the class (the ring, made when first used; the timing mode and sampling, set by those that differ)
+    TRANSIENT = ('clock','lazy','marks','_queue','_queue_bs','_queue_tokens','_sealed','_n_sealed','_later','_apart','_overhead_fn','evs')
+    CLASS_STATE = ('ring','timing','gpu_every')
+
     def __init__(self,
         keep_batches:int=1000, # Batches kept for plots and traces (the most recent ones)
         warmup:int=1, # Batches at the start of each train/valid phase left out of the per-batch statistics
@@ -135,40 +168,162 @@ class ProfileRecord:
                           ('keep_epochs',keep_epochs,1,None)): check_int(n, v, lo, hi)
         check_callable('clock', clock, 'a clock: a function returning seconds')
         self.keep_batches,self.warmup,self.fold_every,self.clock = keep_batches,warmup,fold_every,clock
+        # ---- the statistics: what the report reads ----
         self.stats = {k:StreamingStats() for k in ROW_KEYS}
         self.samples = {k:0 for k in ROW_KEYS}
         self.tokens = {k:0 for k in ROW_KEYS}  # token ids in the rows' batches, where batches are token ids (`add_tokens`)
         self.n_batches = 0  # batches folded into the ring so far (all phases)
         self.epochs,self.stages = deque(maxlen=keep_epochs),[]
         self.gpu_stats = self.gpu_ring = None  # GPU time per row and per recent batch, when CUDA events were on
+        self.n_apart = {}  # phase -> batches past the warm-up set apart from the statistics (they compiled)
+        # ---- where it is (`position`): the stage, epoch and phase open, when each started, and their running sums ----
+        self.phase,self.stage,self.epoch = None,-1,-1
+        self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
+        self._epoch_totals = None  # the open epoch's `EpochTotals`
+        self._phase_batches,self._phase_span = 0,0.  # the open phase's batches, and the sum of their spans (draw + batch)
+        self._stage_phases,self._stage_epochs,self._stage_train_batches = 0.,0,0  # the open stage's phase seconds, epochs, training batches
+        self.closed = False
+        # ---- the batch in flight and the batches not folded yet (queue, seal, fold: see above) ----
         self.marks = list(_NAN_MARKS)
         self._queue,self._queue_bs,self._queue_tokens = [],[],{}
         self._sealed,self._n_sealed,self.lazy = [],0,lazy  # queued batches of phases that ended, not yet folded (`_seal`)
         self._later = []  # (row, seconds) of phases, epochs and stages that ended, for a lazy record's next fold (`_stat`)
-        self.phase,self.stage,self.epoch = None,-1,-1
-        self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
-        self._epoch_totals = None
-        self.closed = False
+        self._apart = []  # the marks of batches `set_apart` (in flight or queued): folded with the warm-up
+        # ---- about the call ----
         self._overhead,self._overhead_fn = math.nan,None  # the profiler's own cost per training batch (`overhead_per_batch`)
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
         self.telemetry = None  # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.Telemetry`): gathered with the record under DDP
-        self._apart = []  # the marks of batches `set_apart` (in flight or queued): folded with the warm-up
-        self.n_apart = {}  # phase -> batches past the warm-up set apart from the statistics (they compiled)
 
-    # ---- the one serializer: pickling (`learn.export`), the DDP gather ----
-    STATE_KEYS = ('keep_batches','warmup','fold_every','stats','samples','tokens','ring','n_batches','epochs','stages','gpu_stats',
-                  'gpu_ring','phase','stage','epoch','fit_start','stage_start','epoch_start','phase_start','closed',
-                  '_overhead','last_seen','n_apart','timing','_phase_batches','_phase_span','_epoch_totals',
-                  '_stage_phases','_stage_epochs','_stage_train_batches','telemetry','gpu_every')
-    def __getattr__(self, name):
-        "The ring of recent batches (`ring`) is made when first used, by a fold or a read: a short fit whose result is never read makes none"
-        if name == 'ring' and 'keep_batches' in self.__dict__:  # grown as batches come, up to `keep_batches` rows
-            r = self.__dict__['ring'] = np.full((min(self.keep_batches, _RING_START), N_COLS), np.nan)
-            return r
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    ring = _Ring()  # the ring of recent batches: made when first used, then a plain attribute
 
+    # ---- where the record is, and the moves between ----
+    @property
+    def position(self) -> RecordAt:
+        "Where the record is (`RecordAt`), read from what is open in it: `closed`, `phase`, the open epoch's totals, `stage_start`"
+        if self.closed: return RecordAt.CLOSED
+        if self.phase is not None: return RecordAt.PHASE
+        if self._epoch_totals is not None: return RecordAt.EPOCH
+        return RecordAt.IDLE if self.stage_start is None else RecordAt.STAGE
+
+    def _expect(self, method:str):
+        "Raise a clear error unless `method` may run where the record is (`TRANSITIONS`); once per stage, epoch or phase, never per batch"
+        ok,at = TRANSITIONS[method],self.position
+        if at not in ok:
+            raise RuntimeError(f"`{type(self).__name__}.{method}` needs an open {min(ok).name.lower()}, but the record is at {at.name} "
+                               f"(allowed at {', '.join(a.name for a in ok)}: see `TRANSITIONS`)")
+
+    # ---- the hot path: two methods per batch, a timestamp per mark and the finished row queued ----
+    def mark(self, slot:int):
+        "Record the time of boundary `slot` of the batch in flight"
+        self.marks[slot] = self.clock()
+
+    def add_tokens(self, n:int):
+        "The batch in flight holds `n` token ids (call before its `end_batch`): the rows it lands in get a Tokens/Second"
+        self._queue_tokens[len(self._queue)] = n
+
+    def end_batch(self, bs:int):
+        "The batch in flight is done: queue its marks with its batch size `bs`"
+        m = self.marks
+        self._queue.append(m)
+        self._queue_bs.append(bs)
+        self.last_seen = m[_BATCH_END]
+        self.marks = list(_NAN_MARKS)
+        if len(self._queue) + self._n_sealed >= self.fold_every: self.fold()
+
+    def set_apart(self) -> bool:
+        "The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics; False if no batch is in flight"
+        m = self.marks
+        if self.phase is None or math.isnan(m[Slot.DRAW_START]): return False
+        if not any(a is m for a in self._apart): self._apart.append(m)
+        return True
+
+    # ---- stages, epochs and phases (`TRANSITIONS`) ----
+    def start_stage(self):
+        "Start a fastai fit of this profiled call"
+        self._expect('start_stage')
+        self.end_stage()
+        now = self.clock()
+        if self.fit_start is None: self.fit_start = now
+        self.stage,self.stage_start,self.closed = self.stage+1,now,False
+        self._stage_phases,self._stage_epochs,self._stage_train_batches = 0.,0,0
+
+    def start_epoch(self, epoch:int):
+        "Start epoch `epoch` of the stage in flight"
+        self._expect('start_epoch')
+        self.end_epoch()
+        self.epoch,self.epoch_start = epoch,self.clock()
+        self._epoch_totals = EpochTotals(self.stage, epoch)
+
+    def start_phase(self, phase:str):
+        "Start the `train` or `valid` part of an epoch"
+        self._expect('start_phase')
+        self.end_phase()
+        self.phase,self.phase_start,self._phase_batches,self._phase_span = phase,self.clock(),0,0.
+        self.marks = list(_NAN_MARKS)
+
+    def end_phase(self, bs:int=0, at:float|None=None):
+        "End the open train/valid part (at time `at`, default now): close a batch cut short (of size `bs`), attribute the rest to `other`"
+        self._expect('end_phase')
+        if self.phase is None: return
+        if not math.isnan(self.marks[Slot.BATCH_START]) and at is None:  # a batch cancelled out of its phase ends here
+            self.mark(Slot.BATCH_END); self.end_batch(bs)
+        self._seal()
+        if not self.lazy or self._n_sealed >= self.fold_every: self.fold()  # lazy: when read, or once `fold_every` batches wait
+        p,now = self.phase,(self.clock() if at is None else at)
+        total = max(now - self.phase_start, self._phase_span)
+        self._stat(Row('fit',p), total)
+        self._stat(Row(p,'other'), total - self._phase_span)
+        if self._epoch_totals is not None:
+            sec = self._epoch_totals.seconds
+            sec[Row('fit',p)],sec[Row(p,'other')] = total,total - self._phase_span
+        self._stage_phases += total
+        if p == 'train': self._stage_train_batches += self._phase_batches
+        self.phase,self.marks,self._apart = None,list(_NAN_MARKS),[]
+
+    def end_epoch(self, bs:int=0, at:float|None=None):
+        "End the open epoch (and its open phase)"
+        self._expect('end_epoch')
+        self.end_phase(bs, at)
+        if self._epoch_totals is None: return
+        self._stat(Row('fit','epoch'), (self.clock() if at is None else at) - self.epoch_start)
+        self.epochs.append(self._epoch_totals)
+        self._stage_epochs += 1
+        self._epoch_totals = None
+
+    def end_stage(self, bs:int=0, at:float|None=None):
+        "End the open stage (a fastai fit) and whatever is open in it; its time outside the phases is the fit's `other`"
+        self._expect('end_stage')
+        self.end_epoch(bs, at)
+        if self.stage_start is None: return
+        total = max((self.clock() if at is None else at) - self.stage_start, self._stage_phases)
+        self._stat(Row('fit','fit'), total)
+        self._stat(Row('fit','other'), total - self._stage_phases)
+        self.stages.append(StageTotals(self.stage, self._stage_epochs, total, self._stage_train_batches))
+        self.stage_start = None
+
+    def close(self, interrupted:bool=False):
+        "End whatever is open; after an interrupt, drop the unfinished batch and end at the last batch seen"
+        self._expect('close')
+        if self.closed: return self
+        at = None
+        if interrupted:
+            self.marks = list(_NAN_MARKS)
+            starts = [t for t in (self.phase_start, self.epoch_start, self.stage_start) if t is not None]
+            at = self.clock() if not starts else max([*starts, *([] if math.isnan(self.last_seen) else [self.last_seen])])
+        self.end_stage(at=at)
+        if not self.lazy: self.fold()
+        self.closed = True
+        return self
+
+    @property
+    def fit_total(self) -> float:
+        "Seconds of the stages that ended"
+        if self._later: self.fold()
+        return self.stats[Row('fit','fit')].total
+
+    # ---- the one serializer: pickling (`learn.export`), the DDP gather, saved files ----
     def state(self) -> dict:
-        "Everything recorded, as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
+        "Everything recorded (`STATE_KEYS`), as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
         self.fold()
         self.ring  # made, if no batch was folded yet
         self.overhead_per_batch  # measured now if it was left to when first asked for
@@ -197,119 +352,11 @@ class ProfileRecord:
         if callable(v): self._overhead_fn = v
         else: self._overhead_fn,self._overhead = None,float(v)
 
-# %% ../../nbs/03_record.ipynb #319ed3e9
-@patch
-def mark(self:ProfileRecord, slot:int):
-    "Record the time of boundary `slot` of the batch in flight"
-    self.marks[slot] = self.clock()
+def _state_keys(cls) -> tuple:
+    "The attributes `cls.state()` keeps: those `__init__` makes, less `TRANSIENT`, then `CLASS_STATE`"
+    return (*[k for k in vars(cls()) if k not in cls.TRANSIENT], *cls.CLASS_STATE)
 
-@patch
-def add_tokens(self:ProfileRecord, n:int):
-    "The batch in flight holds `n` token ids (call before its `end_batch`): the rows it lands in get a Tokens/Second"
-    self._queue_tokens[len(self._queue)] = n
-
-@patch
-def end_batch(self:ProfileRecord, bs:int):
-    "The batch in flight is done: queue its marks with its batch size `bs`"
-    m = self.marks
-    self._queue.append(m)
-    self._queue_bs.append(bs)
-    self.last_seen = m[_BATCH_END]
-    self.marks = list(_NAN_MARKS)
-    if len(self._queue) + self._n_sealed >= self.fold_every: self.fold()
-
-@patch
-def set_apart(self:ProfileRecord) -> bool:
-    "The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics; False if no batch is in flight"
-    m = self.marks
-    if self.phase is None or math.isnan(m[Slot.DRAW_START]): return False
-    if not any(a is m for a in self._apart): self._apart.append(m)
-    return True
-
-# %% ../../nbs/03_record.ipynb #46c75679
-@patch
-def start_stage(self:ProfileRecord):
-    "Start a fastai fit of this profiled call"
-    self.end_stage()
-    now = self.clock()
-    if self.fit_start is None: self.fit_start = now
-    self.stage,self.stage_start,self.closed = self.stage+1,now,False
-    self._stage_phases,self._stage_epochs,self._stage_train_batches = 0.,0,0
-
-@patch
-def start_epoch(self:ProfileRecord, epoch:int):
-    "Start epoch `epoch` of the stage in flight"
-    self.end_epoch()
-    self.epoch,self.epoch_start = epoch,self.clock()
-    self._epoch_totals = EpochTotals(self.stage, epoch)
-
-@patch
-def start_phase(self:ProfileRecord, phase:str):
-    "Start the `train` or `valid` part of an epoch"
-    self.end_phase()
-    self.phase,self.phase_start,self._phase_batches,self._phase_span = phase,self.clock(),0,0.
-    self.marks = list(_NAN_MARKS)
-
-@patch
-def end_phase(self:ProfileRecord, bs:int=0, at:float|None=None):
-    "End the open train/valid part (at time `at`, default now): close a batch cut short (of size `bs`), attribute the rest to `other`"
-    if self.phase is None: return
-    if not math.isnan(self.marks[Slot.BATCH_START]) and at is None:  # a batch cancelled out of its phase ends here
-        self.mark(Slot.BATCH_END); self.end_batch(bs)
-    self._seal()
-    if not self.lazy or self._n_sealed >= self.fold_every: self.fold()  # lazy: when read, or once `fold_every` batches wait
-    p,now = self.phase,(self.clock() if at is None else at)
-    total = max(now - self.phase_start, self._phase_span)
-    self._stat(Row('fit',p), total)
-    self._stat(Row(p,'other'), total - self._phase_span)
-    if self._epoch_totals is not None:
-        sec = self._epoch_totals.seconds
-        sec[Row('fit',p)],sec[Row(p,'other')] = total,total - self._phase_span
-    self._stage_phases += total
-    if p == 'train': self._stage_train_batches += self._phase_batches
-    self.phase,self.marks,self._apart = None,list(_NAN_MARKS),[]
-
-# %% ../../nbs/03_record.ipynb #28e4d82b
-@patch
-def end_epoch(self:ProfileRecord, bs:int=0, at:float|None=None):
-    "End the open epoch (and its open phase)"
-    self.end_phase(bs, at)
-    if self._epoch_totals is None: return
-    self._stat(Row('fit','epoch'), (self.clock() if at is None else at) - self.epoch_start)
-    self.epochs.append(self._epoch_totals)
-    self._stage_epochs += 1
-    self._epoch_totals = None
-
-@patch
-def end_stage(self:ProfileRecord, bs:int=0, at:float|None=None):
-    "End the open stage (a fastai fit) and whatever is open in it; its time outside the phases is the fit's `other`"
-    self.end_epoch(bs, at)
-    if self.stage_start is None: return
-    total = max((self.clock() if at is None else at) - self.stage_start, self._stage_phases)
-    self._stat(Row('fit','fit'), total)
-    self._stat(Row('fit','other'), total - self._stage_phases)
-    self.stages.append(StageTotals(self.stage, self._stage_epochs, total, self._stage_train_batches))
-    self.stage_start = None
-
-@patch
-def close(self:ProfileRecord, interrupted:bool=False):
-    "End whatever is open; after an interrupt, drop the unfinished batch and end at the last batch seen"
-    if self.closed: return self
-    at = None
-    if interrupted:
-        self.marks = list(_NAN_MARKS)
-        starts = [t for t in (self.phase_start, self.epoch_start, self.stage_start) if t is not None]
-        at = self.clock() if not starts else max([*starts, *([] if math.isnan(self.last_seen) else [self.last_seen])])
-    self.end_stage(at=at)
-    if not self.lazy: self.fold()
-    self.closed = True
-    return self
-
-@patch(as_prop=True)
-def fit_total(self:ProfileRecord) -> float:
-    "Seconds of the stages that ended"
-    if self._later: self.fold()
-    return self.stats[Row('fit','fit')].total
+ProfileRecord.STATE_KEYS = _state_keys(ProfileRecord)  # derived: a new attribute is kept unless declared transient
 
 # %% ../../nbs/03_record.ipynb #082f47c4
 @patch
