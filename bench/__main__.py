@@ -22,7 +22,8 @@ def main(argv=None):
     ap.add_argument('--trials', type=int, default=None, help="overhead trials per variant (default: 5 for the MLP, 3 for the demo; applies to both)")
     ap.add_argument('--out', type=Path, default=None, help="also write the markdown to this file")
     ap.add_argument('--json', type=Path, default=None, help="also write the raw measurements (JSON) to this file")
-    ap.add_argument('--baseline', type=Path, default=None, help="fitcost: a folder holding another fastprofile package, timed beside this tree's")
+    ap.add_argument('--baseline', type=Path, default=None, help="overhead, fitcost: a folder holding another fastprofile package, timed beside this tree's in the same run")
+    ap.add_argument('--workloads', default=None, help="overhead: which of mlp, demo, fixed to run (comma-separated; default: all)")
     ap.add_argument('--calibration', type=int, default=0, help="fitcost: also time the pair's calibration settings in this many fresh processes each")
     a = ap.parse_args(argv)
     bad = [s for s in a.sections if s not in SECTIONS]
@@ -39,7 +40,8 @@ def main(argv=None):
     raw = {'machine': info}
     for s in sections:
         t = time.perf_counter()
-        if s == 'overhead': parts.append(overhead.main(trials=a.trials, log=log, raw=raw))
+        if s == 'overhead': parts.append(overhead.main(trials=a.trials, log=log, raw=raw, baseline=a.baseline,
+                                                       workloads=a.workloads.split(',') if a.workloads else None))
         elif s == 'memory': parts.append(memory.main(log=log, raw=raw))
         elif s == 'fitcost': parts.append(fitcost.main(trials=a.trials, log=log, raw=raw, baseline=a.baseline, calibration=a.calibration))
         else: parts.append(accuracy.main(log=log, raw=raw))

@@ -10,7 +10,8 @@ from .common import run_worker, fastxtend_dir, PredecessorUnavailable, median, i
 
 LABELS = {'none': 'no profiler (plain fastai)', 'fastprofile-off': 'fastprofile imported, not profiling',
           'fastprofile': 'fastprofile `learn.profile()` (defaults: CostSampler on)',
-          'fastprofile-nosampler': 'fastprofile `learn.profile()`, CostSampler taken off (bench only)', 'fastxtend': "fastxtend 0.1.7 `learn.profile(mode='simple')`"}
+          'fastprofile-nosampler': 'fastprofile `learn.profile()`, CostSampler taken off (bench only)',
+          'fastprofile-baseline': 'fastprofile `learn.profile()` from the `--baseline` tree (the code before)', 'fastxtend': "fastxtend 0.1.7 `learn.profile(mode='simple')`"}
 
 WORKLOADS = {
     'mlp': dict(title="(a) worst case: tiny MLP (16-32-1), bs 64, 500 batches, num_workers=0, 1 thread",
@@ -19,8 +20,8 @@ WORKLOADS = {
                  variants=('none','fastprofile','fastxtend'), trials=3, fits=2, kwargs=dict(n_train=1280, n_valid=128, bs=64)),
 }
 
-def collect(workload:str, trials:int|None=None, fits:int|None=None, log=print) -> dict:
-    "Run every variant of `workload` `trials` times, interleaved; the workers' results by variant"
+def collect(workload:str, trials:int|None=None, fits:int|None=None, log=print, baseline=None) -> dict:
+    "Run every variant of `workload` `trials` times, interleaved; the workers' results by variant (`baseline`: a folder holding another fastprofile, run as one more variant)"
     w = WORKLOADS[workload]
     trials,fits = trials or w['trials'],fits or w['fits']
     try: fx = fastxtend_dir()
@@ -28,12 +29,14 @@ def collect(workload:str, trials:int|None=None, fits:int|None=None, log=print) -
         log(f"[bench] PREDECESSOR UNAVAILABLE, its rows are left out: {e}")
         fx = None
     variants = [v for v in w['variants'] if v != 'fastxtend' or fx is not None]
+    if baseline is not None: variants.insert(variants.index('fastprofile') + 1, 'fastprofile-baseline')
     res = {v: [] for v in variants}
     for t in range(trials):
         for v in variants:
             t0 = time.perf_counter()
-            r = run_worker({'kind':'overhead', 'variant':v, 'workload':workload, 'fits':fits, 'warmup_fits':1,
-                            'workload_kwargs':w['kwargs'], 'paired':True}, predecessor=fx if v == 'fastxtend' else None)
+            r = run_worker({'kind':'overhead', 'variant':'fastprofile' if v == 'fastprofile-baseline' else v, 'workload':workload, 'fits':fits,
+                            'warmup_fits':1, 'workload_kwargs':w['kwargs'], 'paired':True}, predecessor=fx if v == 'fastxtend' else None,
+                           fastprofile_from=baseline if v == 'fastprofile-baseline' else None)
             res[v].append(r)
             log(f"[bench] {workload} trial {t+1}/{trials} {v:16s} {1e6*median(r['train_s'])/r['n_train']:8.1f} us/batch wall "
                 f"{1e6*median(r['train_cpu_s'])/r['n_train']:8.1f} us/batch cpu  ({time.perf_counter()-t0:.1f} s)")
@@ -250,15 +253,19 @@ def tables_fixed(data:dict, summary:dict, per_batch:float|None=None) -> str:
     if not fxs: lines.append("- The predecessor could not be installed: its rows are missing.")
     return '\n'.join(lines) + '\n'
 
-def main(trials:int|None=None, log=print, raw:dict|None=None) -> str:
-    "Both per-batch overhead workloads and the per-fit fixed cost; markdown"
+def main(trials:int|None=None, log=print, raw:dict|None=None, baseline=None, workloads=None) -> str:
+    "Both per-batch overhead workloads and the per-fit fixed cost (`workloads`: some of 'mlp', 'demo', 'fixed'); markdown"
+    workloads = list(workloads or [*WORKLOADS, 'fixed'])
+    bad = [x for x in workloads if x not in (*WORKLOADS, 'fixed')]
+    if bad: raise ValueError(f"unknown workload(s) {bad}: valid values are {', '.join([*WORKLOADS, 'fixed'])}")
     out,ref = ['## Overhead', ''],None
-    for wl in WORKLOADS:
-        data = collect(wl, trials=trials, log=log)
+    for wl in [x for x in WORKLOADS if x in workloads]:
+        data = collect(wl, trials=trials, log=log, baseline=baseline)
         summary = summarize(data)
         if raw is not None: raw[f'overhead_{wl}'] = data
         out.append(tables(data, summary, ref))
         ref = ref or summary
+    if 'fixed' not in workloads: return '\n'.join(out)
     data = collect_fixed(trials=trials, log=log)
     if raw is not None: raw['overhead_fixed'] = data
     pair = ref['fastprofile']['train_cpu_s_paired'] if ref and 'fastprofile' in ref else None

@@ -76,7 +76,8 @@ def overhead(task:dict) -> dict:
             fits.append(time.perf_counter() - t)
             on.append(profiled)
             if profiling and profiled:
-                from fastprofile.engine.record import Row
+                try: from fastprofile.engine.record import Row
+                except ModuleNotFoundError: from fastprofile.record import Row  # a --baseline from before the subpackages
                 rec = learn.simple_profile_record
                 if rec.stats[Row('train','batch')].n != n_train - rec.warmup: raise RuntimeError("fastprofile did not time every batch")
                 self_oh.append(rec.overhead_per_batch)
