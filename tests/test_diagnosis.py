@@ -7,6 +7,7 @@ from fastai.callback.all import *
 from fastai.data.core import TfmdDL
 from fasttransform import Transform, Pipeline
 from fastprofile.learner import *
+from fastprofile.analysis.sections import SECTIONS
 from fastprofile.engine.core import Facts, LoadTime
 from fastprofile.engine.record import Row
 from fastprofile.analysis.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN

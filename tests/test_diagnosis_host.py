@@ -5,6 +5,7 @@ from torch import nn
 from fastai.basics import *
 from fastai.callback.all import *
 from fastprofile.learner import *
+from fastprofile.analysis.sections import SECTIONS
 from fastprofile.engine.core import Facts, LoadTime, ProfileResult
 from fastprofile.probes.costs import SampledCosts
 from fastprofile.analysis.diagnosis import diagnose, Diagnosis, CATEGORIES, MIN_GAIN, larger_batch, layers_lead

@@ -13,10 +13,10 @@ from ..engine.record import Slot, ProfileRecord, _BATCH_END  # the batch-end slo
 from ..engine.core import Profile, ProfileOptions, Probe
 from ..engine.gpu_timing import make_record, GpuProfileRecord, GPU_EVERY
 from ..engine.tokens import token_ids, pad_index, TokenCounter
-from .session import Session
+from .session import Session, driven_by
 
 # %% auto #0
-__all__ = ['TIMED_EVENTS', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'session_of', 'pair_overhead']
+__all__ = ['TIMED_EVENTS', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'pair_overhead']
 
 # %% ../../nbs/07_callback.ipynb #a7c409cf
 _PRE_SLOTS  = dict(before_batch=Slot.BATCH_START, after_pred=Slot.FORWARD_END, after_loss=Slot.LOSS_END,
@@ -39,6 +39,7 @@ def _wall(rec) -> ProfileRecord|None:
 
 class _TableDispatch(Callback, Probe):
     "A `Callback` whose events go through one table, `_table`: an event's slot (an int: mark a time there) or its handler (a function of the callback, called with it: no bound method, so no cycle through the callback itself); a `Probe` of its session"
+    # the tables, and when the session's events swap them: fastprofile.lifecycle.session, "The per-batch fast path"
     _table,_untimed,_wall = {},True,None  # `_untimed`: left out of the callback costs (`fastprofile.probes.costs.event_methods`): it is the timer
     def __call__(self, event_name):
         "Mark the slot of `event_name`, or run its handler; one dict lookup for each event"
@@ -92,7 +93,16 @@ class SimpleProfilerCallback(_TableDispatch):
 
     def _before_fit(self):
         "The session decides what this is: a fit of the call (it then calls `stage`) or something nested"
-        session_of(self).fit_starts()
+        s = driven_by(self, self.profile.session, self._by_hand)
+        if s is not None: s.fit_starts()
+
+    def _by_hand(self, learn) -> Session:
+        "The session of the pair added by hand (or to `fit(cbs=...)`), made at its first fit on `learn`: each fit a call"
+        prof = self.profile
+        post = [cb for cb in learn.cbs if isinstance(cb, SimpleProfilerPostCallback) and cb.profile is prof]
+        # the batch hook (the cost sampler) is a probe of the call too: a pair loaded from a learner exported while armed brings it along
+        hook = [p for p in (prof.on_batch,) if isinstance(p, Probe)]
+        return Session(learn, prof, probes=[self, *hook, *prof.sinks, *post])
 
     def stage(self, s):
         "A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains on)"
@@ -165,7 +175,7 @@ class SimpleProfilerPostCallback(_TableDispatch):
 
     def _after_fit(self):
         "Tell the session: a fit of the call ends (it then calls `end_stage`), or something nested in it"
-        s = self.profile.session
+        s = driven_by(self, self.profile.session)
         if s is not None: s.fit_ends()
 
     def start(self, s): self.token_phases = {}
@@ -185,17 +195,6 @@ class SimpleProfilerPostCallback(_TableDispatch):
     def end_stage(self, s):
         self._idle()
         if s.exc is None: s.profile.end_stage(self._bs())
-
-def session_of(pre:SimpleProfilerCallback) -> Session:
-    "The session that owns `pre`'s profile: `learn.profile()`'s, or, for the pair added by hand, one made now in which each fit is a call"
-    prof = pre.profile
-    s = prof.session
-    if s is None or s.learn is not pre.learn:
-        post = [cb for cb in pre.learn.cbs if isinstance(cb, SimpleProfilerPostCallback) and cb.profile is prof]
-        # the batch hook (the cost sampler) is a probe of the call too: a pair loaded from a learner exported while armed brings it along
-        hook = [p for p in (prof.on_batch,) if isinstance(p, Probe)]
-        s = Session(pre.learn, prof, probes=[pre, *hook, *prof.sinks, *post])
-    return s
 
 # %% ../../nbs/07_callback.ipynb #6e2b9c31
 _OVERHEAD = {}  # (timing, device type) -> seconds per training batch

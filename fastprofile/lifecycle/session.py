@@ -13,27 +13,9 @@ from ..engine.patches import Patches
 from ..engine.core import Profile, ProfileOptions, Facts, Probe, strict_mode
 
 # %% auto #0
-__all__ = ['starts_a_fit', 'train_device', 'training_methods', 'Session', 'ProbeCallback']
+__all__ = ['train_device', 'training_methods', 'Session', 'driven_by', 'ProbeCallback']
 
 # %% ../../nbs/06a_session.ipynb #1336515b
-def starts_a_fit(learn) -> bool:
-    "True when fastai is starting a fit of `learn` (`Learner.fit`), not `validate`, `get_preds`, `tta` or `lr_find`"
-    if hasattr(learn, 'lr_finder'): return False
-    f = sys._getframe(1)
-    while f is not None:  # the innermost `Learner._with_events` of this learner says which event type this is; its
-        n = f.f_code.co_name  # `Learner.__enter__` is `validate`'s or `get_preds`' (called in a fit's `after_fit` too): no fit
-        if n in ('_with_events', '__enter__') and f.f_locals.get('self') is learn: return n == '_with_events' and f.f_locals.get('event_type') == 'fit'
-        f = f.f_back
-    return False
-
-def _fits_running(learn) -> int:
-    "How many `Learner.fit`s of `learn` are on the stack now"
-    f,n = sys._getframe(1),0
-    while f is not None:
-        if f.f_code.co_name == '_with_events' and f.f_locals.get('self') is learn and f.f_locals.get('event_type') == 'fit': n += 1
-        f = f.f_back
-    return n
-
 _NO_DEVICE = object()
 
 def train_device(learn) -> torch.device:
@@ -68,6 +50,8 @@ class Session:
         self.depth = 0  # training methods (or `profiling()` blocks) running: the outermost one is the call
         self.block = False  # the call is a `profiling()` block (its depth 1), which goes on after a fit in it raised
         self.contexts = []  # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
+        self.fits = 0  # `Learner.fit`s in progress through the wrapper (`call('fit')`): 2 while a callback runs a fit inside one
+        self._opening = None  # a `Learner.fit` began through the wrapper, its `before_fit` still to come: whether a validation held the learner then (`_validating`)
         self.active = False  # the call has begun (its first fit started) and not ended
         self.phase,self.stage,self.exc,self.facts,self.result = None,-1,None,None,None
         self.device = None  # where the fit of the call in progress trains (`train_device`, read once at its `before_fit`)
@@ -94,12 +78,15 @@ class Session:
         return bool(self.contexts) and self.contexts[-1] == 'stage'
 
     def call(self, name, /, *args, **kwargs):
-        "Run the learner's own `name` (a training method) as part of the call; the outermost one is the call"
+        "Run the learner's own `name` (a training method) as part of the call; the outermost one is the call. A `fit` is counted while it runs, and its `before_fit` awaited (`_fit_begins`)"
         self.enter()
+        fit = name == 'fit'  # `fit_one_cycle`, `fine_tune`, `lr_find`... train through `self.fit`: this wrapper
+        if fit: self.fits += 1; self._opening = _validating(self.learn)
         exc,top = None,not self.contexts  # `top`: no fit running, so a fit this method starts is a stage of the call
         try: return getattr(type(self.learn), name)(self.learn, *args, **kwargs)
         except BaseException as e: exc = e; raise
         finally:
+            if fit: self.fits -= 1; self._opening = None  # also a fit that failed before its `before_fit`
             # a fit of a `profiling()` block raised (fastai fires no `after_fit`): its stage ends now, with its exception,
             # which the block may catch and go on (the probes see it: the memory snapshot of an out-of-memory error)
             if exc is not None and top and self.block and self.depth == 2 and self.contexts: self._close_open(exc)
@@ -149,6 +136,37 @@ def leave(self:Session, exc:BaseException|None=None):
     if self.active: self._end(exc)
     elif exc is not None: self.disarm()  # a training call that failed before its first fit: the profile is spent
 
+# %% ../../nbs/06a_session.ipynb #e883d2d1
+def _stack_says(learn) -> tuple:
+    "For a `before_fit` that no method wrapper saw coming (a callback added by hand, a fit around the wrapper): (fastai is starting a `Learner.fit` of `learn`, not `validate`/`get_preds`; no other fit of `learn` is running), from fastai's stack, the one place that says"
+    f,fit,n = sys._getframe(1),None,0
+    while f is not None:  # `Learner._with_events(..., 'fit')` fires a fit's `before_fit`, `Learner.__enter__` a validation's
+        c = f.f_code.co_name
+        if (c == '_with_events' or c == '__enter__') and f.f_locals.get('self') is learn:
+            one = c == '_with_events' and f.f_locals.get('event_type') == 'fit'
+            if fit is None: fit = one  # the innermost says which fires now
+            n += one
+        f = f.f_back
+    return bool(fit), n <= 1
+
+def _validating(learn) -> bool:
+    "Whether a fastai validation (`validate`, `get_preds`, `predict`) holds `learn`: its `validation_context` holds `learn.lock`"
+    lock = getattr(learn, 'lock', None)
+    return lock is not None and lock.locked()
+
+@patch
+def _fit_begins(self:Session) -> tuple:
+    "At a `before_fit`: (a `Learner.fit` starts, not `validate`, `get_preds` or `lr_find`; no other fit of the learner is running)"
+    learn,was = self.learn,self._opening  # `was`: None when no fit is opening, else whether a validation held the learner when it began
+    if self.depth:  # inside a call: its wrapper saw each of its `Learner.fit`s begin
+        held = _validating(learn)
+        if was is not None and (was or not held):  # the opening fit's own
+            self._opening = None
+            return not hasattr(learn, 'lr_finder'), self.fits <= 1
+        if held: return False, False  # a validation's
+    fit,alone = _stack_says(learn)  # no wrapper around (a callback added by hand), or a fit that went around it
+    return fit and not hasattr(learn, 'lr_finder'), alone
+
 # %% ../../nbs/06a_session.ipynb #df4248e9
 def _listens(p, event:str) -> bool:
     "Whether probe `p` does something at `event`: its method is not `Probe`'s own, which does nothing"
@@ -180,10 +198,11 @@ def _tell_back(self:Session, event:str): self._tell(event, self._listeners(event
 def fit_starts(self:Session) -> bool:
     "`before_fit` (from the pair's first callback): a fit of the call starts (True), or something nested in one (False)"
     learn = self.learn
-    if self.contexts and _fits_running(learn) <= 1 and starts_a_fit(learn):  # a fit that ended by an exception left its context open
+    fit,alone = self._fit_begins()
+    if self.contexts and fit and alone:  # a fit that ended by an exception left its context open
         if self.depth: self._close_open(_Unseen())  # inside a call that goes on (a `profiling()` block caught the exception)
         else: self._end(_Unseen())  # the pair added by hand: each fit is a call
-    if self.contexts or not starts_a_fit(learn):
+    if self.contexts or not fit:
         if self.measuring: self._tell('pause')
         self.contexts.append('other')
         return False
@@ -307,16 +326,24 @@ def _release(self:Session):
 # %% ../../nbs/06a_session.ipynb #f15d4224
 _ACTIVE = weakref.WeakKeyDictionary()  # learner -> the session whose call is running on it
 
+def driven_by(cb, held:Session|None, make=None) -> Session|None:
+    "The session to which callback `cb` forwards fastai's fit and phase events: `held` (the one it has) while it is on `cb`'s learner; at a `before_fit` (`make` given) with none there, `make(learn)`, a session of `cb` added by hand (each fit a call). None while another session's call drives `cb` (that session's pair forwards the events)"
+    learn = cb.learn
+    s = _ACTIVE.get(learn)
+    if s is not None and s is not held and cb in s.probes: return None
+    if make is None or (held is not None and held.learn is learn): return held
+    return make(learn)
+
 class ProbeCallback(Callback, Probe):
     "A fastai `Callback` that is also a `Probe`: a session drives it; added to a learner by hand, it drives itself with a session of its own (each fit a call)"
     _own = None
     def _hand(self, start:bool=False) -> Session|None:
         "Its own session when no other drives this callback (made at a fit's start, with `start`); None when driven"
-        s = _ACTIVE.get(self.learn)
-        if s is not None and s is not self._own and self in s.probes: return None
-        if start and (self._own is None or self._own.learn is not self.learn):
-            self._own = Session(self.learn, Profile(ProfileOptions(show_report=False)), [self])
-        return self._own
+        return driven_by(self, self._own, self._by_hand if start else None)
+    def _by_hand(self, learn) -> Session:
+        "Its session when added by hand, made at its first fit on `learn`"
+        self._own = s = Session(learn, Profile(ProfileOptions(show_report=False)), [self])
+        return s
 
     # fastai's events, forwarded only to a session of its own
     def hand_fit_starts(self):

@@ -36,7 +36,8 @@ class EfficiencyCallback(ProbeCallback):
             except Exception as e: self.result.failure = f"counting failed: the FLOP counter could not start ({type(e).__name__}: {e})"
         self._stage,self._counter,self._shadowed,self._mem,self._patches,self._paused = None,None,None,None,None,None
         self._phase,self._batches,self._reads,self._compiled,self._driven = None,0,{},False,False
-        # fastai's fit and phase events go to a session of its own, when added by hand (a session tells the probe otherwise)
+        # its dispatch tables, swapped as fits and phases start and end (all the lifecycle's tables: fastprofile.lifecycle.session,
+        # "The per-batch fast path"); fastai's fit and phase events go to a session of its own, when added by hand (a session tells the probe otherwise)
         self._handlers = self._idle = {'before_fit': self.hand_fit_starts, 'after_fit': self.hand_fit_ends}
         self._per_phase = dict(self._idle, before_train=lambda: self.hand_phase_starts('train'),
                                before_validate=lambda: self.hand_phase_starts('valid'), after_train=self.hand_phase_ends,
