@@ -545,3 +545,13 @@ def test_marks_inlined_only_for_the_plain_record():
     assert list(_rows(learn2).index) == list(rows.index)
     assert not learn2.simple_profile_results['Total Time'].isna().any()
     assert fcb._wall(learn2.simple_profile.record) is learn2.simple_profile.record and fcb._wall(learn.simple_profile.record) is None
+
+def test_profile_defaults_are_the_options_defaults():
+    "`Learner.profile` spells out its probe options for the reader; each default is `ProfileOptions`' own (one place decides a default)"
+    import inspect, dataclasses
+    from fastprofile.engine.core import ProfileOptions
+    sig = inspect.signature(Learner.profile).parameters
+    fields = {f.name:f.default for f in dataclasses.fields(ProfileOptions)}
+    shared = [n for n in sig if n in fields]
+    assert len(shared) >= 9, shared  # breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry, ...
+    assert {n:sig[n].default for n in shared} == {n:fields[n] for n in shared}

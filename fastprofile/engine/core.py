@@ -291,7 +291,7 @@ def _cost_note(result) -> str|None:
     st = rec.stats[Row('train','batch')]
     if not math.isnan(rec.overhead_per_batch):
         share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a batch)" if st.n else ''
-        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself, 2-5x that measured from outside (BENCHMARKS.md)")
+        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself in isolation (from outside a fit, BENCHMARKS.md measures 1-10x that)")
     if result.own_cost: parts.append(f"{fmt_time(result.own_cost)} set-up and closing")
     return f"Profiler's cost: {'; '.join(parts)}." if parts else None
 
