@@ -118,7 +118,8 @@ def _timed(f):
 
 def parts(res, repeats:int) -> dict:
     "Seconds of each part of showing the report of `res`, `repeats` interleaved repetitions on fresh copies"
-    from fastprofile.engine.core import report_notes
+    try: from fastprofile.engine.notes import report_notes
+    except ModuleNotFoundError: from fastprofile.core import report_notes  # a --baseline from before `engine/notes` (0.1.0's path, or `fastprofile.moved`'s)
     out = {}
     add = lambda k, s: out.setdefault(k, []).append(s)
     def shown(kind, f):

@@ -9,22 +9,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from fastai.basics import *
-from .engine.checks import check_bool, check_number, check_path, check_choice, check_written_beside, check_items
-from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe, register
+from .engine.checks import check_path, check_written_beside, check_items
+from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe, register, PROBES, Call
 from .engine.gpu_timing import resolve_timing
 from .lifecycle.session import Session, train_device
 from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallback
-from .probes.costs import CostSampler
-from .probes.loads import LoadTimer
-from .probes.compiles import CompileProbe
-from .probes.breakdown import BreakdownCallback
+from .probes.builtin import BUILTIN_PROBES  # noqa: F401 (imported for its effect: fastprofile's probes registered in `PROBES`)
 from .data.prefetch import CudaPrefetchCallback
 from .data.pipeline import PinnedCopy, _tensors
-from .probes.efficiency_probe import EfficiencyCallback
-from .probes.layers import LayerTimer
 from .analysis.efficiency_report import efficiency_summary
-from .probes.telemetry import TelemetryProbe, TELEMETRY_EVERY, EVERY_RANGE, reads_gpu
-from .probes.snapshot import MemorySnapshot, check_memory_snapshot, snapshot_path
+from .probes.telemetry import TELEMETRY_EVERY, reads_gpu
+from .probes.snapshot import check_memory_snapshot, snapshot_path
 from .analysis.telemetry_report import telemetry_summary
 from .analysis.distributed import rank_gather, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world
 from .sinks.wandb import WandbSink
@@ -33,7 +28,7 @@ from .analysis.sections import SECTIONS
 
 # %% auto #0
 __all__ = ['LOGGERS', 'logger_sink', 'learner_facts', 'batch_copy', 'LearnerFacts', 'PrefetchStaging', 'session_for',
-           'NoProfileError']
+           'made_probes', 'NoProfileError']
 
 # %% ../nbs/17_learner.ipynb #52637485
 LOGGERS = {'wandb': WandbSink.for_learner, 'tensorboard': TensorBoardSink.for_learner}
@@ -189,22 +184,24 @@ def _world_size() -> int:
     try: return max(int(os.environ.get('WORLD_SIZE', 1)), 1)
     except ValueError: return 1
 
+def made_probes(call:Call, own=()) -> list:
+    "The probes of `call`: one from each registered class's `make` (None: its options leave it off), and yours (`own`, which take the place of a registered class's under the same key), in `probe_order`"
+    mine = {p.key for p in own}
+    made = [p for k,cls in list(PROBES.items()) if k not in mine for p in (cls.make(call),) if p is not None]
+    probes = sorted([*made, *own], key=lambda p: p.probe_order)  # stable: equal orders keep the registry's, then yours
+    per = [type(p).__name__ for p in probes if p.per_batch]
+    if len(per) > 1: raise ValueError(f"more than one probe asks to be called after every batch ({', '.join(per)}): at most one may (`Probe.per_batch`)")
+    return probes
+
 def _session(learn, opts:ProfileOptions, sink, csv_path, snapshot=None, own=()) -> Session:
-    "The session and its probes, each made from `opts`, in the order they start: the pair's first callback, the loaders, torch.compile, the callbacks (or the breakdown), efficiency, the layer timer, telemetry, yours (`own`), the learner's facts, prefetch staging, sinks, the memory snapshot, the pair's last"
-    bd = BreakdownCallback() if opts.breakdown else None
-    sampler = None if opts.breakdown else CostSampler(learn, warmup=opts.warmup)  # the breakdown times every callback itself
+    "The session and its probes, in the order they start: the pair's first callback, the probes of the registry and yours (`made_probes`: the loaders, torch.compile, the callbacks or the breakdown, efficiency, the layer timer, telemetry, yours), the learner's facts, prefetch staging, the sinks, the probes past `probe_order` 100 (the memory snapshot), the pair's last"
+    probes = made_probes(Call(learn, opts, csv_path, snapshot), own)
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if opts.rank_csv else None,
-                   opts.gather_timeout), csv_path=csv_path, on_batch=sampler)
-    efficiency = opts.efficiency
-    if efficiency == 'auto': efficiency = opts.peak_flops is not None or train_device(learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
-    eff = EfficiencyCallback(peak_flops=opts.peak_flops, warmup=opts.warmup) if efficiency else None
+                   opts.gather_timeout), csv_path=csv_path, on_batch=first(p for p in probes if p.per_batch))
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
-    lay = LayerTimer(learn, warmup=opts.warmup) if opts.layers else None  # hooks on the model only for a few sampled batches
-    tel = None if opts.telemetry is False else TelemetryProbe(opts.telemetry, opts.telemetry_every)  # 'auto': the sampler on a GPU; the CPU per phase always
-    snap = None if snapshot is None else MemorySnapshot(snapshot)  # it ends right after the pair's last: the snapshot before the others end
-    probes = [pre, LoadTimer(learn), CompileProbe(learn), *[p for p in (sampler, bd, eff, lay, tel) if p is not None], *own, LearnerFacts(learn),
-              PrefetchStaging(learn), *prof.sinks, *[p for p in (snap,) if p is not None], post]
-    return Session(learn, prof, probes, cbs=[pre, post] + [c for c in (bd, eff, *own) if isinstance(c, Callback)])  # yours: a `ProbeCallback` joins learn.cbs for the call
+    order = [pre, *[p for p in probes if p.probe_order < 100], LearnerFacts(learn), PrefetchStaging(learn), *prof.sinks,
+             *[p for p in probes if p.probe_order >= 100], post]
+    return Session(learn, prof, order, cbs=[pre, post] + [c for c in probes if isinstance(c, Callback)])  # a `ProbeCallback` (the breakdown, efficiency, yours) joins learn.cbs for the call
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da
 @patch

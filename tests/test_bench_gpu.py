@@ -128,7 +128,8 @@ def test_mark_cost_and_summary(fakes):
 def test_drift_warning_is_read_from_fastprofiles_own_notes():
     "`flagged_phases` reads the real `gpu_notes` text: a GPU-heavy backward makes the batch's `other` wait, and it is read back"
     from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
-    from fastprofile.engine.gpu_timing import GpuProfileRecord, gpu_notes
+    from fastprofile.engine.gpu_timing import GpuProfileRecord
+    from fastprofile.engine.notes import gpu_notes
     from bench.gpu.timing import flagged_phases
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3, warmup=0)

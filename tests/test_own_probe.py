@@ -59,11 +59,15 @@ def test_its_scalars_reach_tensorboard(example, tmp_path):
 def test_bad_probes_are_refused_at_the_call(example):
     learn = _learner()
     class NoKey(Probe): pass
-    class Clash(Probe): key = 'loading'  # a field of `Facts`
+    class Clash(Probe): key = 'device'  # a field of `Facts`
+    class Taken(Probe): key = 'loading'  # fastprofile's loader probe's
+    class BadOption(Probe): key,options = 'bad_option',('not_an_option',)
     with pytest.raises(TypeError, match='Probe objects'): learn.profile(probes=[object()])
     with pytest.raises(ValueError, match='has no `key`'): learn.profile(probes=[NoKey()])
     with pytest.raises(ValueError, match='share a key'): learn.profile(probes=[example.BatchBytes(), example.BatchBytes()])
     with pytest.raises(ValueError, match='field of `Facts`'): learn.profile(probes=[Clash()])
+    with pytest.raises(ValueError, match="taken by fastprofile.probes.loads.LoadTimer"): learn.profile(probes=[Taken()])
+    with pytest.raises(ValueError, match="not `ProfileOptions` fields: valid are show_report"): learn.profile(probes=[BadOption()])
     class Other(Probe): key = 'batch_bytes'
     with pytest.raises(ValueError, match='taken by'): learn.profile(probes=[Other()])
     assert not [cb for cb in learn.cbs if type(cb).__module__.startswith(('fastprofile', 'batch_bytes'))]

@@ -42,6 +42,10 @@ def test_a_saved_profile_loads_and_compares(tmp_path):
 def test_a_learner_exported_after_a_profiled_fit_loads_and_trains(tmp_path):
     learn = _load('after.pkl', tmp_path)
     assert _calls(learn.simple_profile_results).loc[('train','batch','forward'),'Number of Calls'] == 2*(6 - 1)
+    f = learn.simple_profile.facts  # 0.1.0 kept a `Facts` field per probe: they unpickle under the probes' keys
+    assert {'loading', 'layers', 'callback_costs'} <= set(f.extra) and not {'loading', 'layers'} & set(f.__dict__)
+    assert f.loading['train'].workers == 2 and f.layers.batches and f.breakdown is None
+    assert 'Diagnosis' in learn.simple_profile.report.plain()
     learn.fit(1)
     assert not [cb for cb in learn.cbs if type(cb).__module__.startswith('fastprofile')]
     learn.profile(show_report=False, logger_callback=None).fit(1)

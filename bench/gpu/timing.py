@@ -7,7 +7,7 @@ which is how the diagnosis reads a phase's cost and what the truth measures (a p
 host work and its GPU work). Runs of one workload (truth, no profiler, wall, sync, events) are interleaved over
 `trials`, in a rotating order; figures are medians over the trials of the per-run means.
 The overhead is the step time (wall clock, GPU synchronized at both ends, warm-up left out) against the run with no
-profiler. The drift warning (`gpu_timing.gpu_notes`) is expected on a phase whose wall time in the events run is
+profiler. The drift warning (`engine.notes.gpu_notes`) is expected on a phase whose wall time in the events run is
 mostly waiting: wall minus truth is at least half its wall time and at least 5% of the step."""
 from __future__ import annotations
 import math, re, time
@@ -144,7 +144,7 @@ def measure(make, mode:str, n:int, skip:int, device='cuda') -> dict:
     out = dict(step=timer.per_batch, fit_s=time.perf_counter() - t0)
     if mode == 'truth': out['phases'] = {k:(sum(v)/len(v) if v else math.nan) for k,v in spans.items()}; out['batches'] = len(spans['step'])
     elif mode != 'none':
-        from fastprofile.engine.gpu_timing import gpu_notes
+        from fastprofile.engine.notes import gpu_notes
         rec,res = learn.simple_profile_record,learn.simple_profile_results
         assert rec.timing == mode, (rec.timing, mode)
         out['phases'] = phases_from(res)

@@ -15,6 +15,7 @@ from ..engine.record import ProfileRecord, Row, STEPS, PHASES
 from ..engine.tables import Section, fmt_time, fmt_pct
 from ..engine.core import Facts, ProfileResult
 from ..engine.tokens import tokens_line
+from ..probes.builtin import BUILTIN_PROBES  # noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`..., registered)
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',

@@ -13,16 +13,17 @@ from typing import NamedTuple, Callable
 import numpy as np, pandas as pd
 from fastcore.basics import patch
 from .checks import check_int, check_bool, check_type, check_items, check_callable, check_path, check_choice, check_number
-from .record import ProfileRecord, Row, PHASES, batch_durations, result_row, MAX_KEEP_BATCHES
-from .gpu_timing import check_timing, resolve_timing, make_record, gpu_notes, GPU_EVERY
-from .tables import ProfileReport, Section, atomic_write_csv, fmt_time, fmt_pct
+from .record import ProfileRecord, Row, batch_durations, result_row, MAX_KEEP_BATCHES
+from .gpu_timing import check_timing, resolve_timing, make_record, GPU_EVERY
+from .notes import report_notes
+from .tables import ProfileReport, Section, atomic_write_csv
+from .plain import to_plain, from_plain
 
 # %% auto #0
 __all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'PROBES', 'SAMPLE_SHARE', 'TRAIN_ACTIONS', 'strict_mode',
-           'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'register', 'probe_sections',
+           'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'Call', 'register', 'probe_sections',
            'probe_scalars', 'first_samples', 'Sink', 'rolling_samples_per_second', 'train_samples_per_second',
-           'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second', 'report_notes', 'ProfileResult',
-           'Profile']
+           'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second', 'ProfileResult', 'Profile']
 
 # %% ../../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -118,28 +119,57 @@ class Staging(NamedTuple):
     "Host time that `CudaPrefetchCallback` spent drawing and staging next batches inside the current ones, in one phase"
     seconds:float; batches:int
 
-@dataclass
+PROBES = {}  # key -> the registered `Probe` class (`register`): the session makes one per call (`make`), its facts are `facts.extra[key]`, saved with its `to_json`, shown with its `section`, logged with its `scalars`
+_FIELDS = ('device','num_workers','cpus','threads','batch_size','model','staging','prefetch','flops','tokens','extra')
+
+@dataclass(init=False)
 class Facts:
-    "What the run was, besides its times: collected from the learner when the call ends"
+    "What the run was, besides its times (its fields), and what each probe measured, under the probe's `key` in `extra` (read as `facts.<key>`): collected when the call ends"
     device:str='cpu' # Where the model trained ('cpu', 'cuda:0', ...)
     num_workers:int|None=None # Loader workers of the training `DataLoader` (None: unknown)
     cpus:int|None=None # CPUs this process may run on (None: unknown; the diagnosis takes this machine's)
     threads:int|None=None # `torch.get_num_threads()`
     batch_size:int|None=None # Batch size of the training loader
+    model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
     staging:dict=field(default_factory=dict) # phase -> `Staging`, when `CudaPrefetchCallback` was active
     prefetch:bool=False # `CudaPrefetchCallback` was active
-    breakdown:object=None # A `Breakdown` of the same call (`learn.profile(breakdown=True)`), if any
-    callback_costs:object=None # Callback and metric costs from sampled batches (`fastprofile.probes.costs.SampledCosts`), if any
-    loading:dict=field(default_factory=dict) # phase -> `LoadTime`: batches timed where they were built (in the workers)
-    model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
-    flops:dict=field(default_factory=dict) # `Row` -> FLOPs per sample of its work, for the `FLOP/s` column (`fastprofile.probes.efficiency_probe`)
-    efficiency:object=None # What `EfficiencyCallback` measured (`fastprofile.engine.efficiency.Efficiency`), if it was on
-    compile:object=None # What torch.compile cost in the call (`fastprofile.probes.compiles.CompileStats`): None when nothing was compiled
-    layers:object=None # Each module's forward and backward self time on sampled batches (`fastprofile.probes.layers.LayerTimes`), if timed
-    tokens:dict=field(default_factory=dict) # phase -> `fastprofile.engine.tokens.TokenPhase`: the tokens and padding of token-id batches, if any
-    telemetry:object=None # What `TelemetryProbe` measured (`fastprofile.probes.telemetry.Telemetry`): GPU readings per row, energy, throttling, CPU utilization
-    memory_snapshot:str|None=None # Where `memory_snapshot=True` wrote CUDA's allocator snapshot when the call ran out of memory
-    extra:dict=field(default_factory=dict) # Anything else a section needs (a probe of your own)
+    flops:dict=field(default_factory=dict) # `Row` -> FLOPs per sample of its work: the table's `FLOP/s` column (`fastprofile.probes.efficiency_probe` fills it)
+    tokens:dict=field(default_factory=dict) # phase -> `fastprofile.engine.tokens.TokenPhase`: the tokens and padding of token-id batches, counted by the profiler itself
+    extra:dict=field(default_factory=dict) # probe key -> what that probe measured (`Probe.measured`; fastprofile's own: 'loading', 'layers', 'telemetry', ...)
+
+    def __init__(self, device:str='cpu', num_workers:int|None=None, cpus:int|None=None, threads:int|None=None, batch_size:int|None=None,
+                 model:dict|None=None, staging:dict|None=None, prefetch:bool=False, flops:dict|None=None, tokens:dict|None=None, extra:dict|None=None,
+                 **measured # What probes measured, by key (`Facts(layers=...)`): into `extra`
+                ):
+        self.device,self.num_workers,self.cpus,self.threads,self.batch_size = device,num_workers,cpus,threads,batch_size
+        new = lambda d: {} if d is None else d  # the dicts given are kept, not copied (as a dataclass keeps them)
+        self.model,self.staging,self.prefetch = new(model),new(staging),prefetch
+        self.flops,self.tokens,self.extra = new(flops),new(tokens),new(extra)
+        for k,v in measured.items(): setattr(self, k, v)
+
+    def __getattr__(self, k):
+        "What the probe with key `k` measured (`facts.layers`): `extra[k]`, or the registered probe's `empty()` when it measured nothing"
+        ex = self.__dict__.get('extra')
+        if ex is not None and k in ex: return ex[k]
+        cls = PROBES.get(k)
+        if cls is None or k.startswith('__'):
+            raise AttributeError(f"'Facts' has no {k!r}: neither a field ({', '.join(_FIELDS)}) nor a registered probe's key "
+                                 f"({', '.join(sorted(PROBES)) or 'none registered'})")
+        return cls.empty()
+
+    def __setattr__(self, k, v):
+        "A field is set; any other name is a probe's key: its value goes to `extra` (None: it measured nothing)"
+        if k in _FIELDS or k.startswith('_'): object.__setattr__(self, k, v)
+        elif v is None: self.extra.pop(k, None)
+        else: self.extra[k] = v
+
+    def __setstate__(self, d):
+        "Unpickled: from 0.1.0, which kept a field per probe (into `extra`), or from now"
+        d,ex = dict(d),dict(d.get('extra') or {})
+        for k in [k for k in d if k not in _FIELDS]:
+            v = d.pop(k)
+            if v is not None and v != {}: ex.setdefault(k, v)
+        self.__dict__.update({**Facts().__dict__, **d, 'extra': ex})
 
     @property
     def on_gpu(self) -> bool: return self.device.startswith('cuda')
@@ -163,15 +193,34 @@ class Probe:
         "The fit ends (also when an exception ends it)"
     def end(self, s):
         "The call ends, however it ends (`s.exc`: the exception, if one ended it)"
-    # A probe of your own: `key` names what it measured in `facts.extra`; `measured`, `section`, `scalars` are all it writes
-    key:str|None = None # Where `contribute` puts `measured()`: `facts.extra[key]` (saved and loaded with the profile)
+    # What a probe is besides its events: one class holds all of it, and `register` puts it in `PROBES`
+    key:str|None = None # Where `contribute` puts `measured()`: `facts.extra[key]`, read as `facts.<key>` (saved and loaded with the profile)
+    options:tuple = () # The `ProfileOptions` fields `make` reads (checked by `register`)
+    probe_order:int = 70 # Where the session places it: probes start in this order and end in the reverse; fastprofile's 10-60, yours 70, past 100 after the sinks
+    per_batch:bool = False # The session calls it (`probe()`) after every recorded training and validation batch: one probe at most (keep it to a counter check)
+    @classmethod
+    def make(cls, call:Call) -> Probe|None:
+        "This probe for a profiled `call` (its learner and checked options), or None when the options leave it off; the session calls it for every registered class. The default makes none: pass yours as `learn.profile(probes=[...])`, or override `make` to run it on every profiled call"
+        return None
     def contribute(self, facts:Facts):
         "Add what this probe measured to the call's `Facts` (after `end`): by default `measured()` under `facts.extra[key]`"
         if self.key is not None:
             v = self.measured()
             if v is not None: facts.extra[self.key] = v
     def measured(self):
-        "What this probe measured, as plain values (dicts with str keys, lists, numbers, str, bool), or None for nothing"
+        "What this probe measured (plain values unless `to_json` says how to save it), or None for nothing"
+    @classmethod
+    def empty(cls):
+        "What `facts.<key>` reads when the probe measured nothing"
+        return None
+    @classmethod
+    def to_json(cls, data):
+        "`data` (what `measured` returned) as plain JSON values, for `ProfileResult.save`; by default `to_plain` (what JSON cannot hold is dropped)"
+        return to_plain(data)
+    @classmethod
+    def from_json(cls, d):
+        "What `to_json` wrote, back as `data`"
+        return from_plain(d)
     @classmethod
     def section(cls, data, result) -> Section|None:
         "The report's section for `data` (what `measured` returned, also when read back from a saved profile), or None"
@@ -180,31 +229,39 @@ class Probe:
         "Numbers for the loggers, `{name: value}`, logged once after the call as `{key}/{name}`"
         return {}
 
-PROBES = {}  # key -> the `Probe` class whose facts are `facts.extra[key]`: its report section and logged scalars
+class Call(NamedTuple):
+    "What `Probe.make` is given: the profiled call's learner, its checked options, and where its files go"
+    learn:object; options:ProfileOptions; csv_path:object=None; snapshot_path:object=None
+
 
 def register(cls:type) -> type:
-    "Register a `Probe` class with a `key`: its section shows in every report holding its facts (a profile read from a file too), its scalars go to the loggers. A class decorator; `learn.profile(probes=[...])` registers its probes' classes too"
+    "Register a `Probe` class with a `key`: the session makes it for every profiled call (its `make`), its facts are saved and loaded (`to_json`, `from_json`), its section shows in every report holding its facts (a profile read from a file too), its scalars go to the loggers. A class decorator; `learn.profile(probes=[...])` registers its probes' classes too"
     if not (isinstance(cls, type) and issubclass(cls, Probe)): raise TypeError(f"`register` takes a `Probe` subclass, got {cls!r}")
     k = cls.key
     if not (isinstance(k, str) and k.isidentifier()): raise ValueError(f"{cls.__name__}.key must be a name (a str identifier) for its facts, got {k!r}")
-    if k in Facts.__dataclass_fields__: raise ValueError(f"{cls.__name__}.key {k!r} is a field of `Facts`: pick another name")
+    if k in _FIELDS: raise ValueError(f"{cls.__name__}.key {k!r} is a field of `Facts`: pick another name")
+    bad = [o for o in cls.options if o not in ProfileOptions.__dataclass_fields__]
+    if bad: raise ValueError(f"{cls.__name__}.options names {', '.join(map(repr, bad))}, not `ProfileOptions` fields: valid are {', '.join(ProfileOptions.__dataclass_fields__)}")
     had = PROBES.get(k)
-    if had is not None and had is not cls and (had.__module__, had.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ValueError(f"the probe key {k!r} is taken by {had.__module__}.{had.__qualname__}: pick another `key` for {cls.__name__}")
+    if had is not None and had is not cls:
+        if had.__qualname__ == cls.__qualname__ and cls.__module__ == '__main__' != had.__module__:
+            return cls  # a module's notebook defines the class its module registered: the module's stays (the notebook's code is the same)
+        if (had.__module__, had.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ValueError(f"the probe key {k!r} is taken by {had.__module__}.{had.__qualname__}: pick another `key` for {cls.__name__}")
     PROBES[k] = cls  # the same class defined again (a notebook cell run twice): the new one
     return cls
 
 def probe_sections(result) -> list:
     "The report sections of the registered probes whose facts `result` holds, in the order they were measured"
     extra = getattr(result.facts, 'extra', None) or {}
-    out = [guarded(f"the report section of the probe {k!r}", PROBES[k].section, v, result) for k,v in extra.items() if k in PROBES]
+    out = [guarded(f"the report section of the probe {k!r}", PROBES[k].section, v, result) for k,v in extra.items() if k in PROBES and v is not None]
     return [s for s in out if s is not None]
 
 def probe_scalars(result) -> dict:
     "The registered probes' numbers for the loggers, `{f'{key}/{name}': value}`"
     extra,out = getattr(result.facts, 'extra', None) or {},{}
     for k,v in extra.items():
-        if k in PROBES: out.update({f"{k}/{n}":x for n,x in (guarded(f"the scalars of the probe {k!r}", PROBES[k].scalars, v) or {}).items()})
+        if k in PROBES and v is not None: out.update({f"{k}/{n}":x for n,x in (guarded(f"the scalars of the probe {k!r}", PROBES[k].scalars, v) or {}).items()})
     return out
 
 SAMPLE_SHARE = 16  # a probe's first sampling of a phase takes at most one in this many of its batches past the warm-up
@@ -265,76 +322,13 @@ def row_flops_per_second(results:pd.DataFrame, flops:dict) -> list:
     return [flops.get(Row.of(r), math.nan) * k / dt if dt > 0 else math.nan
             for r,k,dt in zip(results.to_dict('records'), n, t)]
 
-# %% ../../nbs/06_core.ipynb #f90a1b2e
-def _timing_note(rec) -> str:
-    "How the table was timed, what `other` and `warmup` are, where percentiles come from: one line"
-    how = {'wall': "wall clock", 'sync': "wall clock, torch.cuda.synchronize() at each phase boundary (exact, but it stalls the GPU)",
-           'events': "wall clock and CUDA events (the GPU columns; no per-batch sync)"}[rec.timing]
-    k = getattr(rec, 'gpu_every', None)
-    if rec.timing == 'events' and k and k > 1 and rec.gpu_stats:  # events on a sample of the batches: say on how many
-        n = {p:rec.gpu_stats[Row(p,'batch')].n for p in PHASES if rec.gpu_stats[Row(p,'batch')].n}
-        on = ' + '.join(f"{v} {p}" for p,v in n.items()) or 'no'
-        how = (f"wall clock and CUDA events (the GPU columns: the means of {on} batches, one in {k} past the warm-up; "
-               f"GPU Total is that mean times the calls; no per-batch sync)")
-    nw = sum(rec.stats[Row(p,'warmup')].n for p in PHASES)
-    na,warm = sum(getattr(rec, 'n_apart', {}).values()),''
-    if (rec.warmup or na) and nw:
-        tw = sum(rec.stats[Row(p,'warmup')].total for p in PHASES)
-        what = [f"the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each phase"] if rec.warmup else []
-        if na: what.append(f"{na} later batch{'es' if na > 1 else ''} that compiled (torch.compile)")
-        warm = f" `warmup`: {' and '.join(what)} ({nw} in all, {fmt_time(tw)}), not in the per-batch rows."
-    return f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed phases (other callbacks, metrics, logging)."
-
-def _cost_note(result) -> str|None:
-    "What profiling cost: per training batch (timed in isolation) and outside the table, in one line"
-    rec,parts = result.record,[]
-    st = rec.stats[Row('train','batch')]
-    if not math.isnan(rec.overhead_per_batch):
-        share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a batch)" if st.n else ''
-        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself in isolation (from outside a fit, BENCHMARKS.md measures 1-10x that)")
-    if result.own_cost: parts.append(f"{fmt_time(result.own_cost)} set-up and closing")
-    return f"Profiler's cost: {'; '.join(parts)}." if parts else None
-
-def _prefetch_note(facts) -> str|None:
-    "Where the wait for the next batch shows when `CudaPrefetchCallback` staged it"
-    if facts is None or not facts.prefetch: return None
-    staged = {p:v for p,v in facts.staging.items() if v.batches}
-    if not staged: return "CudaPrefetchCallback was active: `draw` is what is left of the wait for the next batch."
-    per = ', '.join(f"{fmt_time(v.seconds/v.batches)} per {p} batch" for p,v in staged.items())
-    return f"CudaPrefetchCallback was active: the next batch is drawn inside the current one, so its wait shows in the batch's `other` ({per})."
-
-def _about_note(result) -> str|None:
-    "Where a profile loaded from a file ran, and with what"
-    a = getattr(result, 'about', None)
-    if not a: return None
-    v,dev,m = a.get('versions') or {},a.get('device') or {},a.get('machine') or {}
-    where = f"{dev.get('type') or '?'}" + (f" ({dev['name']})" if dev.get('name') else '')
-    return (f"Saved {a.get('created') or '?'} by fastprofile {v.get('fastprofile', '?')} (fastai {v.get('fastai', '?')}, torch {v.get('torch', '?')}) "
-            f"on {m.get('host') or '?'}, {where}" + (f"; read from {a['source']}" if a.get('source') else '') + '.')
-
-def report_notes(result:ProfileResult) -> list:
-    "The notes under the table, most important first: what is missing, how it was timed, what profiling cost"
-    rec,notes = result.record,[]
-    if not (rec.stats[Row('train','batch')].n or rec.stats[Row('train','warmup')].n):
-        notes.append("No training batch was recorded: the training loader was empty, or every fit was cancelled before its first batch.")
-    elif not rec.stats[Row('train','batch')].n:
-        notes.append(f"Every training batch was warm-up (`warmup={rec.warmup}`): the per-batch rows are empty; profile more batches or lower `warmup`.")
-    if result.interrupted: notes.append(f"Partial profile: the call ended early ({result.interrupted}); times run to the last batch seen.")
-    if len(rec.stages) > 1:
-        notes.append(f"{len(rec.stages)} fits in this call: " + ', then '.join(
-            f"{s.epochs} epoch{'s' if s.epochs != 1 else ''} ({fmt_time(s.seconds)})" for s in rec.stages) + "; the table sums them.")
-    if rec.gpu_stats: notes += gpu_notes(rec)
-    notes.append(_timing_note(rec))
-    notes += [n for n in (_prefetch_note(result.facts), _cost_note(result), _about_note(result)) if n]
-    return notes
-
 # %% ../../nbs/06_core.ipynb #4f6b3504
 class ProfileResult:
     "What a profiled call leaves behind: its closed record, the facts of the run, and (built when first asked for) results and report"
     def __init__(self,
         record:ProfileRecord, # The closed record (all ranks merged under DDP)
         facts:Facts|None=None, # What the run was (workers, device, prefetch, breakdown...)
-        sections=(), # Functions `f(result) -> Section|None` adding sections to the report (diagnosis, ranks...)
+        sections=(), # Functions `f(result) -> Section|None` (or a list of sections) adding sections to the report (diagnosis, ranks...); `probe_sections` among them places the probes' (else they come last)
         interrupted:str|None=None, # How the call ended early, if it did (e.g. 'KeyboardInterrupt')
         own_cost:float=0., # Seconds the profiler spent outside the table (set-up, closing)
         about:dict|None=None, # Where and with what it ran (versions, device, machine, when), as a saved profile tells it (`fastprofile.sinks.saving`)
@@ -365,10 +359,9 @@ class ProfileResult:
     def report(self) -> ProfileReport:
         "The report: the results table, its notes, and a section from each of `sections` that has something to say"
         rep = ProfileReport(self.results, report_notes(self))
-        for f in self.sections:
+        for f in self.sections if probe_sections in self.sections else [*self.sections, probe_sections]:  # the probes' own, where the list puts them (else last)
             sec = guarded(f"the report section {getattr(f, '__name__', f)}", f, self)
-            if sec is not None: rep.sections.append(sec)
-        rep.sections += probe_sections(self)  # the sections of probes of your own (`register`)
+            if sec is not None: rep.sections += sec if isinstance(sec, list) else [sec]
         return rep
 
     def section(self, title:str):

@@ -14,13 +14,12 @@ import numpy as np
 from .stats import StreamingStats
 from .checks import check_choice, check_int
 from .record import ProfileRecord, Row, Slot, STEPS, PHASES, GPU_COLS, N_MARKS
-from .tables import fmt_time, fmt_pct
 from .cuda_events import take_event, give_back
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['TIMINGS', 'GPU_EVERY', 'check_timing', 'resolve_timing', 'EventPool', 'PendingBatch', 'GpuProfileRecord',
-           'sync_clock', 'make_record', 'gpu_idle_share', 'Backlog', 'gpu_notes']
+           'sync_clock', 'make_record', 'gpu_idle_share', 'Backlog', 'backlog_walk']
 
 # %% ../../nbs/04_gpu_timing.ipynb #ad9e25d0
 TIMINGS = ('auto','events','sync','wall')
@@ -261,7 +260,7 @@ class Backlog(NamedTuple):
     "One part of the step (its `Row`), from the means: its wall and GPU span, GPU work queued before and after it, which rows queued it"
     row:Row; wall:float; gpu:float; before:float; after:float; blamed:dict
 
-def _backlog_walk(rec, phase) -> list:
+def backlog_walk(rec, phase) -> list:
     "A `Backlog` per phase of the step, in step order"
     order = [Row.part(phase, a) for a in ('draw', *[s.name for s in STEPS[phase]], 'other')]
     mean = lambda st: st.mean if st.n else math.nan
@@ -275,26 +274,3 @@ def _backlog_walk(rec, phase) -> list:
         if after <= 0.25*B: since = {}                   # the queue drained here
         B = after
     return out
-
-# %% ../../nbs/04_gpu_timing.ipynb #0484d2e2
-def gpu_notes(rec:ProfileRecord, phase:str='train', ratio:float=2., material:float=.05) -> list:
-    "Plain-words notes on GPU idle time and on phases whose wall time waits for earlier phases' GPU work"
-    notes = []
-    idle = gpu_idle_share(rec, phase)
-    if not math.isnan(idle): notes.append(f"GPU idle: at least {fmt_pct(100*idle)} of the {phase} step (step wall time minus the GPU spans "
-                                          "of its phases; a span also counts time the GPU waited inside the phase, so idle time can be higher).")
-    walk = _backlog_walk(rec, phase)
-    step = sum(x.wall for x in walk)  # wall time of the step: draw, the named steps and the batch's `other`
-    if walk and step > 0 and max(x.before for x in walk) < 0.1*step:
-        notes.append("The GPU keeps pace with the host: its queue empties within each phase, so the GPU spans are mostly "
-                     "host time and the GPU is idle for much of them; the step is host-bound (Python, callbacks, loader).")
-    name = lambda r: "the batch's `other` (callbacks; e.g. the Recorder copying the loss to the CPU)" if r.step=='other' else (r.step or r.action)
-    for b in walk:
-        # a wait: enough queued GPU work to explain most of the wall time, drained in this phase, and material
-        if not (b.before >= 0.5*b.wall and b.after <= 0.25*b.before and b.wall > ratio*b.gpu + 1e-4
-                and b.wall - b.gpu >= material*step and b.blamed): continue
-        top = max(b.blamed, key=b.blamed.get)
-        notes.append(f"Warning: {name(b.row)} wall time ({fmt_time(b.wall)}) is mostly waiting for GPU work queued earlier, "
-                     f"mostly the {top.step or top.action} pass's ({fmt_time(b.blamed[top])} of GPU time beyond its wall time). "
-                     f"Read the GPU columns for where GPU time goes.")
-    return notes

@@ -13,7 +13,9 @@ from fastai.basics import *
 from fastai.callback.core import _events
 from ..lifecycle.session import ProbeCallback
 from ..engine.checks import check_bool
-from .costs import event_methods, stand_in, _phase
+from .costs import event_methods, stand_in, _phase, costs_state, costs_from
+from ..engine.core import register
+from ..engine.plain import stats_state, stats_from
 from ..data.pipeline import timed_pipelines
 from ..engine.stats import StreamingStats
 from ..engine.tables import fmt_time
@@ -65,7 +67,22 @@ class BreakdownCallback(ProbeCallback):
         while self._phases: self._end_phase()
         for p in self._wrapped: s.patches.undo(p)
         self._wrapped,self.active = [],False
-    def contribute(self, facts): facts.breakdown = self.result
+    def measured(self): return self.result
+
+    # on the registry: made for a call with `breakdown=True`; its facts `facts.breakdown`, a `Breakdown`
+    key,options,probe_order = 'breakdown',('breakdown',),30
+    @classmethod
+    def make(cls, call): return cls() if call.options.breakdown else None
+    @classmethod
+    def to_json(cls, b) -> dict:
+        return dict(draw={p:{k:stats_state(s) for k,s in parts.items()} for p,parts in b.draw.items()}, costs=costs_state(b.costs), batches=dict(b.batches))
+    @classmethod
+    def from_json(cls, d:dict):
+        b = Breakdown()
+        for p,parts in d['draw'].items(): b.draw[p].update({k:stats_from(s) for k,s in parts.items()})
+        b.costs = costs_from(d['costs'])
+        b.batches.update(d['batches'])
+        return b
 
     def _cost(self, name, event, dt):
         "A stand-in's exclusive time, charged to the phase it ran in"
@@ -174,3 +191,5 @@ class Breakdown:
         return out
 
     def __repr__(self): return '\n'.join(self.lines()) or 'Breakdown (empty)'
+
+register(BreakdownCallback)

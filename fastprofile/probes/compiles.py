@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 from fastcore.basics import patch
-from ..engine.core import Probe, Facts, ProfileResult, strict_mode
+from ..engine.core import Probe, ProfileResult, strict_mode, register
+from ..engine.plain import to_plain, from_plain
 from ..engine.tables import Section, fmt_time, fmt_pct
 from ..engine.record import Row
 
@@ -172,7 +173,21 @@ class CompileProbe(Probe):
         gb = {k:n for k,v in _graph_breaks().items() if (n := v - self._breaks.get(k, 0)) > 0}
         if got or gb: self.stats = CompileStats(got, gb, earlier_baseline(earlier))
 
-    def contribute(self, facts:Facts): facts.compile = self.stats
+    def measured(self): return self.stats
+
+    # on the registry: made for every call (it costs nothing unless something compiles); its facts `facts.compile`, a `CompileStats`
+    key,probe_order = 'compile',20
+    @classmethod
+    def make(cls, call): return cls(call.learn)
+    @classmethod
+    def to_json(cls, c:CompileStats) -> dict:
+        return to_plain({'compiles':[x._asdict() for x in c.compiles], 'graph_breaks':c.graph_breaks, 'baseline':None if c.baseline is None else c.baseline._asdict()})
+    @classmethod
+    def from_json(cls, d:dict) -> CompileStats:
+        d = from_plain(d)
+        return CompileStats([Compile(**c) for c in d['compiles']], d['graph_breaks'], None if d['baseline'] is None else Baseline(**d['baseline']))
+    @classmethod
+    def section(cls, data, result): return compile_section(result)
 
 # %% ../../nbs/08c_compiles.ipynb #17dce24c
 @patch
@@ -222,3 +237,5 @@ def compile_section(result:ProfileResult) -> Section|None:
     c = getattr(result.facts, 'compile', None)
     if c is None or not (c.compiles or c.graph_breaks): return None
     return Section('Compilation', c.lines(result.record.fit_total), c)
+
+register(CompileProbe)

@@ -12,12 +12,14 @@ import pandas as pd
 from fastai.basics import *
 from fastai.callback.core import _events
 from ..engine.checks import check_int
-from ..engine.core import Probe, Facts, first_samples
+from ..engine.core import Probe, first_samples, register
+from ..engine.plain import plain_num, unplain_num, to_plain, from_plain
 from ..engine.tables import fmt_time
 from ..data.pipeline import timed_pipelines
 
 # %% auto #0
-__all__ = ['BATCH_EVENTS', 'EPOCH_EVENTS', 'stand_in', 'metric_name', 'event_methods', 'SampledCosts', 'CostSampler']
+__all__ = ['BATCH_EVENTS', 'EPOCH_EVENTS', 'stand_in', 'metric_name', 'event_methods', 'costs_state', 'costs_from',
+           'SampledCosts', 'CostSampler']
 
 # %% ../../nbs/08a_costs.ipynb #5ad0c002
 _MISSING = object()
@@ -78,6 +80,14 @@ def _phase(learn, event):
 # %% ../../nbs/08a_costs.ipynb #5ad0c011
 BATCH_EVENTS = ('before_draw',) + _BATCH_LOOP  # the events of one batch, and the draw before it
 EPOCH_EVENTS = tuple(e for e in _events if e not in BATCH_EVENTS and e != 'after_create')
+
+def costs_state(costs:dict) -> list:
+    "Costs `{key: [seconds, calls]}` as plain rows (a saved profile)"
+    return [dict(key=list(k), total=plain_num(t), calls=int(c)) for k,(t,c) in costs.items()]
+
+def costs_from(rows) -> dict:
+    "The costs that `costs_state` wrote"
+    return {tuple(r['key']):[unplain_num(r['total']), int(r['calls'])] for r in rows}
 
 class SampledCosts:
     "What a `CostSampler` measured: each callback event's and metric's cost per sampled batch, and every event between batches"
@@ -164,12 +174,28 @@ class CostSampler(Probe):
     def end_phase(self, s): self._drop()
     def pause(self, s): self._drop()  # what runs nested (a `validate()` from a callback) is not the sampled batch
     def end(self, s): self._drop(); self._plan,self._plan_key = [],None  # its stand-ins hold `_add`: no cycle left after the call
-    def contribute(self, facts:Facts): facts.callback_costs = self.costs
+    def measured(self): return self.costs
+
+    # ---- on the registry: made for every call but one with `breakdown=True` (the breakdown times every callback itself) ----
+    key,options,probe_order,per_batch = 'callback_costs',('breakdown','warmup'),30,True
+    @classmethod
+    def make(cls, call): return None if call.options.breakdown else cls(call.learn, warmup=call.options.warmup)
+    @classmethod
+    def to_json(cls, c:SampledCosts) -> dict:
+        return dict(costs=costs_state(c.costs), batches=dict(c.batches), epoch=costs_state(c.epoch), draw=to_plain(c.draw), drawn=dict(c.drawn))
+    @classmethod
+    def from_json(cls, d:dict) -> SampledCosts:
+        c = SampledCosts()
+        c.costs,c.epoch,c.draw = costs_from(d['costs']),costs_from(d['epoch']),from_plain(d['draw'])
+        c.batches.update(d['batches']); c.drawn.update(d['drawn'])
+        return c
 
     # ---- after every recorded batch: a counter check, unless this batch was sampled or the next one is ----
     def __call__(self):
         i = self._learn.iter
         if i + 1 >= self._next or self._target is not None: self._step(i)
+
+register(CostSampler)
 
 # %% ../../nbs/08a_costs.ipynb #2ac3a70e
 @patch

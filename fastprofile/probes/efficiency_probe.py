@@ -9,7 +9,9 @@ from __future__ import annotations
 import time, warnings
 from fastai.basics import *
 from ..engine.checks import check_int, check_bool, check_number
-from ..engine.core import Facts, guarded, strict_mode
+from dataclasses import asdict
+from ..engine.core import Facts, guarded, strict_mode, register
+from ..engine.plain import to_plain, from_plain
 from ..lifecycle.session import ProbeCallback, train_device
 from ..engine.flops import FlopCount, is_compiled, prepare_flop_counter
 from ..engine.efficiency import Efficiency, StageFlops, rss_bytes, maxrss_bytes, mem_available
@@ -46,10 +48,26 @@ class EfficiencyCallback(ProbeCallback):
                                before_backward=self._before_backward, after_backward=self._after_backward,
                                before_step=self._before_step, after_step=self._after_step, after_batch=self._after_batch)
 
+    # on the registry: made for a call with `efficiency=True`, or 'auto' on a GPU or with `peak_flops`; its facts `facts.efficiency`
+    key,options,probe_order = 'efficiency',('efficiency','peak_flops','warmup'),40
+    @classmethod
+    def make(cls, call):
+        o = call.options
+        on = o.efficiency if o.efficiency != 'auto' else o.peak_flops is not None or train_device(call.learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
+        return cls(peak_flops=o.peak_flops, warmup=o.warmup) if on else None
+    @classmethod
+    def to_json(cls, e:Efficiency) -> dict: return to_plain(asdict(e))
+    @classmethod
+    def from_json(cls, d:dict) -> Efficiency:
+        d = from_plain(d)
+        return Efficiency(**{**d, 'stages':[StageFlops(**s) for s in d['stages']]})
+
     def __call__(self, event_name):
         "Run the handler of `event_name`, if the table has one: one dictionary lookup for the events not used"
         h = self._handlers.get(event_name)
         if h is not None: h()
+
+register(EfficiencyCallback)
 
 # %% ../../nbs/16a_efficiency_probe.ipynb #92068b5d
 @patch
@@ -292,5 +310,5 @@ def start(self:EfficiencyCallback, s):
 @patch
 def contribute(self:EfficiencyCallback, facts:Facts):
     "FLOPs per sample per results row (the `FLOP/s` column) and the `Efficiency` into the call's `Facts`"
-    facts.flops,facts.efficiency = self.result.row_flops(),self.result
+    facts.flops,facts.extra[self.key] = self.result.row_flops(),self.result
 

@@ -13,7 +13,9 @@ import pandas as pd, torch
 from torch import nn
 from fastcore.basics import patch
 from ..engine.checks import check_int
-from ..engine.core import Probe, Facts, strict_mode, first_samples
+from dataclasses import asdict
+from ..engine.core import Probe, strict_mode, first_samples, register
+from ..engine.plain import to_plain, from_plain
 from ..engine.tables import fmt_time, fmt_pct
 from ..engine.efficiency import fmt_flops
 from ..engine.flops import is_compiled
@@ -183,6 +185,17 @@ class LayerTimer(Probe):
 
     def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every})"
 
+    # on the registry: made for a call with `layers=True` (the default); its facts `facts.layers`, a `LayerTimes`
+    key,options,probe_order = 'layers',('layers','warmup'),50
+    @classmethod
+    def make(cls, call): return cls(call.learn, warmup=call.options.warmup) if call.options.layers else None  # hooks on the model only for a few sampled batches
+    @classmethod
+    def to_json(cls, t:LayerTimes) -> dict: return to_plain(asdict(t))
+    @classmethod
+    def from_json(cls, d:dict) -> LayerTimes:
+        d = from_plain(d)
+        return LayerTimes(**{**d, 'layers':{k:LayerTime(**v) for k,v in d['layers'].items()}})
+
     def _new_batch(self, it=None):
         "Forget the batch in flight; start batch `it` if given"
         self._marks,self._stack,self._hooked,self._queued,self._iter = None,[],None,False,it
@@ -190,6 +203,8 @@ class LayerTimer(Probe):
         n = len(self._names)
         self._marks,self._hooked,self._calls,self._flops = [],set(),[0]*n,[0]*n  # `_hooked`: the autograd nodes (or leaf tensors) hooked
         self._out = _no_mark if self._cuda else self._clock  # the clock at a hook's end (on the CPU its own time is no module's)
+
+register(LayerTimer)
 
 # %% ../../nbs/16f_layers.ipynb #093a5aaf
 @patch
@@ -239,7 +254,7 @@ def end(self:LayerTimer, s):
     self._disarm()
     if self.result.batches: self.result.failure = None  # a hook that failed after some batches were measured: they count
 @patch
-def contribute(self:LayerTimer, facts:Facts): facts.layers = self.result
+def measured(self:LayerTimer): return self.result
 
 # %% ../../nbs/16f_layers.ipynb #e068e95a
 @patch

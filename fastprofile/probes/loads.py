@@ -11,7 +11,8 @@ from enum import IntEnum
 import numpy as np
 from fastai.basics import *
 import fastai.data.load as _load
-from ..engine.core import LoadTime, Probe
+from ..engine.core import LoadTime, Probe, register
+from ..engine.plain import to_plain, from_plain
 
 # %% auto #0
 __all__ = ['LoadField', 'LoadTimer']
@@ -151,6 +152,17 @@ class LoadTimer(Probe):
     def __init__(self, learn): self.learn,self.timed = learn,{}  # phase -> (loader, `_LoadTimes`)
     def __getstate__(self): return {'learn':self.learn, 'timed':{}}  # pickled with the learner (`learn.export()`): not its loaders
 
+    # on the registry: made for every call; its facts `facts.loading`, phase -> `LoadTime`
+    key,probe_order = 'loading',10
+    @classmethod
+    def make(cls, call): return cls(call.learn)
+    @classmethod
+    def empty(cls): return {}
+    @classmethod
+    def to_json(cls, loading:dict) -> dict: return {p:to_plain(lt._asdict()) for p,lt in loading.items()}
+    @classmethod
+    def from_json(cls, d:dict) -> dict: return {p:LoadTime(**from_plain(lt)) for p,lt in d.items()}
+
     def start(self, s):
         "The call starts: shadow `create_batches` on the learner's fastai loaders (before their workers start), through the session's `patches`"
         dls,self.timed = getattr(self.learn, 'dls', None),{}
@@ -165,7 +177,7 @@ class LoadTimer(Probe):
 
     def contribute(self, facts):
         "The call's `LoadTime`s into `facts`; the loaders' buffers that only the main process wrote go back for reuse"
-        facts.loading = self.result()
+        facts.extra[self.key] = self.result()
         for dl,lt in self.timed.values():
             # no worker of this call wrote it, and none started later will (they write their own loader's buffer)
             if len(_FREE) < _MOST_FREE and lt.workers == 0 == _workers(dl): _FREE.append(lt.buf)
@@ -189,3 +201,5 @@ def _workers(dl) -> int|None:
     "Worker processes of fastai loader `dl` (None: unknown)"
     try: return int(dl.fake_l.num_workers)
     except Exception: return None
+
+register(LoadTimer)

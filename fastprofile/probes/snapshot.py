@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 from ..engine.checks import check_bool, check_int
-from ..engine.core import Facts, Probe, guarded
+from ..engine.core import Probe, guarded, register
 
 # %% auto #0
 __all__ = ['SNAPSHOT_ENTRIES', 'check_memory_snapshot', 'snapshot_path', 'MemorySnapshot']
@@ -69,7 +69,15 @@ class MemorySnapshot(Probe):
                 self._on = False
                 self._mem()._record_memory_history(enabled=None)
 
-    def contribute(self, facts:Facts): facts.memory_snapshot = None if self.written is None else str(self.written)
+    def measured(self): return None if self.written is None else str(self.written)
+
+    # on the registry: made for a call with `memory_snapshot=True`; after the sinks, so that it ends right after the pair's last
+    # (the snapshot before the other probes end); its facts `facts.memory_snapshot`, where it wrote the snapshot
+    key,options,probe_order = 'memory_snapshot',('memory_snapshot',),100
+    @classmethod
+    def make(cls, call): return None if call.snapshot_path is None else cls(call.snapshot_path)
+
+register(MemorySnapshot)
 
 # %% ../../nbs/16d_snapshot.ipynb #393bcbb8
 @patch

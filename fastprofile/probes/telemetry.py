@@ -15,8 +15,10 @@ import numpy as np, pandas as pd
 import torch
 from fastcore.basics import patch
 from ..engine.checks import check_choice, check_number
-from ..engine.core import Facts, Probe, guarded, strict_mode, TELEMETRY_EVERY, EVERY_RANGE  # `profile()`'s defaults: its options live in `ProfileOptions`
+from ..engine.core import Probe, guarded, strict_mode, register, TELEMETRY_EVERY, EVERY_RANGE  # `profile()`'s defaults: its options live in `ProfileOptions`
 from ..engine.record import Slot, Row
+from ..engine.plain import to_plain, from_plain
+from dataclasses import fields
 
 # %% auto #0
 __all__ = ['RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS', 'GPU_FIELDS', 'ROWS', 'Where', 'where',
@@ -288,6 +290,9 @@ def _add_gpu(self:TelemetrySampler, w, g):
             if bits & b: tel.reasons[b] = tel.reasons.get(b, 0) + 1
 
 # %% ../../nbs/16c_telemetry.ipynb #bbe1b104
+def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data=to_plain(a.tolist()))
+def _array_from(d): return None if d is None else np.asarray(from_plain(d['data']), dtype=d['dtype'])
+
 class TelemetryProbe(Probe):
     "The process's CPU utilization per phase (read at its boundaries); with a sampler, the GPU's readings (NVML) and the CPU per row, from a thread"
     def __init__(self,
@@ -299,6 +304,21 @@ class TelemetryProbe(Probe):
         self.result,self._sampler,self._reader,self._profile,self._nested,self._pauses,self._phase0 = None,None,None,None,None,0,None
 
     def __repr__(self): return f"{type(self).__name__}(sampler={self.sampler!r}, every={self.every})"
+
+    # on the registry: made for every call but one with `telemetry=False` (the CPU per phase always; the sampler on a GPU, or with True); its facts `facts.telemetry`
+    key,options,probe_order = 'telemetry',('telemetry','telemetry_every'),60
+    @classmethod
+    def make(cls, call): return None if call.options.telemetry is False else cls(call.options.telemetry, call.options.telemetry_every)
+    @classmethod
+    def to_json(cls, t:Telemetry) -> dict:
+        "A `Telemetry` as plain values: its numpy arrays with their dtype"
+        return {f.name:(_array_state(v) if isinstance(v, np.ndarray) or f.name == 'recent' else to_plain(v)) for f in fields(t) for v in [getattr(t, f.name)]}
+    @classmethod
+    def from_json(cls, d:dict) -> Telemetry:
+        arrays = {k for k,v in d.items() if isinstance(v, dict) and 'dtype' in v} | {'recent'}
+        out = {k:(_array_from(v) if k in arrays else from_plain(v)) for k,v in d.items()}
+        out['reasons'] = {int(k):v for k,v in out.get('reasons', {}).items()}
+        return Telemetry(**out)
     def _where(self): return where(self._profile.record, self._nested)
 
 # %% ../../nbs/16c_telemetry.ipynb #6db90ff3
@@ -354,4 +374,6 @@ def _close(self:TelemetryProbe):
     if r is not None: guarded('closing NVML', r.close)
 
 @patch
-def contribute(self:TelemetryProbe, facts:Facts): facts.telemetry = self.result
+def measured(self:TelemetryProbe): return self.result
+
+register(TelemetryProbe)

@@ -6,78 +6,31 @@ Docs: https://fastprofile.github.io/fastprofile/saving.html.md"""
 
 # %% ../../nbs/17a_saving.ipynb #1b67e920
 from __future__ import annotations
-import json, math, os, platform
+import json, os, platform
 from collections import deque
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
 from .. import __version__
 from ..engine.checks import check_path
-from ..engine.stats import StreamingStats
+from ..engine.plain import plain_num as _num, unplain_num as _unnum, to_plain as _plain, from_plain as _unplain, stats_state, stats_from
 from ..engine.record import ProfileRecord, Row, EpochTotals, StageTotals, N_COLS, GPU_COLS
 from ..engine.tables import atomic_write_text
-from ..engine.core import ProfileResult, Facts, Staging, LoadTime
-from ..probes.breakdown import Breakdown
-from ..probes.costs import SampledCosts
-from ..engine.efficiency import Efficiency, StageFlops
-from ..probes.compiles import CompileStats, Compile, Baseline
-from ..probes.layers import LayerTimes, LayerTime
+from ..engine.core import ProfileResult, Facts, Staging, PROBES, guarded
 from ..engine.tokens import TokenPhase
-from ..probes.telemetry import Telemetry
+from ..probes.builtin import BUILTIN_PROBES  # noqa: F401 (imported for its effect: fastprofile's probes registered in `PROBES`, each saving and reading its own facts)
 from ..analysis.distributed import MergedRecord, RankProfile
 from ..analysis.sections import SECTIONS
 
 # %% auto #0
-__all__ = ['FORMAT', 'SCHEMA', 'stats_state', 'stats_from', 'record_state', 'record_from', 'facts_state', 'facts_from',
-           'run_about', 'diagnosis_summary', 'profile_state', 'profile_from', 'load_profile']
+__all__ = ['FORMAT', 'SCHEMA', 'record_state', 'record_from', 'facts_state', 'facts_from', 'run_about', 'diagnosis_summary',
+           'profile_state', 'profile_from', 'load_profile']
 
 # %% ../../nbs/17a_saving.ipynb #e64b1786
 FORMAT = 'fastprofile.profile'  # the `format` of every saved profile
 SCHEMA = 1  # the version of its layout: `load_profile` reads this one and refuses others, saying which
-
-def _num(x):
-    "A float as plain JSON holds it: itself, or 'NaN', 'Infinity', '-Infinity'; None stays None"
-    if x is None: return None
-    x = float(x)
-    return x if math.isfinite(x) else 'NaN' if math.isnan(x) else 'Infinity' if x > 0 else '-Infinity'
-
-def _unnum(v):
-    "The float `_num` wrote (None stays None)"
-    return None if v is None else float(v)
-
-def _plain(o):
-    "`o` (dicts, lists, numbers, strings) as plain JSON values; a float that is not finite as `_num` writes it; what JSON cannot hold: None"
-    if isinstance(o, dict): return {str(k):_plain(v) for k,v in o.items()}
-    if isinstance(o, (list, tuple)): return [_plain(v) for v in o]
-    if isinstance(o, (bool, np.bool_)) or o is None or isinstance(o, str): return None if o is None else o if isinstance(o, str) else bool(o)
-    if isinstance(o, (int, np.integer)): return int(o)
-    if isinstance(o, (float, np.floating)): return _num(o)
-    return None
-
-def _unplain(o):
-    "The values `_plain` wrote, its non-finite floats back as floats"
-    if isinstance(o, dict): return {k:_unplain(v) for k,v in o.items()}
-    if isinstance(o, list): return [_unplain(v) for v in o]
-    return float(o) if o in ('NaN', 'Infinity', '-Infinity') else o
-
-# %% ../../nbs/17a_saving.ipynb #cf9c3352
-def stats_state(s:StreamingStats) -> dict:
-    "A `StreamingStats` as plain values: its exact moments, and its histogram's non-empty buckets"
-    h = s.hist
-    nz = np.flatnonzero(h.counts)
-    return dict(n=int(s.n), mean=_num(s.mean), m2=_num(s.m2), total=_num(s.total), min=_num(s.min), max=_num(s.max),
-                hist=dict(lo=h.lo, hi=h.hi, log_g=h._log_g, n_buckets=h.n_buckets, buckets=nz.tolist(), counts=h.counts[nz].tolist()))
-
-def stats_from(d:dict) -> StreamingStats:
-    "The `StreamingStats` that `stats_state` wrote"
-    h,s = d['hist'],StreamingStats(lo=d['hist']['lo'], hi=d['hist']['hi'])
-    s.n,s.mean,s.m2,s.total,s.min,s.max = int(d['n']),*(_unnum(d[k]) for k in ('mean','m2','total','min','max'))
-    s.hist._log_g,s.hist.n_buckets = float(h['log_g']),int(h['n_buckets'])
-    s.hist.counts = np.zeros(s.hist.n_buckets, dtype=np.int64)
-    s.hist.counts[np.asarray(h['buckets'], dtype=np.int64)] = np.asarray(h['counts'], dtype=np.int64)
-    return s
 
 # %% ../../nbs/17a_saving.ipynb #84641d4f
 _REC_VALUES = ('keep_batches','warmup','fold_every','n_batches','stage','epoch','closed','timing','phase')
@@ -138,87 +91,27 @@ def record_from(d:dict) -> ProfileRecord:
         rec.ranks = [RankProfile(r['rank'], record_from(r['record']), _unnum(r['offset']), r['host'], r['device']) for r in m['ranks']]
     return rec
 
-# %% ../../nbs/17a_saving.ipynb #37721c85
-def _costs(costs:dict) -> list:
-    return [dict(key=list(k), total=_num(t), calls=int(c)) for k,(t,c) in costs.items()]
-
-def _uncosts(rows) -> dict: return {tuple(r['key']):[_unnum(r['total']), int(r['calls'])] for r in rows}
-
-def _breakdown_state(b:Breakdown) -> dict:
-    return dict(draw={p:{k:stats_state(s) for k,s in parts.items()} for p,parts in b.draw.items()}, costs=_costs(b.costs), batches=dict(b.batches))
-
-def _breakdown_from(d:dict) -> Breakdown:
-    b = Breakdown()
-    for p,parts in d['draw'].items(): b.draw[p].update({k:stats_from(s) for k,s in parts.items()})
-    b.costs = _uncosts(d['costs'])
-    b.batches.update(d['batches'])
-    return b
-
-def _sampled_state(c:SampledCosts) -> dict:
-    return dict(costs=_costs(c.costs), batches=dict(c.batches), epoch=_costs(c.epoch), draw=_plain(c.draw), drawn=dict(c.drawn))
-
-def _sampled_from(d:dict) -> SampledCosts:
-    c = SampledCosts()
-    c.costs,c.epoch,c.draw = _uncosts(d['costs']),_uncosts(d['epoch']),_unplain(d['draw'])
-    c.batches.update(d['batches']); c.drawn.update(d['drawn'])
-    return c
-
-def _compile_from(d:dict) -> CompileStats:
-    d = _unplain(d)
-    return CompileStats([Compile(**c) for c in d['compiles']], d['graph_breaks'], None if d['baseline'] is None else Baseline(**d['baseline']))
-
-def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data=_plain(a.tolist()))
-def _array_from(d): return None if d is None else np.asarray(_unplain(d['data']), dtype=d['dtype'])
-
-def _telemetry_state(t:Telemetry) -> dict:
-    "A `Telemetry` as plain values: its numpy arrays with their dtype"
-    return {f.name:(_array_state(v) if isinstance(v, np.ndarray) or f.name == 'recent' else _plain(v))
-            for f in fields(t) for v in [getattr(t, f.name)]}
-
-def _telemetry_from(d:dict) -> Telemetry:
-    arrays = {k for k,v in d.items() if isinstance(v, dict) and 'dtype' in v} | {'recent'}
-    out = {k:(_array_from(v) if k in arrays else _unplain(v)) for k,v in d.items()}
-    out['reasons'] = {int(k):v for k,v in out.get('reasons', {}).items()}
-    return Telemetry(**out)
-
-def _layers_from(d:dict) -> LayerTimes:
-    d = _unplain(d)
-    return LayerTimes(**{**d, 'layers':{k:LayerTime(**v) for k,v in d['layers'].items()}})
-
-def _efficiency_from(d:dict) -> Efficiency:
-    d = _unplain(d)
-    return Efficiency(**{**d, 'stages':[StageFlops(**s) for s in d['stages']]})
-
 # %% ../../nbs/17a_saving.ipynb #7ca8773f
+_RUN = ('device','num_workers','cpus','threads','batch_size','prefetch')  # the `Facts` fields saved as they are
+
 def facts_state(f:Facts) -> dict:
-    "The `Facts` of a call as plain values"
-    return dict(device=f.device, num_workers=f.num_workers, cpus=f.cpus, threads=f.threads, batch_size=f.batch_size, prefetch=f.prefetch,
-                model=_plain(f.model), staging={p:dict(seconds=_num(s.seconds), batches=s.batches) for p,s in f.staging.items()},
-                loading={p:_plain(lt._asdict()) for p,lt in f.loading.items()},
-                flops=[dict(**_row(k), flops=_num(v)) for k,v in f.flops.items()],
-                compile=None if f.compile is None else _plain({'compiles':[c._asdict() for c in f.compile.compiles], 'graph_breaks':f.compile.graph_breaks,
-                                                               'baseline':None if f.compile.baseline is None else f.compile.baseline._asdict()}),
-                layers=None if f.layers is None else _plain(asdict(f.layers)),
-                tokens={p:_plain(asdict(t)) for p,t in f.tokens.items()},
-                telemetry=None if f.telemetry is None else _telemetry_state(f.telemetry), memory_snapshot=f.memory_snapshot,
-                breakdown=None if f.breakdown is None else _breakdown_state(f.breakdown),
-                callback_costs=None if f.callback_costs is None else _sampled_state(f.callback_costs),
-                efficiency=None if f.efficiency is None else _plain(asdict(f.efficiency)),
-                extra={k:_plain(v) for k,v in f.extra.items() if _plain(v) is not None})
+    "The `Facts` of a call as plain values: what the run was, and each probe's facts under its key, as its `to_json` writes them (a probe no longer registered: `to_plain`)"
+    out = dict(**{k:getattr(f, k) for k in _RUN}, model=_plain(f.model), staging={p:dict(seconds=_num(s.seconds), batches=s.batches) for p,s in f.staging.items()},
+               flops=[dict(**_row(k), flops=_num(v)) for k,v in f.flops.items()], tokens={p:_plain(asdict(t)) for p,t in f.tokens.items()}, extra={})
+    for k,v in f.extra.items():
+        cls = PROBES.get(k)
+        j = _plain(v) if cls is None else guarded(f"saving the facts of the probe {k!r}", cls.to_json, v)
+        if j is not None: (out['extra'] if cls is None else out)[k] = j  # a registered probe's at the top level (as 0.1.0 wrote its own)
+    return out
 
 def facts_from(d:dict) -> Facts:
-    "The `Facts` that `facts_state` wrote"
-    return Facts(device=d['device'], num_workers=d['num_workers'], cpus=d['cpus'], threads=d['threads'], batch_size=d['batch_size'],
-                 prefetch=d['prefetch'], model=d['model'], staging={p:Staging(_unnum(s['seconds']), s['batches']) for p,s in d['staging'].items()},
-                 loading={p:LoadTime(**_unplain(lt)) for p,lt in d['loading'].items()},
-                 flops={_key(r):_unnum(r['flops']) for r in d['flops']},
-                 compile=None if d['compile'] is None else _compile_from(d['compile']),
-                 layers=None if d['layers'] is None else _layers_from(d['layers']),
-                 tokens={p:TokenPhase(**_unplain(t)) for p,t in d['tokens'].items()},
-                 telemetry=None if d['telemetry'] is None else _telemetry_from(d['telemetry']), memory_snapshot=d['memory_snapshot'],
-                 breakdown=None if d['breakdown'] is None else _breakdown_from(d['breakdown']),
-                 callback_costs=None if d['callback_costs'] is None else _sampled_from(d['callback_costs']),
-                 efficiency=None if d['efficiency'] is None else _efficiency_from(d['efficiency']), extra=_unplain(d['extra']))
+    "The `Facts` that `facts_state` wrote (or 0.1.0: the same layout): each registered probe's facts read back by its `from_json`"
+    f = Facts(**{k:d[k] for k in _RUN}, model=d['model'], staging={p:Staging(_unnum(s['seconds']), s['batches']) for p,s in d['staging'].items()},
+              flops={_key(r):_unnum(r['flops']) for r in d['flops']}, tokens={p:TokenPhase(**_unplain(t)) for p,t in d['tokens'].items()})
+    known = set(_RUN) | {'model','staging','flops','tokens','extra'}
+    for k,v in [*((k,v) for k,v in d.items() if k not in known), *(d.get('extra') or {}).items()]:
+        if v is not None: f.extra[k] = PROBES[k].from_json(v) if k in PROBES else _unplain(v)
+    return f
 
 # %% ../../nbs/17a_saving.ipynb #dda69c3b
 def _cpu_name() -> str:

@@ -1,0 +1,105 @@
+"fastprofile's own probes on the registry: the session makes each from the call's options (`make`), each saves and reads its own facts (`to_json`/`from_json`), and a registered probe with `make` runs in every profiled call without being passed"
+import json, re
+from pathlib import Path
+import pytest
+from fastai.basics import *
+from fastai.test_utils import synth_learner
+from fastprofile.all import *
+from fastprofile.engine.core import PROBES, Call, ProfileOptions, Facts
+from fastprofile.learner import made_probes, session_for
+from fastprofile.probes.layers import LayerTimer
+from fastprofile.probes.snapshot import MemorySnapshot
+from fastprofile.sinks.saving import facts_state, facts_from
+
+BUILTIN = {'loading':'LoadTimer', 'compile':'CompileProbe', 'callback_costs':'CostSampler', 'breakdown':'BreakdownCallback',
+           'efficiency':'EfficiencyCallback', 'layers':'LayerTimer', 'telemetry':'TelemetryProbe', 'memory_snapshot':'MemorySnapshot'}
+
+def _made(learn, snapshot=None, **kw):
+    "The names of fastprofile's probes the registry makes for a call with options `kw`, in their order"
+    return [type(p).__name__ for p in made_probes(Call(learn, ProfileOptions(**kw), None, snapshot)) if p.key in BUILTIN]
+
+def test_every_probe_of_fastprofile_is_on_the_registry():
+    assert {k:PROBES[k].__name__ for k in BUILTIN} == BUILTIN
+    for k,cls in PROBES.items():
+        assert cls.key == k and set(cls.options) <= set(ProfileOptions.__dataclass_fields__)
+    assert not set(BUILTIN) & set(Facts.__dataclass_fields__)  # a probe's facts are its own, not a field of `Facts`
+
+def test_the_options_decide_which_probes_the_registry_makes():
+    learn = synth_learner()
+    assert _made(learn) == ['LoadTimer', 'CompileProbe', 'CostSampler', 'LayerTimer', 'TelemetryProbe']  # a CPU learner's defaults
+    assert _made(learn, breakdown=True, efficiency=True, layers=False, telemetry=False) == ['LoadTimer', 'CompileProbe', 'BreakdownCallback', 'EfficiencyCallback']
+    assert _made(learn, peak_flops=1e12)[3] == 'EfficiencyCallback'  # 'auto' efficiency: on with a peak
+    assert _made(learn, snapshot='run.csv')[-1] == 'MemorySnapshot'
+
+def test_the_session_orders_the_pair_the_registry_yours_and_the_sinks():
+    learn = synth_learner()
+    s = session_for(learn, logger_callback=None)
+    assert [type(p).__name__ for p in s.probes] == ['SimpleProfilerCallback', 'LoadTimer', 'CompileProbe', 'CostSampler', 'LayerTimer', 'TelemetryProbe',
+                                                   'LearnerFacts', 'PrefetchStaging', 'SimpleProfilerPostCallback']
+    assert type(s.profile.on_batch).__name__ == 'CostSampler'  # the one `per_batch` probe
+    mine = LayerTimer(learn, first=1, every=1)  # passed under a registered key: it takes the registry's place
+    s = session_for(learn, logger_callback=None, probes=[mine])
+    assert [p for p in s.probes if isinstance(p, LayerTimer)] == [mine]
+
+def test_a_second_per_batch_probe_is_refused_at_the_call():
+    class Counter(Probe):
+        key,per_batch = 'per_batch_counter',True
+        def __call__(self): pass
+    learn = synth_learner()
+    try:
+        with pytest.raises(ValueError, match='more than one probe asks to be called after every batch'): learn.profile(probes=[Counter()])
+        assert not [cb for cb in learn.cbs if type(cb).__module__.startswith('fastprofile')]
+    finally: PROBES.pop('per_batch_counter', None)
+
+def _roundtrip(cls, v): return cls.from_json(json.loads(json.dumps(cls.to_json(v), allow_nan=False)))
+
+@pytest.mark.parametrize('opts', [dict(), dict(breakdown=True, efficiency=True)])
+def test_each_probe_saves_and_reads_its_own_facts(opts):
+    learn = synth_learner(n_trn=16, n_val=8)
+    learn.profile(show_report=False, logger_callback=None, **opts).fit(1)
+    f = learn.simple_profile.facts
+    want = {'loading', 'layers', 'telemetry'} | ({'breakdown', 'efficiency'} if opts else {'callback_costs'})
+    assert set(f.extra) == want
+    for k,v in f.extra.items():
+        back = _roundtrip(PROBES[k], v)
+        assert type(back) is type(v) and PROBES[k].to_json(back) == PROBES[k].to_json(v), k  # what it wrote, read back, writes the same
+    state = facts_state(f)
+    assert want <= set(state) and not state['extra']  # each registered probe's facts under its key, as 0.1.0 wrote them
+    g = facts_from(json.loads(json.dumps(state, allow_nan=False)))
+    assert set(g.extra) == want and g.loading == f.loading and g.layers == f.layers
+    assert _roundtrip(MemorySnapshot, '/runs/simple_profile_snapshot.pickle') == '/runs/simple_profile_snapshot.pickle'
+
+def test_a_registered_probe_with_make_runs_in_every_call(tmp_path):
+    @register
+    class FitsSeen(Probe):
+        "Counts the fits of a call; made for every call with a warm-up below 5"
+        key = 'fits_seen'
+        @classmethod
+        def make(cls, call): return cls() if call.options.warmup < 5 else None
+        def start(self, s): self.n = 0
+        def stage(self, s): self.n += 1
+        def measured(self): return self.n
+    try:
+        learn = synth_learner(n_trn=16, n_val=8)
+        learn.profile(show_report=False, logger_callback=None).fit(1)  # not passed: the registry makes it
+        assert learn.simple_profile.facts.fits_seen == 1
+        learn.profile(show_report=False, logger_callback=None, warmup=6).fine_tune(1)  # two fits, and `make` says no
+        assert 'fits_seen' not in learn.simple_profile.facts.extra and learn.simple_profile.facts.fits_seen is None
+        learn.profile(show_report=False, logger_callback=None).fine_tune(1)
+        p = learn.simple_profile.save(tmp_path/'run.json')
+        assert load_profile(p).facts.fits_seen == 2
+    finally: PROBES.pop('fits_seen', None)
+
+def test_saving_names_no_probe():
+    "Saving and loading go through the registry: `sinks/saving.py` holds no probe's serializer (a new probe needs no line there)"
+    src = (Path(__file__).parent.parent/'fastprofile'/'sinks'/'saving.py').read_text()
+    named = [n for n in ('LayerTimes', 'Telemetry', 'Breakdown', 'SampledCosts', 'CompileStats', 'Efficiency', 'LoadTime',
+                         'callback_costs', 'memory_snapshot', "'layers'", "'telemetry'") if n in src]
+    assert named == []
+
+def test_a_notebook_defining_a_registered_class_leaves_the_modules():
+    "A module's notebook defines the class its module registered (`__main__.LayerTimer`): the module's stays, and nothing is refused; another class under a taken key is"
+    Copy = type('LayerTimer', (LayerTimer,), {'__module__': '__main__'})
+    assert register(Copy) is Copy and PROBES['layers'] is LayerTimer
+    Other = type('NotLayers', (Probe,), {'__module__': '__main__', 'key': 'layers'})
+    with pytest.raises(ValueError, match="taken by fastprofile.probes.layers.LayerTimer"): register(Other)
