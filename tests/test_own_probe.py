@@ -22,22 +22,24 @@ def example(tmp_path_factory):
     mod = importlib.util.module_from_spec(spec); sys.modules['batch_bytes'] = mod  # as `import batch_bytes` would
     spec.loader.exec_module(mod)
     yield mod
-    sys.modules.pop('batch_bytes', None); PROBES.pop('batch_bytes', None)
+    sys.modules.pop('batch_bytes', None); PROBES.pop('phase_bytes', None)
 
 def _learner(**kw):
     return synth_learner(data=synth_dbunch(bs=4, n_train=5, n_valid=3), **kw)  # 5 x 4 training items of (1 float x, 1 float y); 3 x 4 valid
 
 def test_the_example_is_registered_and_counts_each_phase(example):
-    assert PROBES['batch_bytes'] is example.BatchBytes
+    assert PROBES['phase_bytes'] is example.BatchBytes
     learn = _learner()
     learn.profile(probes=[example.BatchBytes()], show_report=False, logger_callback=None).fit(2)
-    got = learn.simple_profile.facts.extra['batch_bytes']
+    got = learn.simple_profile.facts.extra['phase_bytes']
     # synth_learner: x and y are float32 tensors of shape (bs,) -> 2 * 4 * 4 bytes per batch
     train_batches, valid_batches = 2*5, 2*3
     assert got == {'train': train_batches*2*4*4, 'valid': valid_batches*2*4*4}
     sec = learn.simple_profile.report.section('Batch bytes')
     assert sec is not None and sec.lines == ['train: 0.00 MB', 'valid: 0.00 MB'] and sec.data == got
     assert 'Batch bytes' in learn.simple_profile_report.plain()
+    learn.profile(show_report=False, logger_callback=None).fit(1)  # not passed: its `make` puts it in every profiled call
+    assert learn.simple_profile.facts.extra['phase_bytes'] == {'train': 5*2*4*4, 'valid': 3*2*4*4}
     assert not [cb for cb in learn.cbs if isinstance(cb, example.BatchBytes)]  # it joined learn.cbs for the call only
 
 def test_saved_and_loaded_it_keeps_its_facts_and_section(example, tmp_path):
@@ -45,7 +47,7 @@ def test_saved_and_loaded_it_keeps_its_facts_and_section(example, tmp_path):
     learn.profile(probes=[example.BatchBytes()], show_report=False, logger_callback=None).fit(1)
     learn.simple_profile.save(tmp_path/'p.json')
     back = load_profile(tmp_path/'p.json')
-    assert back.facts.extra['batch_bytes'] == learn.simple_profile.facts.extra['batch_bytes']
+    assert back.facts.extra['phase_bytes'] == learn.simple_profile.facts.extra['phase_bytes']
     assert 'Batch bytes' in back.report.plain()
 
 def test_its_scalars_reach_tensorboard(example, tmp_path):
@@ -53,22 +55,24 @@ def test_its_scalars_reach_tensorboard(example, tmp_path):
     learn = _learner(cbs=TensorBoardCallback(tmp_path, trace_model=False, log_preds=False))
     learn.profile(probes=[example.BatchBytes()], show_report=False, logger_callback='tensorboard').fit(1)
     ea = EventAccumulator(str(tmp_path), size_guidance={'scalars': 0}).Reload()
-    assert [e.value for e in ea.Scalars('batch_bytes/train')] == [5*2*4*4]
-    assert [e.value for e in ea.Scalars('batch_bytes/valid')] == [3*2*4*4]
+    assert [e.value for e in ea.Scalars('phase_bytes/train')] == [5*2*4*4]
+    assert [e.value for e in ea.Scalars('phase_bytes/valid')] == [3*2*4*4]
 
 def test_bad_probes_are_refused_at_the_call(example):
     learn = _learner()
     class NoKey(Probe): pass
     class Clash(Probe): key = 'device'  # a field of `Facts`
     class Taken(Probe): key = 'loading'  # fastprofile's loader probe's
+    class Copy(Probe): key = 'batch_bytes'  # what the learner's facts keep for the copy model (on a GPU)
     class BadOption(Probe): key,options = 'bad_option',('not_an_option',)
     with pytest.raises(TypeError, match='Probe objects'): learn.profile(probes=[object()])
     with pytest.raises(ValueError, match='has no `key`'): learn.profile(probes=[NoKey()])
     with pytest.raises(ValueError, match='share a key'): learn.profile(probes=[example.BatchBytes(), example.BatchBytes()])
     with pytest.raises(ValueError, match='field of `Facts`'): learn.profile(probes=[Clash()])
     with pytest.raises(ValueError, match="taken by fastprofile.probes.loads.LoadTimer"): learn.profile(probes=[Taken()])
+    with pytest.raises(ValueError, match="kept in `facts.extra` by fastprofile itself"): learn.profile(probes=[Copy()])
     with pytest.raises(ValueError, match="not `ProfileOptions` fields: valid are show_report"): learn.profile(probes=[BadOption()])
-    class Other(Probe): key = 'batch_bytes'
+    class Other(Probe): key = 'phase_bytes'
     with pytest.raises(ValueError, match='taken by'): learn.profile(probes=[Other()])
     assert not [cb for cb in learn.cbs if type(cb).__module__.startswith(('fastprofile', 'batch_bytes'))]
     learn.fit(1)  # nothing was armed

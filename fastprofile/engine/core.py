@@ -20,10 +20,11 @@ from .tables import ProfileReport, Section, atomic_write_csv
 from .plain import to_plain, from_plain
 
 # %% auto #0
-__all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'PROBES', 'SAMPLE_SHARE', 'TRAIN_ACTIONS', 'strict_mode',
-           'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'Call', 'register', 'probe_sections',
-           'probe_scalars', 'first_samples', 'Sink', 'rolling_samples_per_second', 'train_samples_per_second',
-           'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second', 'ProfileResult', 'Profile']
+__all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'EXTRA_KEYS', 'PROBES', 'SAMPLE_SHARE', 'TRAIN_ACTIONS',
+           'strict_mode', 'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'Call', 'register',
+           'probe_sections', 'probe_scalars', 'first_samples', 'Sink', 'rolling_samples_per_second',
+           'train_samples_per_second', 'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second',
+           'ProfileResult', 'Profile']
 
 # %% ../../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -119,6 +120,7 @@ class Staging(NamedTuple):
     "Host time that `CudaPrefetchCallback` spent drawing and staging next batches inside the current ones, in one phase"
     seconds:float; batches:int
 
+EXTRA_KEYS = ('batch_bytes', 'batch_pinned', 'pinned_copy', 'pinned_copy_seconds')  # what the learner's facts keep in `extra` for the diagnosis' copy model (`fastprofile.learner.batch_copy`): no probe's key
 PROBES = {}  # key -> the registered `Probe` class (`register`): the session makes one per call (`make`), its facts are `facts.extra[key]`, saved with its `to_json`, shown with its `section`, logged with its `scalars`
 _FIELDS = ('device','num_workers','cpus','threads','batch_size','model','staging','prefetch','flops','tokens','extra')
 
@@ -240,6 +242,7 @@ def register(cls:type) -> type:
     k = cls.key
     if not (isinstance(k, str) and k.isidentifier()): raise ValueError(f"{cls.__name__}.key must be a name (a str identifier) for its facts, got {k!r}")
     if k in _FIELDS: raise ValueError(f"{cls.__name__}.key {k!r} is a field of `Facts`: pick another name")
+    if k in EXTRA_KEYS: raise ValueError(f"{cls.__name__}.key {k!r} is kept in `facts.extra` by fastprofile itself (the copy model's {', '.join(EXTRA_KEYS)}): pick another name")
     bad = [o for o in cls.options if o not in ProfileOptions.__dataclass_fields__]
     if bad: raise ValueError(f"{cls.__name__}.options names {', '.join(map(repr, bad))}, not `ProfileOptions` fields: valid are {', '.join(ProfileOptions.__dataclass_fields__)}")
     had = PROBES.get(k)
