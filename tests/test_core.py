@@ -262,6 +262,11 @@ def test_export_after_a_profiled_call_and_while_armed(tmp_path):
     learn.export(tmp_path/'b.pkl')
     back = load_learner(tmp_path/'b.pkl')
     assert not [k for k,v in back.__dict__.items() if isinstance(v, _ProfiledMethod)]
+    learn.export(tmp_path/'c.pkl', pickle_module=pickle)  # the standard pickle too: nothing of the armed profile is a local function
+    back = load_learner(tmp_path/'c.pkl', pickle_module=pickle)
+    back.dls = dls; back.fit(1)
+    learn.fit(1)  # and the armed call still runs here
+    assert learn.simple_profile_results.shape == back.simple_profile_results.shape
 
 def test_gradient_accumulation():
     make = lambda: synth_learner(data=synth_dbunch(bs=4, n_train=8, n_valid=2), cbs=GradientAccumulation(n_acc=8))

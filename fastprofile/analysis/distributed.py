@@ -8,6 +8,7 @@ Docs: https://fastprofile.github.io/fastprofile/distributed.html.md"""
 from __future__ import annotations
 import copy, inspect, itertools, json, math, os, pickle, socket, time, warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 from datetime import timedelta
 from pathlib import Path
@@ -392,32 +393,34 @@ def save_rank_csvs(record:ProfileRecord, path) -> list:
 def rank_gather(rank_csv=None, # Where rank 0 also writes each rank's CSV (`rank_csv_path`), or None
                 timeout:float=GATHER_TIMEOUT, # Seconds rank 0 waits for the profiles of ranks that have not arrived
                ):
-    "The `gather` step of a `Profile`: under DDP every rank's profile goes to rank 0, which reports for all"
+    "The `gather` step of a `Profile`: under DDP every rank's profile goes to rank 0, which reports for all (a `partial` of a module function: it pickles with the profile, `learn.export(pickle_module=pickle)` while armed)"
     check_number('timeout', timeout, 0, lo_open=True)
     if rank_csv is not None: rank_csv = check_path('rank_csv', rank_csv)
-    def gather(rec:ProfileRecord, interrupted:bool=False):
-        rank,world = distributed_world()
-        if world < 2: return rec,True
-        try: got = gather_profiles(rec, timeout, interrupted, rank=rank, world=world)
-        except (RuntimeError, OSError) as e:  # the store failed (`DistError`s are `RuntimeError`s); bugs go to `guarded`
-            warnings.warn(f"fastprofile: rank {rank} could not take part in gathering the profiles of the {world} ranks "
-                          f"({type(e).__name__}: {e}); {'it reports its own' if rank == 0 else 'rank 0 reports without it'}")
-            return rec,rank == 0
-        if rank != 0:
-            if got in ('missed','left'):
-                warnings.warn(f"fastprofile: rank {rank} reached the end of its call " + (
-                    "after rank 0 had closed the gather (it stopped waiting, or its own call failed); rank 0's report leaves it out"
-                    if got == 'missed' else f"but rank 0 did not come for its profile within gather_timeout={timeout:g} s; "
-                    "if it still does, the profile's clock is not aligned"))
-            return rec,False
-        if got is None: return rec,True  # rank 0's own call failed: its partial profile, as on one process
-        for r,why in got.missing.items(): warnings.warn(f"fastprofile: rank {r}'s profile could not be gathered ({why}); the report leaves it out")
-        merged = merge_gathered(got)
-        if rank_csv is not None:
-            try: save_rank_csvs(merged, rank_csv)
-            except Exception as e: warnings.warn(f"fastprofile: could not save the per-rank CSVs: {e}")
-        return merged,True
-    return gather
+    return partial(_gather, rank_csv, timeout)
+
+def _gather(rank_csv, timeout:float, rec:ProfileRecord, interrupted:bool=False):
+    "Under DDP: this rank's record to rank 0, which merges every rank's (`rank_gather` fixes `rank_csv` and `timeout`); `(record, is_main)`"
+    rank,world = distributed_world()
+    if world < 2: return rec,True
+    try: got = gather_profiles(rec, timeout, interrupted, rank=rank, world=world)
+    except (RuntimeError, OSError) as e:  # the store failed (`DistError`s are `RuntimeError`s); bugs go to `guarded`
+        warnings.warn(f"fastprofile: rank {rank} could not take part in gathering the profiles of the {world} ranks "
+                      f"({type(e).__name__}: {e}); {'it reports its own' if rank == 0 else 'rank 0 reports without it'}")
+        return rec,rank == 0
+    if rank != 0:
+        if got in ('missed','left'):
+            warnings.warn(f"fastprofile: rank {rank} reached the end of its call " + (
+                "after rank 0 had closed the gather (it stopped waiting, or its own call failed); rank 0's report leaves it out"
+                if got == 'missed' else f"but rank 0 did not come for its profile within gather_timeout={timeout:g} s; "
+                "if it still does, the profile's clock is not aligned"))
+        return rec,False
+    if got is None: return rec,True  # rank 0's own call failed: its partial profile, as on one process
+    for r,why in got.missing.items(): warnings.warn(f"fastprofile: rank {r}'s profile could not be gathered ({why}); the report leaves it out")
+    merged = merge_gathered(got)
+    if rank_csv is not None:
+        try: save_rank_csvs(merged, rank_csv)
+        except Exception as e: warnings.warn(f"fastprofile: could not save the per-rank CSVs: {e}")
+    return merged,True
 
 # %% ../../nbs/11_distributed.ipynb #79886c2e
 def merged_trace(record:ProfileRecord) -> dict:

@@ -170,7 +170,7 @@ class Facts:
         d,ex = dict(d),dict(d.get('extra') or {})
         for k in [k for k in d if k not in _FIELDS]:
             v = d.pop(k)
-            if v is not None and v != {}: ex.setdefault(k, v)
+            if v is not None and not (isinstance(v, dict) and not v): ex.setdefault(k, v)  # 0.1.0's empty fields: nothing measured
         self.__dict__.update({**Facts().__dict__, **d, 'extra': ex})
 
     @property
