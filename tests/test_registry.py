@@ -101,5 +101,11 @@ def test_a_notebook_defining_a_registered_class_leaves_the_modules():
     "A module's notebook defines the class its module registered (`__main__.LayerTimer`): the module's stays, and nothing is refused; another class under a taken key is"
     Copy = type('LayerTimer', (LayerTimer,), {'__module__': '__main__'})
     assert register(Copy) is Copy and PROBES['layers'] is LayerTimer
+    Early = type('EarlyProbe', (Probe,), {'__module__': '__main__', 'key': 'early_key'})  # the notebook's class first, then its module imported
+    Module = type('EarlyProbe', (Probe,), {'__module__': 'mypkg.early', 'key': 'early_key'})
+    try:
+        register(Early); assert register(Module) is Module and PROBES['early_key'] is Module
+        assert register(Early) is Early and PROBES['early_key'] is Module  # and it stays, whichever comes again
+    finally: PROBES.pop('early_key', None)
     Other = type('NotLayers', (Probe,), {'__module__': '__main__', 'key': 'layers'})
     with pytest.raises(ValueError, match="taken by fastprofile.probes.layers.LayerTimer"): register(Other)

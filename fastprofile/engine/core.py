@@ -122,7 +122,6 @@ class Staging(NamedTuple):
 
 EXTRA_KEYS = ('batch_bytes', 'batch_pinned', 'pinned_copy', 'pinned_copy_seconds')  # what the learner's facts keep in `extra` for the diagnosis' copy model (`fastprofile.learner.batch_copy`): no probe's key
 PROBES = {}  # key -> the registered `Probe` class (`register`): the session makes one per call (`make`), its facts are `facts.extra[key]`, saved with its `to_json`, shown with its `section`, logged with its `scalars`
-_FIELDS = ('device','num_workers','cpus','threads','batch_size','model','staging','prefetch','flops','tokens','extra')
 
 @dataclass(init=False)
 class Facts:
@@ -175,6 +174,8 @@ class Facts:
 
     @property
     def on_gpu(self) -> bool: return self.device.startswith('cuda')
+
+_FIELDS = tuple(Facts.__dataclass_fields__)  # what the run was; any other name is a probe's key
 
 # %% ../../nbs/06_core.ipynb #d7e8f90c
 class Probe:
@@ -246,11 +247,13 @@ def register(cls:type) -> type:
     bad = [o for o in cls.options if o not in ProfileOptions.__dataclass_fields__]
     if bad: raise ValueError(f"{cls.__name__}.options names {', '.join(map(repr, bad))}, not `ProfileOptions` fields: valid are {', '.join(ProfileOptions.__dataclass_fields__)}")
     had = PROBES.get(k)
-    if had is not None and had is not cls:
-        if had.__qualname__ == cls.__qualname__ and cls.__module__ == '__main__' != had.__module__:
-            return cls  # a module's notebook defines the class its module registered: the module's stays (the notebook's code is the same)
-        if (had.__module__, had.__qualname__) != (cls.__module__, cls.__qualname__):
-            raise ValueError(f"the probe key {k!r} is taken by {had.__module__}.{had.__qualname__}: pick another `key` for {cls.__name__}")
+    mods = {cls.__module__} if had is None else {had.__module__, cls.__module__}
+    if had is not None and had.__qualname__ == cls.__qualname__ and '__main__' in mods and len(mods) == 2:
+        # a module's notebook defines the class its module registers (before or after the module is imported): the module's is the one kept
+        if cls.__module__ != '__main__': PROBES[k] = cls
+        return cls
+    if had is not None and had is not cls and (had.__module__, had.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"the probe key {k!r} is taken by {had.__module__}.{had.__qualname__}: pick another `key` for {cls.__name__}")
     PROBES[k] = cls  # the same class defined again (a notebook cell run twice): the new one
     return cls
 

@@ -8,7 +8,7 @@ Docs: https://fastprofile.github.io/fastprofile/telemetry.html.md"""
 from __future__ import annotations
 import math, threading, time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import NamedTuple
 import numpy as np, pandas as pd
@@ -18,7 +18,6 @@ from ..engine.checks import check_choice, check_number
 from ..engine.core import Probe, guarded, strict_mode, register, TELEMETRY_EVERY, EVERY_RANGE  # `profile()`'s defaults: its options live in `ProfileOptions`
 from ..engine.record import Slot, Row
 from ..engine.plain import to_plain, from_plain
-from dataclasses import fields
 
 # %% auto #0
 __all__ = ['RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS', 'GPU_FIELDS', 'ROWS', 'Where', 'where',

@@ -108,7 +108,7 @@ def facts_from(d:dict) -> Facts:
     "The `Facts` that `facts_state` wrote (or 0.1.0: the same layout): each registered probe's facts read back by its `from_json`"
     f = Facts(**{k:d[k] for k in _RUN}, model=d['model'], staging={p:Staging(_unnum(s['seconds']), s['batches']) for p,s in d['staging'].items()},
               flops={_key(r):_unnum(r['flops']) for r in d['flops']}, tokens={p:TokenPhase(**_unplain(t)) for p,t in d['tokens'].items()})
-    known = set(_RUN) | {'model','staging','flops','tokens','extra'}
+    known = set(Facts.__dataclass_fields__)
     for k,v in [*((k,v) for k,v in d.items() if k not in known), *(d.get('extra') or {}).items()]:
         if v is not None: f.extra[k] = PROBES[k].from_json(v) if k in PROBES else _unplain(v)
     return f
