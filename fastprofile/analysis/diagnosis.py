@@ -15,15 +15,16 @@ from ..engine.record import ProfileRecord, Row, STEPS, PHASES
 from ..engine.tables import Section, fmt_time, fmt_pct
 from ..engine.core import Facts, ProfileResult
 from ..engine.tokens import tokens_line
+from ..probes.batch_scaling import BatchScaling
 from ..probes.builtin import BUILTIN_PROBES  # noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`..., registered)
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
-           'THROTTLE_FINDING', 'HOST_BOUND', 'MOST_BATCH_GROWTH', 'LAYER_LEAD', 'RULES', 'PhaseModel', 'Finding',
-           'Evidence', 'input_rule', 'pinned_ratio', 'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'layers_lead',
-           'compute_rule', 'larger_batch', 'batch_text', 'host_rule', 'callback_costs', 'callbacks_rule',
-           'outside_rule', 'throttle_rule', 'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose',
-           'diagnosis_section']
+           'THROTTLE_FINDING', 'HOST_BOUND', 'MOST_BATCH_GROWTH', 'LAYER_LEAD', 'BATCH_CLOSE', 'FASTAI_TFMS', 'RULES',
+           'PhaseModel', 'Finding', 'Evidence', 'input_rule', 'pinned_ratio', 'copy_rule', 'batch_tfms_rule',
+           'optimizer_rule', 'layers_lead', 'compute_rule', 'larger_batch', 'batch_text', 'host_rule', 'measured_sizes',
+           'batch_choice', 'batch_rule', 'callback_costs', 'callbacks_rule', 'outside_rule', 'throttle_rule',
+           'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose', 'diagnosis_section']
 
 # %% ../../nbs/09_diagnosis.ipynb #a5158f73
 CATEGORIES = {
@@ -32,6 +33,7 @@ CATEGORIES = {
     'copy': 'host-to-device copy',
     'batch_tfms': 'batch transforms (`after_batch`, in the main process)',
     'compute': 'model compute',
+    'per_batch': 'per-batch work (paid once a batch, whatever its size: the optimizer step, callbacks, Python, launches, the loader)',
     'optimizer': 'optimizer step',
     'callbacks': 'callbacks and metrics in the batch',
     'outside': 'time between batches (epoch-level callbacks, validation set-up, worker start-up)',
@@ -47,6 +49,9 @@ THROTTLE_FINDING = .05  # share of the busy GPU samples below the maximum SM clo
 HOST_BOUND = ('host','input','callbacks','outside','optimizer')  # verdicts in which the GPU waits for the host
 MOST_BATCH_GROWTH = 4  # the batch-size advice: a power of two at most this many times the batch (memory permitting)
 LAYER_LEAD = 10  # % of forward+backward from which a layer is named as the first thing to make cheaper
+BATCH_CLOSE = 1.1  # the batch size named: the smallest measured whose predicted time is within this factor of the best measured
+FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tensors; its cost is paid once a batch, so a larger batch pays it for more samples',
+               'IntToFloatTensor':'it turns image bytes into floats; its cost grows with the pixels: smaller images (`Resize` in `item_tfms`), or on a GPU `learn.prefetch()` overlaps it'}  # batch transforms fastai adds itself: never advised to move; what the user can do instead
 
 @dataclass
 class PhaseModel:
@@ -147,6 +152,7 @@ class Finding:
     predicted_step:float=math.nan  # ... after the fix (NaN: a whole-fit bound)
     if_free:bool=False  # the speedup is the bound if the resource cost nothing
     covers:tuple=()  # resources whose fixes this finding's fix already lists (the diagnosis does not repeat them)
+    unit:str='batch'  # what `step` and `predicted_step` are the seconds of ('64 samples': the batch-size fix, per the fit's batch of samples)
 
     @property
     def label(self) -> str: return CATEGORIES.get(self.resource, self.resource)
@@ -155,7 +161,7 @@ class Finding:
         "The predicted speedup, in words"
         what = 'predicted' if self.kind == 'model' else 'at most, if it cost nothing' if self.if_free else 'at most'
         if math.isnan(self.predicted_step): return f"{self.speedup:.2f}x {what}, for the whole fit"
-        return f"{self.speedup:.2f}x {what} ({fmt_time(self.step)} -> {fmt_time(self.predicted_step)} per batch, steady state)"
+        return f"{self.speedup:.2f}x {what} ({fmt_time(self.step)} -> {fmt_time(self.predicted_step)} per {self.unit}, steady state)"
 
 @dataclass
 class Evidence:
@@ -310,11 +316,19 @@ def batch_tfms_rule(ev:Evidence) -> list:
         for k,v in ph.tfms.items(): tf[k] = tf.get(k, 0.) + ph.n*v
     if not tf or not any(tf.values()): return []
     slow = max(tf, key=tf.get)
+    own = slow in FASTAI_TFMS  # fastai adds it itself: never advised to move
     if ev.facts.on_gpu:
         return [ev.finding('batch_tfms', f"`{slow}` is the costliest batch transform ({fmt_time(tf[slow]/ev.batches)} per batch): "
-                           "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute; "
-                           "if it is CPU work, build it in the loader's workers instead (`item_tfms` or `before_batch`).",
+                           "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute" +
+                           ("." if own else "; if it is CPU work, build it in the loader's workers instead (`item_tfms` or `before_batch`)."),
                            _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms), change=dict(kind='prefetch'))]
+    if own:
+        ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
+        t = ph0.tfms.get(slow, 0.)
+        detail = (f"`{slow}` (the loader's `after_batch`, run in the main process) takes {fmt_time(t)} per training batch, "
+                  f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step")
+        return [ev.finding('batch_tfms', f"`{slow}` is fastai's own: fastai adds it to the loader's `after_batch` itself, so it cannot be "
+                           f"moved; {FASTAI_TFMS[slow]}.", lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), kind='bound', detail=detail)]
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     W,(W2,after) = ph0.workers,_into_workers(ev, slow)
     t = ph0.tfms.get(slow, 0.)
@@ -351,7 +365,7 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
                     f"that waits for a core holds the others up); compare `torch.set_num_threads({max(C - math.ceil(busy), 1)})` or fewer workers")
     fixed = ph0.optimizer + ph0.callbacks + ph0.receive
     s = ph0.step/(ph0.step - fixed/2) if ph0.step > fixed/2 else 1.
-    if s >= MIN_GAIN:
+    if s >= MIN_GAIN and not measured_sizes(ev)[2]:  # measured: the batch-size finding prices it
         opts.append(f"a larger batch size{_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is per-batch work "
                     f"(optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the batch (up to {s:.2f}x; retune the learning rate)")
     if f.model.get('conv2d') and not f.model.get('channels_last'): opts.append("`learn.model.to(memory_format=torch.channels_last)` (a conv net)")
@@ -441,9 +455,13 @@ def host_rule(ev:Evidence) -> list:
         opts.append(_Option(f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): the draw is "
                             f"{fmt_pct(100*ph0.input/ph0.step)} of the step", lambda ph: ph.step_with(workers=W2), 'model',
                             dict(kind='num_workers', value=W2, before=W)))
-    g = _batch_growth(f)
+    g,n = _batch_growth(f),batch_choice(ev)
     b2 = larger_batch(f.batch_size, g)
-    if b2:
+    if n:
+        sc,bs,_ = measured_sizes(ev)
+        opts.append(_Option(f"a larger batch, {batch_text(bs, n, g)}: the host's per-batch work is paid once for {n/bs:g}x the samples "
+                            "(batch sizes measured after the fit)", lambda ph: _at_size(ph, sc, n, bs), 'model', dict(kind='batch_size', value=n, before=bs)))
+    elif b2:
         k = b2/f.batch_size  # per sample: the loader's work grows with the batch, the host's launches do not, the GPU's does
         opts.append(_Option(f"a larger batch, {batch_text(f.batch_size, b2, g)}: the host's per-batch work is paid once for {k:g}x the samples",
                             lambda ph: ph.step_with(main=max(ph.main, k*G(ph)), load=k*(ph.load or 0.))/k, 'bound'))
@@ -465,8 +483,65 @@ def host_rule(ev:Evidence) -> list:
     fix = ' '.join(f"({i+1}) {o.text}: {words(o)}." for i,o in enumerate(opts))
     first = opts[0]
     out = ev.finding('host', fix, first.after, G, kind=first.kind, change=first.change, detail=f"{why}: it waits for the host", share=share)
-    out.covers = ('input','compute','optimizer')
+    out.covers = ('input','compute','optimizer','per_batch')
     return [out]
+
+# %% ../../nbs/09_diagnosis.ipynb #f7031438
+def _at_size(ph:PhaseModel, sc:BatchScaling, n:int, bs:int) -> float:
+    "Seconds of phase `ph`'s step for `bs` samples at batch size `n`: each part scaled by its measured ratio (`BatchScaling.ratio`), the per-batch parts paid once for `n/bs` times the samples"
+    k = n/bs
+    rc,rd = sc.ratio('train' if ph.phase == 'train' else 'valid', n),sc.ratio('draw', n)
+    # not measured: taken as paid per sample (no gain predicted from it); measured: at least 1 (a larger batch never costs
+    # less per batch: a smaller ratio is the machine's noise between the sizes' repeats)
+    rc,rd = (k if math.isnan(r) else max(r, 1.) for r in (rc, rd))
+    main = (ph.copy + ph.batch_tfms)*rd + ph.compute*rc + ph.optimizer + ph.callbacks
+    return ph.step_with(main=main, load=(ph.load or 0.)*rd, receive=ph.receive*rd)/k
+
+def measured_sizes(ev:Evidence) -> tuple:
+    "The `BatchScaling` of the run (measured now, once, if it was not), the fit's batch size and the larger sizes measured; `(None, bs, [])` without them"
+    f = ev.facts
+    bs,sc = f.batch_size,f.batch_scaling
+    if not isinstance(sc, BatchScaling) or not bs: return None,bs,[]
+    sc.ensure(ev.fit, _batch_growth(f))
+    if not sc.measured or sc.sizes[0] != bs: return None,bs,[]
+    return sc,bs,[n for n in sc.sizes[1:] if n > bs]
+
+def batch_choice(ev:Evidence) -> int|None:
+    "The batch size to name: the smallest measured whose predicted time is within `BATCH_CLOSE` of the best measured (the given change's, if any); None without measured sizes"
+    sc,bs,ns = measured_sizes(ev)
+    if not ns: return None
+    t = {n:ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns}
+    best = min(t.values())
+    n = _given(ev, 'batch_size', 'value', next(n for n in ns if t[n] <= BATCH_CLOSE*best))
+    return n if n in t else None
+
+def _batch_detail(ev:Evidence, sc:BatchScaling, bs:int) -> tuple:
+    "The seconds per profiled batch paid once a batch (from the fit's size and the largest measured), and what was measured, in words"
+    K = sc.sizes[-1]/bs
+    fixed = K*(ev.steady - ev.after(lambda ph: _at_size(ph, sc, sc.sizes[-1], bs)))/(K - 1)  # step(n) = a + b·n through two sizes
+    two = lambda v: f"{fmt_time(v[0])} at bs {bs}, {fmt_time(v[-1])} at bs {sc.sizes[-1]}"
+    words = (f"about {fmt_time(max(fixed, 0.)/ev.batches)} of the {fmt_time(ev.steady/ev.batches)} step is paid once a batch "
+             f"(measured after the fit: forward+loss+backward {two(sc.train)}")
+    if not math.isnan(sc.draw[0]) and not math.isnan(sc.draw[-1]): words += f"; drawing a batch {two(sc.draw)}"
+    return max(fixed, 0.),words + ')'
+
+def batch_rule(ev:Evidence) -> list:
+    "A larger batch, priced by the measured batch scaling (`batch_choice`): on a CPU, or on a GPU the host does not hold up (`host_rule` prices it there)"
+    if _gpu_waits(ev) is not None: return []
+    n = batch_choice(ev)
+    if n is None: return []
+    sc,bs,ns = measured_sizes(ev)
+    fixed,detail = _batch_detail(ev, sc, bs)
+    k,items = n/bs,sc.items
+    epoch = f"; {items//n:,} training batches an epoch" if items else ''
+    more = '' if n == ns[-1] else f" (bs {ns[-1]}: {ev.steady/ev.after(lambda ph: _at_size(ph, sc, ns[-1], bs)):.2f}x, within {BATCH_CLOSE - 1:.0%} of it)"
+    fix = (f"a larger batch, bs {n} ({k:g}x the batch of {bs}{epoch}): `bs={n}` where you build your DataLoaders, or "
+           f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): retune the learning rate "
+           "(`learn.lr_find()`).")
+    f = ev.finding('per_batch', fix, lambda ph: _at_size(ph, sc, n, bs), change=dict(kind='batch_size', value=n, before=bs), detail=detail,
+                   share=100*fixed/ev.fit)
+    f.unit = f"{bs} samples"
+    return [f] if f.speedup >= MIN_GAIN else []
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a12
 class _CostRow(NamedTuple):
@@ -523,7 +598,7 @@ def callbacks_rule(ev:Evidence) -> list:
                    "`TrainEvalCallback`...) and the Python between the timed steps cost the same per batch, whatever its size.",
                    lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2), lambda ph: ph.step_with(main=ph.main - rest[ph.phase]), kind='bound',
                    share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit, detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in fastai's own callbacks and between the timed steps")
-    if f.speedup >= MIN_GAIN: out.append(f)
+    if f.speedup >= MIN_GAIN and not measured_sizes(ev)[2]: out.append(f)  # measured: the batch-size finding prices it
     return out
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a14
@@ -536,7 +611,7 @@ def outside_rule(ev:Evidence) -> list:
     "Time between batches: epoch-level callbacks, validation set-up, worker start-up"
     if ev.outside <= 0: return []
     W = max(ph.workers for ph in ev.phases.values())
-    knob = ("epoch-level callbacks (`SaveModelCallback`, logging), validation set-up" +
+    knob = ("epoch-level callbacks and logging, validation set-up" +
             (", and the workers' start-up each epoch (`persistent_workers=True` in your DataLoaders)" if W > 0 else ''))
     top = _epoch_costs(ev.cost_rows)
     if top and top[0][2] > .2*ev.outside: knob = f"`{top[0][0]}.{top[0][1]}` takes {fmt_time(top[0][2])} in all; " + knob
@@ -623,7 +698,7 @@ def compile_rule(ev:Evidence) -> list:
     return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound', detail=detail,
                     step=ev.steady/ev.batches, if_free=True)]
 
-RULES = [host_rule, input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule, outside_rule, compile_rule]
+RULES = [host_rule, batch_rule, input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule, outside_rule, compile_rule]
 
 # %% ../../nbs/09_diagnosis.ipynb #f6cef14f
 @dataclass
@@ -633,6 +708,7 @@ class Diagnosis:
     input_bound:str; findings:list; change:dict|None=None
     details:list=field(default_factory=list)  # Further lines: the costliest layers, tokens/s and padding
     gpu:str|None=None  # what the GPU's own readings (NVML, `telemetry`) say about the verdict
+    machine:str|None=None  # the machine was busy (other processes took the CPUs): said before the verdict, which it may have moved
 
     @property
     def label(self) -> str: return CATEGORIES.get(self.verdict, self.verdict)
@@ -646,7 +722,7 @@ class Diagnosis:
         if f.detail: head += f": {f.detail}"
         if f.resource == 'input' and self.input_bound != 'not':
             head += f": {self.input_bound} input-bound (TF's thresholds: highly >= {HIGHLY_INPUT_BOUND:.0f}%, moderately >= {MODERATELY_INPUT_BOUND:.0f}%)"
-        out = [head + '.'] + ([self.gpu] if self.gpu else [])
+        out = ([self.machine] if self.machine else []) + [head + '.'] + ([self.gpu] if self.gpu else [])
         if f.fix and f.speedup >= MIN_GAIN: out += [f"Fix: {f.fix}", f"Speedup: {f.speedup_text()}."]
         else: out.append("Fix: no change is predicted to gain 5% or more.")
         rest = [g for g in self.findings[1:] if g.fix and g.speedup >= MIN_GAIN and g.share >= MODERATELY_INPUT_BOUND]
@@ -684,6 +760,11 @@ def _basis(ev:Evidence, W, known:bool) -> str:
         what = 'callbacks, metrics and batch transforms' if any(getattr(c, 'drawn', {}).values()) else 'callbacks and metrics'
         out += f"; {what} timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled batches."
     else: out += "; callbacks and metrics not timed."
+    sc,bs,ns = measured_sizes(ev)
+    if ns: out += (f" Batch sizes {', '.join(map(str, [bs, *ns]))} timed after the fit ({fmt_time(sc.seconds)}, median of {sc.reps})" +
+                   (f"; {sc.stopped}." if sc.stopped else "."))
+    elif sc is None and isinstance(ev.facts.batch_scaling, BatchScaling) and ev.facts.batch_scaling.failure:
+        out += f" Batch sizes {ev.facts.batch_scaling.failure}."
     return out
 
 # %% ../../nbs/09_diagnosis.ipynb #d5fea045
@@ -729,8 +810,19 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
                    cpus=ev.cpus, warmup=warm, totals=tot, phases={p:{**asdict(d), 'step':d.step, 'main':d.main} for p,d in ph.items()})
     ok = best.fix is not None and best.speedup >= MIN_GAIN
     details = _details(rec, facts, numbers)
+    sc,bs,ns = measured_sizes(ev)
+    if sc is not None:  # what was measured, and the speedup the model predicts at each size
+        numbers['batch_scaling'] = dict(sizes=sc.sizes, train=sc.train, valid=sc.valid, draw=sc.draw, seconds=sc.seconds,
+                                        predicted={n:ev.steady/ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns})
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares, numbers,
-                     _basis(ev, W, known), ib, found, best.change if ok else None, details, gpu_agreement(best.resource, facts.telemetry))
+                     _basis(ev, W, known), ib, found, best.change if ok else None, details, gpu_agreement(best.resource, facts.telemetry),
+                     _busy(facts))
+
+def _busy(facts:Facts) -> str|None:
+    "What the machine's load (`facts.machine`, `fastprofile.probes.machine`) says before the verdict: a line when it was busy, else None"
+    try: m = facts.machine
+    except AttributeError: return None  # no probe of the machine's load registered
+    return None if m is None else m.line()
 
 def _details(rec, facts:Facts, numbers:dict) -> list:
     "The diagnosis' lines on the model's layers and on tokens (their numbers into `numbers`)"

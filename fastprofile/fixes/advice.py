@@ -187,7 +187,7 @@ def preserved(learn:Learner):
 # Callbacks that save, log or stop a run: `check_advice`'s short windows run without them
 SIDE_EFFECT_CBS = ('CSVLogger','WandbCallback','TensorBoardCallback','TensorBoardProjectorCallback','CometCallback',
                    'NeptuneCallback','AzureMLCallback','CaptumInterpretation')
-RESOURCES = ('host','input','copy','batch_tfms','compute','optimizer','callbacks','outside','compile')
+RESOURCES = ('host','per_batch','input','copy','batch_tfms','compute','optimizer','callbacks','outside','compile')
 
 class _Window(Callback):
     "Stop training after `n_train` batches and validation after `n_valid`; the whole fit at `deadline` (a `time.perf_counter()` reading)"
@@ -206,6 +206,11 @@ def _steady(rec):
     return {p:(rec.stats[Row(p,'draw')].mean + rec.stats[Row(p,'batch')].mean, rec.stats[Row(p,'batch')].n)
             for p in PHASES if rec.stats[Row(p,'batch')].n}
 
+def _per_sample(rec):
+    "Per-phase steady-state seconds per sample (draw + batch) and samples: how a change of batch size is compared"
+    return {p:((rec.stats[Row(p,'draw')].total + rec.stats[Row(p,'batch')].total)/s, s) for p in PHASES
+            if rec.stats[Row(p,'batch')].n and (s := rec.samples.get(Row(p,'batch'), 0))}
+
 # %% ../../nbs/18_advice.ipynb #60840ecf
 @dataclass
 class AdviceCheck:
@@ -213,6 +218,7 @@ class AdviceCheck:
     diagnosis:Diagnosis; change:dict|None; before:float; after:float; predicted:float; measured:float
     finding:object=None  # the diagnosis' `Finding` whose advice was checked
     profiles:tuple=()  # the windows' `ProfileResult`s, before and after the change
+    unit:str='batch'  # what `before` and `after` are the seconds of: 'batch', or 'sample' for a change of batch size
     @property
     def comparison(self) -> Comparison|None:
         "The two windows side by side (`compare`), or None when no change was applied"
@@ -225,7 +231,7 @@ class AdviceCheck:
         "The change, predicted and measured speedups, in two lines"
         if self.change is None: return f"No automatic change for this advice: {self.finding.fix if self.finding else self.diagnosis.knob}"
         return (f"Change: {self.change}\nPredicted: {self.predicted:.2f}x  Measured: {self.measured:.2f}x "
-                f"({fmt_time(self.before)} -> {fmt_time(self.after)} per batch; prediction off by {fmt_pct(100*abs(self.error))})")
+                f"({fmt_time(self.before)} -> {fmt_time(self.after)} per {self.unit}; prediction off by {fmt_pct(100*abs(self.error))})")
     def _repr_html_(self):
         c = self.comparison
         return f'<pre>{html.escape(self.summary())}</pre>' + ('' if c is None else c._repr_html_())
@@ -279,7 +285,9 @@ def _apply(learn, change):
     elif k == 'move_tfm':
         for dl in _loaders(learn):
             if move_to_workers(dl, change['name']) and hasattr(dl, 'fake_l'): dl.fake_l.num_workers = change['workers']
-    else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric', 'move_tfm'")
+    elif k == 'batch_size':  # the training and validation loaders, as `bs=` where the DataLoaders are built sets both
+        for dl in _loaders(learn): dl.bs = change['value']
+    else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric', 'move_tfm', 'batch_size'")
 
 def _finding(d, resource):
     "The first finding of the diagnosis `d` about `resource`"
@@ -296,6 +304,7 @@ def _given(learn, resource):
     dls = _loaders(learn)
     W = dls[0].fake_l.num_workers if dls and hasattr(dls[0], 'fake_l') else None
     if not isinstance(d, Diagnosis) or W != d.numbers.get('num_workers'): return None  # the loaders changed since
+    if dls and r.facts is not None and getattr(dls[0], 'bs', None) != r.facts.batch_size: return None  # ... or their batch size
     f = d.first if resource is None else next((f for f in d.findings if f.resource == resource and f.change is not None), None)
     return f if f is not None and f.change is not None else None  # nothing to apply: the window's own finding
 
@@ -324,6 +333,11 @@ def check_advice(learn:Learner,
             return AdviceCheck(d, None, math.nan, math.nan, c.speedup, math.nan, c)
         _apply(learn, c.change)
         r1 = _run_window(learn, n_batches, n_valid, lr)
+    if c.change['kind'] == 'batch_size':  # per sample: the same samples in fewer, larger batches
+        s0,s1 = _per_sample(r0.record),_per_sample(r1.record)
+        n = {p:s0[p][1] for p in s0}
+        before,after = sum(n[p]*s0[p][0] for p in s0),sum(n[p]*s1[p][0] for p in s0 if p in s1)
+        return AdviceCheck(d, c.change, before/sum(n.values()), after/sum(n.values()), c.speedup, before/after, c, (r0, r1), 'sample')
     s0,s1 = _steady(r0.record),_steady(r1.record)
     n = {p:s0[p][1] for p in s0}
     before = sum(n[p]*s0[p][0] for p in s0)

@@ -44,7 +44,7 @@ def _workers(learn, n, trial):
     for dl in _loaders(learn):
         if hasattr(dl, 'fake_l'): dl.fake_l.num_workers = n
 
-def _batch_size(learn, bs, trial): learn.dls.train.bs = bs
+def _batch_size(learn, bs, trial): _apply(learn, dict(kind='batch_size', value=bs))  # training and validation, as `check_advice`
 
 def _channels_last(learn, _, trial): learn.model.to(memory_format=torch.channels_last)
 
@@ -145,7 +145,11 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
         for w in _worker_counts(W, f.cpus or 1, adv):
             out.append(Change('num_workers', w, f'num_workers={w}', _predict(ph, lambda p, w=w: p.step_with(workers=w)) if known() else math.nan))
     bs,dl = f.batch_size,learn.dls.train
-    if bs and len(getattr(dl, 'dataset', ())) >= 8*bs and (batch_growth is None or batch_growth >= 2):
+    g = next((g for g in d.findings if (g.change or {}).get('kind') == 'batch_size'), None)  # the diagnosis' measured batch size
+    if g is not None:
+        n = g.change['value']
+        out.append(Change('batch_size', n, f'batch size {n}', g.speedup, 'it changes the optimisation: retune the learning rate'))
+    elif bs and len(getattr(dl, 'dataset', ())) >= 8*bs and (batch_growth is None or batch_growth >= 2):
         fixed = lambda p: p.optimizer + p.callbacks + p.receive  # per-batch work: paid once for twice the samples
         per = lambda p: (p.step - fixed(p)/2) if p.phase == 'train' else p.step
         out.append(Change('batch_size', 2*bs, f'batch size {2*bs}', _predict(ph, per), 'it changes the optimisation: retune the learning rate'))
