@@ -2,17 +2,25 @@
 
 The README is written by hand (no Quarto here for `nbdev-readme`); this notebook is made from it, not the other way
 round. It has no code and no nbdev directive, so `nbdev-export` makes nothing of it and `nbdev-test` runs nothing.
-Links into the repository (`docs/img/...`) are made relative to `nbs/`.
+Links into the repository (`docs/img/...`) are made relative to `nbs/`; links to the docs site (`site_url` of
+mkdocs.yml) become links between its pages, and links to the repository's own markdown files (`CONTRIBUTING.md`)
+links to them on GitHub (`repo_url`), so that every link of the home page leads somewhere.
 
 Usage: python docs/make_index.py [--check]   (`--check`: exit 1 if nbs/index.ipynb is not what README.md makes)"""
-import hashlib, json, sys
+import hashlib, json, re, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+def _setting(name):
+    m = re.search(rf'^{name}:\s*["\']?([^"\'\s#]+)', (ROOT/'mkdocs.yml').read_text(encoding='utf-8'), re.M)
+    return m[1].rstrip('/') + '/'
+
 def index_nb(readme):
     "The index notebook's JSON text for README text `readme`"
     text = readme.replace('](docs/', '](../docs/')  # README links are relative to the repo root; the notebook is in nbs/
+    text = text.replace('](' + _setting('site_url'), '](')  # the site's own pages, linked within the site
+    text = re.sub(r'\]\(([A-Z]+\.md)\)', lambda m: f"]({_setting('repo_url')}blob/main/{m[1]})", text)  # CONTRIBUTING.md...
     cells, cur, fence = [], [], False
     for line in text.splitlines():
         if line.startswith('```'): fence = not fence

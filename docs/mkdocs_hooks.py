@@ -1,24 +1,45 @@
 """MkDocs hooks for the docs site (`mkdocs.yml`: `hooks:`); nothing here runs a notebook.
 
+- Before MkDocs reads any page, every notebook of `nbs/` is processed into `_proc/docs/` (`docs/nbproc.py`, what
+  nbdev's processors do before Quarto renders): directives, hidden cells and test cells left out, `show_doc` and each
+  exported symbol rendered as an API entry (signature, docstring, parameter table). `_proc/docs/` is the site's
+  `docs_dir`; `nbs/` is watched by `mkdocs serve`, and the edit links still point at `nbs/`.
 - Each notebook's page gets nbdev's name: `nbs/18_advice.ipynb` -> `advice.html` (the numeric prefix dropped, as
   `nbdev.config.nbpath2html` does), so the `Docs: https://fastprofile.github.io/fastprofile/advice.html.md` line that
   `nbdev-export` ends every module docstring with points into this site.
-- Next to each page, `advice.html.md`: the notebook as plain markdown (prose, code, text outputs; `#| hide` cells and
-  `#|` directive lines left out), the page those `Docs:` links name.
+- Next to each page, `advice.html.md`: the processed notebook as plain markdown (prose, API entries, code, text
+  outputs), the page those `Docs:` links name.
 - A notebook page's table of contents is made from its rendered headings: mkdocs-jupyter's own drops code spans
   from titles and anchors (`## `preserved`: ...` became `: ...`, linking to an id the page does not have).
 - The stylesheets mkdocs-jupyter puts inline in every notebook page (about 0.6 MB each) are written once, to
   `assets/notebook-<hash>.css`, and linked where they were (the site: 16 MB instead of 40).
-- `docs/img/*` is published as `img/*`: the index notebook links `../docs/img/...` (right from `nbs/` in Jupyter and on
-  GitHub), rewritten to `img/...` on its pages."""
-import hashlib, json, os, re
+- `docs/img/*` is published as `img/*`, `docs/css/*` as `css/*` (`extra_css`): the index notebook links
+  `../docs/img/...` (right from `nbs/` in Jupyter and on GitHub), rewritten to `img/...` on its pages."""
+import hashlib, json, logging, os, re, sys, time, warnings
 from pathlib import Path
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 from mkdocs.structure.toc import get_toc
 
 ROOT = Path(__file__).resolve().parent.parent
-IMG = ROOT/'docs'/'img'
+NBS, PROC = ROOT/'nbs', ROOT/'_proc'/'docs'
+ASSETS = {'img': ROOT/'docs'/'img', 'css': ROOT/'docs'/'css'}
+log = logging.getLogger('mkdocs.hooks.fastprofile')
+sys.path.insert(0, str(ROOT/'docs'))
+import nbproc  # docs/nbproc.py
+
+@event_priority(100)  # before mkdocs-jupyter and before MkDocs collects the pages
+def on_config(config):
+    "Process `nbs/` into `_proc/docs/` and build the site from there"
+    t = time.perf_counter()
+    with warnings.catch_warnings():  # importing fastai and torch to render the API: their deprecation notes are not the site's
+        warnings.simplefilter('ignore')
+        notes = nbproc.process_all(NBS, PROC)
+    for n in notes: log.info(f'docs: left out of the API reference: {n}')
+    log.info(f'docs: {len(list(PROC.glob("*.ipynb")))} notebooks processed in {time.perf_counter()-t:.1f} s')
+    config['docs_dir'] = str(PROC)
+    if str(NBS) not in config['watch']: config['watch'].append(str(NBS))
+    return config
 
 def page_name(nb_name):
     "nbdev's page name for a notebook file name: `18_advice.ipynb` -> `advice.html` (`nbdev.config.nbpath2html`)"
@@ -37,8 +58,9 @@ def on_files(files, config):
         seen[dest] = f.src_uri
         f.dest_uri, f.url = dest, dest
         f.abs_dest_path = os.path.normpath(os.path.join(config['site_dir'], dest))
-    for p in sorted(IMG.glob('*')):
-        if p.is_file(): files.append(File(f'img/{p.name}', str(IMG.parent), config['site_dir'], False))
+    for sub, d in ASSETS.items():
+        for p in sorted(d.glob('*')):
+            if p.is_file(): files.append(File(f'{sub}/{p.name}', str(d.parent), config['site_dir'], False))
     return files
 
 def _fix_img(text): return text.replace('../docs/img/', 'img/')
@@ -75,29 +97,6 @@ def on_page_content(html, page, config, files):
     page.toc = get_toc(html_toc(html))
     return _link_css(_fix_img(html), '../' * page.file.url.count('/'))
 
-def _directives(src):
-    "The `#|` lines at the top of a code cell, and the rest"
-    lines = src.splitlines()
-    n = 0
-    while n < len(lines) and lines[n].startswith('#|'): n += 1
-    return [l[2:].strip() for l in lines[:n]], '\n'.join(lines[n:]).strip('\n')
-
-def nb2md(path):
-    "The notebook at `path` as markdown: prose as is, code fenced, text outputs fenced; nothing is run"
-    nb = json.loads(Path(path).read_text(encoding='utf-8'))
-    out = []
-    for c in nb['cells']:
-        src = ''.join(c['source'])
-        if c['cell_type'] == 'markdown': out.append(src.strip('\n')); continue
-        if c['cell_type'] != 'code': continue
-        dirs, body = _directives(src)
-        if any(d.split()[:1] == ['hide'] for d in dirs if d) or not body: continue
-        out.append(f'```python\n{body}\n```')
-        for o in c.get('outputs', []):
-            txt = o.get('text') if o.get('output_type') == 'stream' else o.get('data', {}).get('text/plain')
-            if txt: out.append('```\n' + ''.join(txt).rstrip('\n') + '\n```')
-    return _fix_img('\n\n'.join(out)) + '\n'
-
 def on_post_build(config):
     "The shared stylesheets; `<page>.html.md` beside each notebook's page"
     for name, css in _CSS.items():
@@ -106,4 +105,5 @@ def on_post_build(config):
         dest.write_text(css, encoding='utf-8')
     for p in sorted(Path(config['docs_dir']).glob('*.ipynb')):
         dest = Path(config['site_dir'])/(page_name(p.name) + '.md')
-        if dest.with_suffix('').exists(): dest.write_text(nb2md(p), encoding='utf-8')
+        if dest.with_suffix('').exists():
+            dest.write_text(nbproc.nb2md(json.loads(p.read_text(encoding='utf-8'))), encoding='utf-8')

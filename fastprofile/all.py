@@ -15,7 +15,8 @@ __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profi
            'fix_cpu_broadcast', 'make_demo_learner']
 
 # %% ../nbs/99_all.ipynb #07faa944
-import fastprofile.lifecycle.loop, fastprofile.learner, fastprofile.analysis.trace, fastprofile.data.prefetch  # `Learner.profile`, `annotate`, `prefetch`, `before_draw`
+# `Learner.profile`, `annotate`, `prefetch`, `before_draw`
+import fastprofile.lifecycle.loop, fastprofile.learner, fastprofile.analysis.trace, fastprofile.data.prefetch
 from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Sink, Probe, register
 from .lifecycle.session import Session, ProbeCallback
 from .engine.patches import Patches

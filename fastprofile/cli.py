@@ -56,12 +56,15 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument('--plot', default=None, metavar='PATH.png', help='also save plots of the profile (.png, .svg, .pdf, .jpg)')
     d.add_argument('--trace', default=None, metavar='PATH.json', help='also save a Chrome trace (JSON) of recent batches')
     d.add_argument('--device', type=_device, default='auto', help="auto, cpu, cuda or cuda:N (default auto)")
-    d.add_argument('--save', default=None, metavar='PATH.json', help='also save the profile as JSON (with --tune, the tuned run as PATH.tuned.json)')
-    d.add_argument('--tune', action='store_true', help='then tune the learner (`learn.tune(apply=True)`), train again and compare before and after')
+    d.add_argument('--save', default=None, metavar='PATH.json', help='also save the profile as JSON (with --tune, the tuned run as '
+                   'PATH.tuned.json)')
+    d.add_argument('--tune', action='store_true', help='then tune the learner (`learn.tune(apply=True)`), train again and compare before '
+                   'and after')
     d.add_argument('--budget', type=_seconds, default=120., help='seconds --tune may take (default 120)')
     d.add_argument('--plain', action='store_true', help='plain-text report')
     c = sub.add_parser('compare', help='two saved profiles side by side; with --fail-if-slower, a regression gate for CI')
-    c.add_argument('before', metavar='BEFORE.json', help='the profile to compare with (`learn.simple_profile.save(path)`, `fastprofile demo --save`)')
+    c.add_argument('before', metavar='BEFORE.json', help='the profile to compare with (`learn.simple_profile.save(path)`, `fastprofile '
+                   'demo --save`)')
     c.add_argument('after', metavar='AFTER.json', help='the new profile')
     c.add_argument('--fail-if-slower', type=_percent, default=None, metavar='PCT',
                    help='exit 1 if the steady-state training step is slower per sample than BEFORE by more than PCT (e.g. 5%%)')
@@ -81,7 +84,8 @@ def check_args(args):
         import torch
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         idx = int(args.device[5:]) if ':' in args.device else 0
-        if idx >= n: raise ValueError(f"`--device {args.device}` asked for, but this machine has {n} CUDA device(s): use --device cpu or auto")
+        if idx >= n: raise ValueError(f"`--device {args.device}` asked for, but this machine has {n} CUDA device(s): use --device cpu or "
+                                      f"auto")
     return args
 
 # %% ../nbs/20_cli.ipynb #5312f209
@@ -134,7 +138,8 @@ def demo(args) -> tuple:
 
 # %% ../nbs/20_cli.ipynb #2918a706
 def main(argv=None) -> int:
-    "Entry point of the `fastprofile` console command: 0 when done, 2 for a refused argument or input, 1 if an output could not be written (`demo`) or the new profile is slower than allowed (`compare --fail-if-slower`)"
+    """Entry point of the `fastprofile` console command: 0 when done, 2 for a refused argument or input, 1 if an output could not be written
+    (`demo`) or the new profile is slower than allowed (`compare --fail-if-slower`)"""
     args = parser().parse_args(argv)
     try: check_args(args)
     except (TypeError, ValueError) as e:
@@ -159,7 +164,8 @@ def compare_files(args) -> int:
     if args.fail_if_slower is None: return 0
     s,lim = 100*c.slower_by,args.fail_if_slower
     if s > lim:
-        print(f"fastprofile: slower: the steady-state training step is {fmt_pct(s) if s < 50 else f'{1 + s/100:.2f}x'} slower per sample than {args.before} "
+        print(f"fastprofile: slower: the steady-state training step is {fmt_pct(s) if s < 50 else f'{1 + s/100:.2f}x'} slower per sample "
+              f"than {args.before} "
               f"(limit {lim:g}%)", file=sys.stderr)
         return 1
     how = f"{fmt_pct(s)} slower per sample" if s > 0 else f"{c.speedup:.2f}x as fast" if s < 0 else "as fast"

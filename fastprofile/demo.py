@@ -80,7 +80,8 @@ def make_demo_learner(
     seed:int=0, # Seed for the images
 ) -> Learner:
     "A `Learner` on freshly drawn JPEGs, with uint8 batches normalised by fastai batch transforms on the device"
-    for n,v,lo in (('n_train',n_train,1),('n_valid',n_valid,0),('size',size,8),('bs',bs,1),('workers',workers,0),('seed',seed,0)): check_int(n, v, lo)
+    for n,v,lo in (('n_train',n_train,1),('n_valid',n_valid,0),('size',size,8),('bs',bs,1),('workers',workers,0),
+                   ('seed',seed,0)): check_int(n, v, lo)
     if device is not None: check_type('device', device, (str, torch.device), "'cpu', 'cuda', 'cuda:N', a torch.device or None")
     try: dev = default_device() if device is None else torch.device(device)
     except RuntimeError: raise ValueError(f"`device` must be 'cpu', 'cuda', 'cuda:N', a torch.device or None, got {device!r}") from None

@@ -121,7 +121,8 @@ class FakeNvml:
     NVML_CLOCK_SM,NVML_TEMPERATURE_GPU,NVML_ERROR_NOT_SUPPORTED = 1,0,3
     NVMLError = NVMLError
     def __init__(self,
-        reading=busy_gpu, # `reading(t)`: a dict of util, mem_util (%), power (W), clock (MHz), temp (°C) and reasons (throttle bits) at time `t`
+        # `reading(t)`: a dict of util, mem_util (%), power (W), clock (MHz), temp (°C) and reasons (throttle bits) at time `t`
+        reading=busy_gpu,
         unsupported=(), # Names of the functions that raise `NVMLError(3)` (not supported), as on GPUs that do not report them
         max_clock:int=1980, # The SM clock's maximum, MHz
         clock=time.perf_counter, # The clock `t` is read from
@@ -159,9 +160,11 @@ def nvmlDeviceGetClockInfo(self:FakeNvml, handle, type): return int(self._call('
 @patch
 def nvmlDeviceGetTemperature(self:FakeNvml, handle, sensor): return int(self._call('nvmlDeviceGetTemperature')['temp'])
 @patch
-def nvmlDeviceGetCurrentClocksThrottleReasons(self:FakeNvml, handle): return int(self._call('nvmlDeviceGetCurrentClocksThrottleReasons')['reasons'])
+def nvmlDeviceGetCurrentClocksThrottleReasons(self:FakeNvml,
+                                              handle): return int(self._call('nvmlDeviceGetCurrentClocksThrottleReasons')['reasons'])
 @patch
-def nvmlDeviceGetCurrentClocksEventReasons(self:FakeNvml, handle): return int(self._call('nvmlDeviceGetCurrentClocksEventReasons')['reasons'])
+def nvmlDeviceGetCurrentClocksEventReasons(self:FakeNvml,
+                                           handle): return int(self._call('nvmlDeviceGetCurrentClocksEventReasons')['reasons'])
 @patch
 def nvmlDeviceGetTotalEnergyConsumption(self:FakeNvml, handle):
     "Millijoules since the counter started: its power integrated exactly for a power linear in time (trapezoids between calls)"
@@ -173,7 +176,8 @@ def nvmlDeviceGetTotalEnergyConsumption(self:FakeNvml, handle):
     return int(round(self._energy[2]))
 
 # %% ../nbs/90_testing.ipynb #b3f0b342
-_REAL_MEMORY = {n:getattr(torch.cuda.memory, n) for n in ('_record_memory_history','_dump_snapshot')}  # torch's own, kept before any stand-in replaces them
+# torch's own, kept before any stand-in replaces them
+_REAL_MEMORY = {n:getattr(torch.cuda.memory, n) for n in ('_record_memory_history','_dump_snapshot')}
 
 def _bound(name, *args, **kwargs) -> dict:
     "The arguments of a call to `torch.cuda.memory.<name>`, defaults filled; TypeError unless they bind to torch's real signature"

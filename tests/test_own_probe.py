@@ -1,5 +1,5 @@
-"A probe of your own, exactly as the README writes it (between its `example-probe` markers): one file and its `@register` line; `learn.profile(probes=[...])` brings it into a call"
-import importlib.util, re, sys, warnings
+"A probe of your own, exactly as the guide writes it (nbs/guide_probe.ipynb, its `@register` cell): one file and its `@register` line; `learn.profile(probes=[...])` brings it into a call"
+import importlib.util, json, re, sys, warnings
 from pathlib import Path
 import pytest
 import torch
@@ -9,13 +9,14 @@ from fastai.callback.tensorboard import TensorBoardCallback
 from fastprofile.all import *
 from fastprofile.engine.core import PROBES
 
-README = Path(__file__).parent.parent/'README.md'
+GUIDE = Path(__file__).parent.parent/'nbs'/'guide_probe.ipynb'
 
 @pytest.fixture(scope='module')
 def example(tmp_path_factory):
-    "The README's example probe, written to a file of its own and imported: `BatchBytes`"
-    code = re.search(r'<!-- example-probe -->\n```python\n(.*?)```\n<!-- /example-probe -->', README.read_text(), re.S).group(1)
-    assert 10 <= len(code.strip().splitlines()) <= 20  # the README promises a probe in about 20 lines
+    "The guide's example probe, written to a file of its own and imported: `BatchBytes`"
+    cells = [''.join(c['source']) for c in json.loads(GUIDE.read_text(encoding='utf-8'))['cells'] if c['cell_type'] == 'code']
+    code = next(c for c in cells if '@register' in c)
+    assert 10 <= len(code.strip().splitlines()) <= 20  # the guide promises a probe in about 20 lines
     path = tmp_path_factory.mktemp('probe')/'batch_bytes.py'
     path.write_text(code)
     spec = importlib.util.spec_from_file_location('batch_bytes', path)

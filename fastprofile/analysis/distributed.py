@@ -272,7 +272,8 @@ def send_profile(store, # The store of this gather (keys of this gather only)
                  timeout:float=GATHER_TIMEOUT, # Seconds to wait for rank 0
                  answer:bool=True, # Wait for rank 0's clock pings (False for an `error`: rank 0 will not ping)
                 ) -> str:
-    "A rank > 0's side of the gather. How it went: 'taken', 'sent' (no pings wanted), 'missed' (rank 0 closed first), 'left' (no rank 0 within `timeout`)"
+    """A rank > 0's side of the gather. How it went: 'taken', 'sent' (no pings wanted), 'missed' (rank 0 closed first), 'left' (no rank 0
+    within `timeout`)"""
     if store.check(['closed']): return 'missed'  # rank 0 stopped waiting: leave nothing behind
     store.set(f'data/{rank}', payload)
     store.add('arrived', 1)
@@ -393,7 +394,8 @@ def save_rank_csvs(record:ProfileRecord, path) -> list:
 def rank_gather(rank_csv=None, # Where rank 0 also writes each rank's CSV (`rank_csv_path`), or None
                 timeout:float=GATHER_TIMEOUT, # Seconds rank 0 waits for the profiles of ranks that have not arrived
                ):
-    "The `gather` step of a `Profile`: under DDP every rank's profile goes to rank 0, which reports for all (a `partial` of a module function: it pickles with the profile, `learn.export(pickle_module=pickle)` while armed)"
+    """The `gather` step of a `Profile`: under DDP every rank's profile goes to rank 0, which reports for all (a `partial` of a module
+    function: it pickles with the profile, `learn.export(pickle_module=pickle)` while armed)"""
     check_number('timeout', timeout, 0, lo_open=True)
     if rank_csv is not None: rank_csv = check_path('rank_csv', rank_csv)
     return partial(_gather, rank_csv, timeout)
@@ -415,7 +417,8 @@ def _gather(rank_csv, timeout:float, rec:ProfileRecord, interrupted:bool=False):
                 "if it still does, the profile's clock is not aligned"))
         return rec,False
     if got is None: return rec,True  # rank 0's own call failed: its partial profile, as on one process
-    for r,why in got.missing.items(): warnings.warn(f"fastprofile: rank {r}'s profile could not be gathered ({why}); the report leaves it out")
+    for r,why in got.missing.items(): warnings.warn(f"fastprofile: rank {r}'s profile could not be gathered ({why}); the report leaves it "
+                                                    f"out")
     merged = merge_gathered(got)
     if rank_csv is not None:
         try: save_rank_csvs(merged, rank_csv)

@@ -58,7 +58,8 @@ def _compute_share(record) -> float|None:
     return sum(cost(a) for a in ('forward','loss','backward','opt_step')) / whole if whole > 0 else None
 
 def efficiency_advice(result:ProfileResult,
-    compute_bound:bool|None=None, # The run is compute-bound (the diagnosis' verdict); None: the report's verdict, else the model and optimizer take half the step or more
+    # The run is compute-bound (the diagnosis' verdict); None: the report's verdict, else the model and optimizer take half the step or more
+    compute_bound:bool|None=None,
 ) -> list:
     "What to try when the GPU runs far below its peak: half precision, a larger batch, channels_last"
     eff,s = _efficiency(result),efficiency_summary(result)
@@ -115,7 +116,8 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
                             + "): in `warmup`, outside the statistics"
                             + (f"; the counter's one-time set-up in this process took {fmt_time(eff.setup_seconds)} at `profile()`, "
                                "before the fit" if eff.setup_seconds > .01 else '') + '.')
-    rows = [('training step', Row('train','batch')), ('forward', Row('train','batch','forward')), ('backward', Row('train','batch','backward')),
+    rows = [('training step', Row('train','batch')), ('forward', Row('train','batch','forward')),
+            ('backward', Row('train','batch','backward')),
             ('train phase', Row('fit','train')), ('predict', Row('valid','batch','predict'))]
     got = [(n, _row_flops(res, r)) for n,r in rows]
     got = [(n,v) for n,v in got if v is not None]
@@ -183,7 +185,8 @@ def efficiency_section(result:ProfileResult,
 
 # %% ../../nbs/16b_efficiency_report.ipynb #61ce0e33
 def efficiency_scalars(eff:Efficiency|None, rates:dict) -> dict:
-    "FLOP/s of the training forward, backward and batch (and MFU) from a sink's rolling samples/second `rates` and the call's `Efficiency` so far; {} before counting"
+    """FLOP/s of the training forward, backward and batch (and MFU) from a sink's rolling samples/second `rates` and the call's `Efficiency`
+    so far; {} before counting"""
     if eff is None or eff.failure is not None: return {}
     st = next((s for s in reversed(eff.stages) if s.forward is not None), None)
     if st is None: return {}

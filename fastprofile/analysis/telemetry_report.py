@@ -78,7 +78,8 @@ def throttle_line(tel:Telemetry) -> str|None:
     if not th.busy or math.isnan(th.max_clock): return None
     hot = '' if math.isnan(tel.temp_max) else f" Hottest: {tel.temp_max:.0f} °C."
     if not th.throttled:
-        return f"Throttling: none: the SM clock stayed within {fmt_pct(100*(1 - THROTTLED_CLOCK))} of its maximum ({th.max_clock:,.0f} MHz) in all {th.busy:,} busy samples.{hot}"
+        return (f"Throttling: none: the SM clock stayed within {fmt_pct(100*(1 - THROTTLED_CLOCK))} of its maximum ({th.max_clock:,.0f} "
+                f"MHz) in all {th.busy:,} busy samples.{hot}")
     why = ', '.join(f"{k} ({fmt_pct(100*v)})" for k,v in th.reasons.items()) or 'NVML gave no reason'
     return (f"Throttling: the SM clock was below its maximum ({th.max_clock:,.0f} MHz) in {fmt_pct(100*th.share)} of the {th.busy:,} busy "
             f"samples, at {th.clock:,.0f} MHz on average: {why}.{hot}")
@@ -115,13 +116,15 @@ def telemetry_lines(result:ProfileResult) -> list:
     return out
 
 def telemetry_section(result:ProfileResult) -> Section|None:
-    "The report's *Telemetry* section (one of `fastprofile.analysis.sections.SECTIONS`); None when the call measured none; its data is the `Telemetry`"
+    """The report's *Telemetry* section (one of `fastprofile.analysis.sections.SECTIONS`); None when the call measured none; its data is the
+    `Telemetry`"""
     lines = telemetry_lines(result)
     return Section('Telemetry', lines, _telemetry(result)) if lines else None
 
 # %% ../../nbs/16e_telemetry_report.ipynb #1716d161
 def telemetry_summary(result:ProfileResult) -> dict:
-    "The call's telemetry as plain numbers: GPU utilization (%), power (W) and SM clock (MHz) per phase and row, energy (J), throttling, CPU cores per phase and row; {} when it was off"
+    """The call's telemetry as plain numbers: GPU utilization (%), power (W) and SM clock (MHz) per phase and row, energy (J), throttling,
+    CPU cores per phase and row; {} when it was off"""
     tel = _telemetry(result)
     if tel is None: return {}
     keys = [(p, None) for p in ('train','valid')] + [(r.phase, r.action) for r in ROWS]
@@ -150,7 +153,8 @@ def _util(g): return math.nan if g is None else g.util
 def _power(g): return math.nan if g is None else g.power
 
 def telemetry_rank_lines(profiles:list, stragglers=()) -> list:
-    "The spread of the ranks' telemetry (min / median / max, which rank is highest) for the *Distributed* section; a straggler whose GPU is the hottest or most throttled is named"
+    """The spread of the ranks' telemetry (min / median / max, which rank is highest) for the *Distributed* section; a straggler whose GPU
+    is the hottest or most throttled is named"""
     tels = [(p.rank, t) for p in profiles if (t := getattr(p.record, 'telemetry', None)) is not None]
     if len(tels) < 2: return []
     out,wid = ["Telemetry across ranks (min / median / max, highest rank):"],max(len(n) for n,_,_ in _RANK_METRICS)
@@ -168,7 +172,8 @@ def telemetry_rank_lines(profiles:list, stragglers=()) -> list:
         if i is None: continue
         for name,why in (('GPU throttled (busy samples)', 'the most throttled GPU'), ('GPU hottest', 'the hottest GPU')):
             v = vals.get(name)
-            if v is not None and not np.isnan(v[i]) and v[i] == np.nanmax(v) and v[i] > np.nanmin(v) and (name != 'GPU throttled (busy samples)' or v[i] >= THROTTLE_FINDING):
+            if v is not None and not np.isnan(v[i]) and v[i] == np.nanmax(v) and v[i] > np.nanmin(v) and (name != 'GPU throttled (busy '
+                    'samples)' or v[i] >= THROTTLE_FINDING):
                 out.append(f"Rank {s['rank']}, the straggler, has {why}: it may explain the slowness.")
                 break
     return out if len(out) > 1 else []
@@ -178,7 +183,8 @@ class TelemetryWindow:
     "Means of a `Telemetry`'s GPU readings and CPU utilization since the last `scalars()`: what a sink logs with the samples/second charts"
     def __init__(self): self._prev = None
     def scalars(self, tel:Telemetry|None) -> dict:
-        "`gpu/utilization` (%), `gpu/memory_utilization` (%), `gpu/power_w`, `gpu/sm_clock_mhz`, `gpu/temperature_c`, `cpu/cores` over the window; {} without a sampler"
+        """`gpu/utilization` (%), `gpu/memory_utilization` (%), `gpu/power_w`, `gpu/sm_clock_mhz`, `gpu/temperature_c`, `cpu/cores` over the
+        window; {} without a sampler"""
         if tel is None or not tel.sampled: return {}
         now = np.concatenate([tel.gpu_sums.sum(0), tel.gpu_counts.sum(0), tel.cpu_total])  # one read each: the sampler may add meanwhile
         d = now if self._prev is None else now - self._prev
@@ -190,7 +196,8 @@ class TelemetryWindow:
         return out
 
 def telemetry_fit_scalars(result:ProfileResult) -> dict:
-    "The call's energy, joules per sample, GPU utilization and power in training, throttled share and CPU cores, for a sink's `log_fit` (only the known ones)"
+    """The call's energy, joules per sample, GPU utilization and power in training, throttled share and CPU cores, for a sink's `log_fit`
+    (only the known ones)"""
     s = telemetry_summary(result)
     if not s: return {}
     d = {'energy/joules': s['energy_j'], 'energy/joules_per_sample': s['joules_per_sample'],

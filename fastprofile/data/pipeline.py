@@ -24,7 +24,9 @@ def _same(o): return o
 class TimedPipeline(Pipeline):
     "A loader's `after_batch` preceded by its copy to the device, as in `DataLoader.__iter__`, timing each step into `sink`"
     def __init__(self,
-        pipe, # The loader's `after_batch`: a fasttransform `Pipeline` (each transform timed) or any callable (a plain function: timed as one step)
+        # The loader's `after_batch`: a fasttransform `Pipeline` (each transform timed) or any callable (a plain function: timed as one
+        # step)
+        pipe,
         sink, # Called as `sink(name, start, end)` after each step: 'copy', then each transform
         clock=time.perf_counter, # Wall clock, in seconds (`draw_clock` for a loader on a GPU)
         device=None, # Copy each batch to this device first: the loader's `device`, whose own copy `on()` switches off
@@ -48,7 +50,8 @@ class TimedPipeline(Pipeline):
         if isinstance(self.pipe, Pipeline): self.pipe.split_idx = v
         else: self._split = v
     def __getattr__(self, k):
-        if k.startswith('__') or k in ('pipe','sink','clock','device','loader','patches','_split','_on','_key','_names'): raise AttributeError(k)
+        if k.startswith('__') or k in ('pipe','sink','clock','device','loader','patches','_split','_on','_key',
+                                       '_names'): raise AttributeError(k)
         return getattr(self.pipe, k)
     def __reduce__(self): return (_same, (self.pipe,))  # pickled (a loader sent to a worker): the wrapped pipeline
     def __repr__(self): return f"Timed{self.pipe!r}" if isinstance(self.pipe, Pipeline) else f"TimedPipeline({self.pipe!r})"
@@ -82,9 +85,11 @@ def _fn_name(f) -> str:
     return 'after_batch' if n == '<lambda>' else n
 
 def transform_names(fs) -> list:
-    "A name per transform of `fs`: its class (a plain `Transform` or a plain function: the function's; a lambda: `after_batch`), numbered when a name comes again (`Normalize`, `Normalize#2`)"
+    """A name per transform of `fs`: its class (a plain `Transform` or a plain function: the function's; a lambda: `after_batch`), numbered
+    when a name comes again (`Normalize`, `Normalize#2`)"""
     lam = lambda n: 'after_batch' if n == '<lambda>' else n
-    ns = [lam(getattr(f, 'name', 'Transform')) if type(f) is Transform else type(f).__name__ if isinstance(f, Transform) else _fn_name(f) for f in fs]
+    ns = [lam(getattr(f, 'name', 'Transform')) if type(f) is Transform else type(f).__name__ if isinstance(f, Transform) else _fn_name(f)
+          for f in fs]
     return [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)]
 
 @patch(as_prop=True)
@@ -118,7 +123,8 @@ def draw_clock(device=None):
 
 # %% ../../nbs/07b_pipeline.ipynb #cc9e4ea4
 def _loaders(dl) -> list:
-    "The fastai `DataLoader`s under `dl`, outermost first (through wrappers such as `DistributedDL`); none when `CudaPrefetchCallback` stages its batches"
+    """The fastai `DataLoader`s under `dl`, outermost first (through wrappers such as `DistributedDL`); none when `CudaPrefetchCallback`
+    stages its batches"""
     out = []
     for _ in range(8):
         if isinstance(dl, StagedLoader): return []
@@ -128,11 +134,13 @@ def _loaders(dl) -> list:
     return out
 
 def timed_pipelines(dl, sink, patches:Patches|None=None) -> list:
-    "A `TimedPipeline` (timing into `sink`) for each fastai loader under `dl` that has something to time; the outermost one does the copy to the device"
+    """A `TimedPipeline` (timing into `sink`) for each fastai loader under `dl` that has something to time; the outermost one does the copy
+    to the device"""
     out = []
     for i,l in enumerate(_loaders(dl)):
         ab,dev = l.after_batch,(l.device if i == 0 else None)
-        own = isinstance(ab, Pipeline) or 'after_batch' in l.__dict__  # a plain function given as `DataLoader(after_batch=fn)` too; fastai's no-op method is not timed
+        # a plain function given as `DataLoader(after_batch=fn)` too; fastai's no-op method is not timed
+        own = isinstance(ab, Pipeline) or 'after_batch' in l.__dict__
         if isinstance(ab, TimedPipeline) or dev is None and not own: continue
         out.append(TimedPipeline(ab, sink, clock=draw_clock(l.device), device=dev, loader=l, patches=patches))
     return out
@@ -149,7 +157,8 @@ def pinned_copy(b, # A batch in host memory, as the loader gave it (before its c
                 device, # The device it is copied to
                 tries:int=3, # Timed copies: the fastest is kept
                ) -> dict|None:
-    "Seconds of one copy of batch `b` to CUDA `device` from pinned memory, whether `b` was pinned, and its bytes; None on a CPU or for a batch with no host tensors"
+    """Seconds of one copy of batch `b` to CUDA `device` from pinned memory, whether `b` was pinned, and its bytes; None on a CPU or for a
+    batch with no host tensors"""
     if device is None or torch.device(device).type != 'cuda': return None
     ts = [t for t in _tensors(b) if t.device.type == 'cpu']
     if not ts: return None
@@ -168,7 +177,9 @@ def pinned_copy(b, # A batch in host memory, as the loader gave it (before its c
 def _no_probe(): return None
 
 class PinnedCopy:
-    "One copy of `nbytes` from pinned host memory to CUDA `device`, measured when first called (a scratch buffer, the fastest of `tries`): what pinning a batch of that size makes its copy. Made at a profiled call's end, called only if the diagnosis needs it (a report never read measures nothing)"
+    """One copy of `nbytes` from pinned host memory to CUDA `device`, measured when first called (a scratch buffer, the fastest of `tries`):
+    what pinning a batch of that size makes its copy. Made at a profiled call's end, called only if the diagnosis needs it (a report
+    never read measures nothing)"""
     def __init__(self, nbytes:int, device, tries:int=3): self.nbytes,self.device,self.tries,self.seconds = int(nbytes),device,tries,None
     def __call__(self) -> float|None:
         "Seconds of the copy (measured at the first call; None on a CPU or when it cannot run)"

@@ -20,7 +20,8 @@ def _got(v) -> str: return f"got {v!r} ({type(v).__name__})"
 
 def check_int(name:str, v, lo:int|None=None, hi:int|None=None) -> int:
     "Return `v` if it is an int (not a bool) in `[lo, hi]`; raise a `TypeError`/`ValueError` naming `name` otherwise"
-    want = 'an int' + (f' >= {lo}' if lo is not None and hi is None else '') + (f' in [{lo}, {hi}]' if lo is not None and hi is not None else '') \
+    want = 'an int' + (f' >= {lo}' if lo is not None and hi is None else '') + (f' in [{lo}, {hi}]' if lo is not None and hi is not None
+                                                                                else '') \
            + (f' <= {hi}' if hi is not None and lo is None else '')
     if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)): raise TypeError(f"`{name}` must be {want}, {_got(v)}")
     if (lo is not None and v < lo) or (hi is not None and v > hi): raise ValueError(f"`{name}` must be {want}, got {v!r}")
@@ -106,7 +107,8 @@ def _check_length(name:str, full:Path, v):
 
 def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=False) -> Path:
     "Return `v` as a `Path` of a file that can be written: a file name (not a folder), one of `suffixes`, in a writable folder"
-    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a file path (str or Path), {_got(v)}")
+    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a file path (str or Path), "
+                                                                                      f"{_got(v)}")
     p = Path(v).expanduser()
     full = p if base is None else Path(base)/p
     _check_length(name, full, v)
@@ -118,7 +120,8 @@ def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=Fal
     missing = []
     while not folder.exists(): missing.append(folder); folder = folder.parent
     if not folder.is_dir(): raise ValueError(f"`{name}` cannot be written: {str(folder)!r} is a file, not a folder (got {str(v)!r})")
-    if missing and folder_must_exist: raise ValueError(f"`{name}` cannot be written: the folder {str(missing[-1])!r} does not exist (got {str(v)!r})")
+    if missing and folder_must_exist: raise ValueError(f"`{name}` cannot be written: the folder {str(missing[-1])!r} does not exist (got "
+                                                       f"{str(v)!r})")
     if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
     return full
 
@@ -129,7 +132,8 @@ def check_written_beside(name:str, path:Path, v):
 # %% ../../nbs/02_checks.ipynb #22c25096
 def check_folder(name:str, v) -> Path:
     "Return `v` as a `Path` of a folder that exists or can be made, and can be written to"
-    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a folder path (str or Path), {_got(v)}")
+    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a folder path (str or Path), "
+                                                                                      f"{_got(v)}")
     p = folder = Path(v).expanduser()
     _check_length(name, p/'x', v)
     while not folder.exists(): folder = folder.parent

@@ -40,13 +40,16 @@ def guarded(what:str, f:Callable, *args, expected=(), **kwargs):
         return None
 
 # %% ../../nbs/06_core.ipynb #8293a4b7
-TELEMETRY_EVERY = .25  # seconds between the telemetry sampler's samples, by default: 4 Hz (NVML's utilization is itself an average over 1/6 s to 1 s; at 20 Hz the thread cost a host-bound GPU step ~5%)
+# seconds between the telemetry sampler's samples, by default: 4 Hz (NVML's utilization is itself an average over 1/6 s to 1 s; at 20 Hz the
+# thread cost a host-bound GPU step ~5%)
+TELEMETRY_EVERY = .25
 EVERY_RANGE = (.005, 60.)  # the intervals `telemetry_every` may take, in seconds
 GATHER_TIMEOUT = 10.  # seconds rank 0 waits at the end of a call for the profiles of ranks that have not arrived
 
 @dataclass
 class ProfileOptions:
-    "What a profiled call was asked for, every option of `Learner.profile` but where it logs and writes: one object from the call to every probe; checked on creation (what depends on the learner, its device and its loaders is checked by `session_for`)"
+    """What a profiled call was asked for, every option of `Learner.profile` but where it logs and writes: one object from the call to every
+    probe; checked on creation (what depends on the learner, its device and its loaders is checked by `session_for`)"""
     show_report:bool=True # Display the report after the call
     plain:bool=False # Print a plain-text report (also in Jupyter)
     markdown:bool=False # Print the report as markdown
@@ -56,13 +59,16 @@ class ProfileOptions:
     keep_batches:int=1000 # Most recent batches kept for plots and traces
     timing:str='auto' # 'events' (CUDA events), 'sync' (synchronize at each boundary), 'wall', or 'auto'
     samples_per_second:bool=True # Count samples per batch for the Samples/Second column
-    events_every:int=GPU_EVERY # With CUDA events (`timing='events'`): record them on one batch in this many past the warm-up (1: every batch)
+    # With CUDA events (`timing='events'`): record them on one batch in this many past the warm-up (1: every batch)
+    events_every:int=GPU_EVERY
     # what the probes measure
-    breakdown:bool=False # Split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`) instead of sampling callback costs
+    # Split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`) instead of sampling callback costs
+    breakdown:bool=False
     efficiency:bool|str='auto' # FLOPs per sample, FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
     peak_flops:float|None=None # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
     layers:bool=True # Time each module's forward and backward on a few sampled training batches (`LayerTimer`)
-    telemetry:bool|str='auto' # GPU utilization, power, clocks, throttling (NVML sampler thread) and CPU utilization; 'auto': the sampler on a GPU
+    # GPU utilization, power, clocks, throttling (NVML sampler thread) and CPU utilization; 'auto': the sampler on a GPU
+    telemetry:bool|str='auto'
     telemetry_every:float=TELEMETRY_EVERY # Seconds between the telemetry sampler's samples
     memory_snapshot:bool=False # GPU only: CUDA's allocator history during the call, a snapshot next to the CSV if a fit runs out of memory
     # distributed runs
@@ -84,7 +90,8 @@ class ProfileOptions:
 
 # %% ../../nbs/06_core.ipynb #7ed928cb
 class LoadTime:
-    "Mean time to build one batch where the loader builds it (`workers` processes, or 0: the main process), in one phase; and to move one between processes"
+    """Mean time to build one batch where the loader builds it (`workers` processes, or 0: the main process), in one phase; and to move one
+    between processes"""
     _fields = ('seconds', 'cpu_seconds', 'batches', 'workers', 'send', 'receive')
     def __init__(self,
                  seconds:float, # Wall seconds to build one batch
@@ -93,7 +100,8 @@ class LoadTime:
                  workers:int, # Loader workers that built them (0: the main process)
                  send:float=math.nan, # Seconds to send one batch from a worker to the main process (NaN: not measured)
                  receive:float=math.nan, # Seconds to receive it there
-                 probe:Callable|None=None, # Measures `(send, receive)` when either is first read, instead of the two: a probe kept out of training
+                 # Measures `(send, receive)` when either is first read, instead of the two: a probe kept out of training
+                 probe:Callable|None=None,
                 ):
         self.seconds,self.cpu_seconds,self.batches,self.workers = seconds,cpu_seconds,batches,workers
         self._transfer,self._probe = (send, receive),probe
@@ -120,12 +128,16 @@ class Staging(NamedTuple):
     "Host time that `CudaPrefetchCallback` spent drawing and staging next batches inside the current ones, in one phase"
     seconds:float; batches:int
 
-EXTRA_KEYS = ('batch_bytes', 'batch_pinned', 'pinned_copy', 'pinned_copy_seconds')  # what the learner's facts keep in `extra` for the diagnosis' copy model (`fastprofile.learner.batch_copy`): no probe's key
-PROBES = {}  # key -> the registered `Probe` class (`register`): the session makes one per call (`make`), its facts are `facts.extra[key]`, saved with its `to_json`, shown with its `section`, logged with its `scalars`
+# what the learner's facts keep in `extra` for the diagnosis' copy model (`fastprofile.learner.batch_copy`): no probe's key
+EXTRA_KEYS = ('batch_bytes', 'batch_pinned', 'pinned_copy', 'pinned_copy_seconds')
+# key -> the registered `Probe` class (`register`): the session makes one per call (`make`), its facts are `facts.extra[key]`, saved with
+# its `to_json`, shown with its `section`, logged with its `scalars`
+PROBES = {}
 
 @dataclass(init=False)
 class Facts:
-    "What the run was, besides its times (its fields), and what each probe measured, under the probe's `key` in `extra` (read as `facts.<key>`): collected when the call ends"
+    """What the run was, besides its times (its fields), and what each probe measured, under the probe's `key` in `extra` (read as
+    `facts.<key>`): collected when the call ends"""
     device:str='cpu' # Where the model trained ('cpu', 'cuda:0', ...)
     num_workers:int|None=None # Loader workers of the training `DataLoader` (None: unknown)
     cpus:int|None=None # CPUs this process may run on (None: unknown; the diagnosis takes this machine's)
@@ -134,12 +146,16 @@ class Facts:
     model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
     staging:dict=field(default_factory=dict) # phase -> `Staging`, when `CudaPrefetchCallback` was active
     prefetch:bool=False # `CudaPrefetchCallback` was active
-    flops:dict=field(default_factory=dict) # `Row` -> FLOPs per sample of its work: the table's `FLOP/s` column (`fastprofile.probes.efficiency_probe` fills it)
-    tokens:dict=field(default_factory=dict) # phase -> `fastprofile.engine.tokens.TokenPhase`: the tokens and padding of token-id batches, counted by the profiler itself
-    extra:dict=field(default_factory=dict) # probe key -> what that probe measured (`Probe.measured`; fastprofile's own: 'loading', 'layers', 'telemetry', ...)
+    # `Row` -> FLOPs per sample of its work: the table's `FLOP/s` column (`fastprofile.probes.efficiency_probe` fills it)
+    flops:dict=field(default_factory=dict)
+    # phase -> `fastprofile.engine.tokens.TokenPhase`: the tokens and padding of token-id batches, counted by the profiler itself
+    tokens:dict=field(default_factory=dict)
+    # probe key -> what that probe measured (`Probe.measured`; fastprofile's own: 'loading', 'layers', 'telemetry', ...)
+    extra:dict=field(default_factory=dict)
 
     def __init__(self, device:str='cpu', num_workers:int|None=None, cpus:int|None=None, threads:int|None=None, batch_size:int|None=None,
-                 model:dict|None=None, staging:dict|None=None, prefetch:bool=False, flops:dict|None=None, tokens:dict|None=None, extra:dict|None=None,
+                 model:dict|None=None, staging:dict|None=None, prefetch:bool=False, flops:dict|None=None, tokens:dict|None=None,
+                 extra:dict|None=None,
                  **measured # What probes measured, by key (`Facts(layers=...)`): into `extra`
                 ):
         self.device,self.num_workers,self.cpus,self.threads,self.batch_size = device,num_workers,cpus,threads,batch_size
@@ -179,7 +195,8 @@ _FIELDS = tuple(Facts.__dataclass_fields__)  # what the run was; any other name 
 
 # %% ../../nbs/06_core.ipynb #d7e8f90c
 class Probe:
-    "Measures something in a profiled call. The session that owns the call tells it when the call, each fit and each phase start and end, in a fixed order, on every exit path"
+    """Measures something in a profiled call. The session that owns the call tells it when the call, each fit and each phase start and end,
+    in a fixed order, on every exit path"""
     def start(self, s):
         "The call starts, at its first fit's `before_fit` (`s`: the `fastprofile.lifecycle.session.Session`)"
     def stage(self, s):
@@ -197,13 +214,19 @@ class Probe:
     def end(self, s):
         "The call ends, however it ends (`s.exc`: the exception, if one ended it)"
     # What a probe is besides its events: one class holds all of it, and `register` puts it in `PROBES`
-    key:str|None = None # Where `contribute` puts `measured()`: `facts.extra[key]`, read as `facts.<key>` (saved and loaded with the profile)
+    # Where `contribute` puts `measured()`: `facts.extra[key]`, read as `facts.<key>` (saved and loaded with the profile)
+    key:str|None = None
     options:tuple = () # The `ProfileOptions` fields `make` reads (checked by `register`)
-    probe_order:int = 70 # Where the session places it: probes start in this order and end in the reverse; fastprofile's 10-60, yours 70, past 100 after the sinks
-    per_batch:bool = False # The session calls it (`probe()`) after every recorded training and validation batch: one probe at most (keep it to a counter check)
+    # Where the session places it: probes start in this order and end in the reverse; fastprofile's 10-60, yours 70, past 100 after the
+    # sinks
+    probe_order:int = 70
+    # The session calls it (`probe()`) after every recorded training and validation batch: one probe at most (keep it to a counter check)
+    per_batch:bool = False
     @classmethod
     def make(cls, call:Call) -> Probe|None:
-        "This probe for a profiled `call` (its learner and checked options), or None when the options leave it off; the session calls it for every registered class. The default makes none: pass yours as `learn.profile(probes=[...])`, or override `make` to run it on every profiled call"
+        """This probe for a profiled `call` (its learner and checked options), or None when the options leave it off; the session calls it
+        for every registered class. The default makes none: pass yours as `learn.profile(probes=[...])`, or override `make` to run it on
+        every profiled call"""
         return None
     def contribute(self, facts:Facts):
         "Add what this probe measured to the call's `Facts` (after `end`): by default `measured()` under `facts.extra[key]`"
@@ -218,7 +241,8 @@ class Probe:
         return None
     @classmethod
     def to_json(cls, data):
-        "`data` (what `measured` returned) as plain JSON values, for `ProfileResult.save`; by default `to_plain` (what JSON cannot hold is dropped)"
+        """`data` (what `measured` returned) as plain JSON values, for `ProfileResult.save`; by default `to_plain` (what JSON cannot hold is
+        dropped)"""
         return to_plain(data)
     @classmethod
     def from_json(cls, d):
@@ -238,14 +262,19 @@ class Call(NamedTuple):
 
 
 def register(cls:type) -> type:
-    "Register a `Probe` class with a `key`: the session makes it for every profiled call (its `make`), its facts are saved and loaded (`to_json`, `from_json`), its section shows in every report holding its facts (a profile read from a file too), its scalars go to the loggers. A class decorator; `learn.profile(probes=[...])` registers its probes' classes too"
+    """Register a `Probe` class with a `key`: the session makes it for every profiled call (its `make`), its facts are saved and loaded
+    (`to_json`, `from_json`), its section shows in every report holding its facts (a profile read from a file too), its scalars go to the
+    loggers. A class decorator; `learn.profile(probes=[...])` registers its probes' classes too"""
     if not (isinstance(cls, type) and issubclass(cls, Probe)): raise TypeError(f"`register` takes a `Probe` subclass, got {cls!r}")
     k = cls.key
-    if not (isinstance(k, str) and k.isidentifier()): raise ValueError(f"{cls.__name__}.key must be a name (a str identifier) for its facts, got {k!r}")
+    if not (isinstance(k, str) and k.isidentifier()): raise ValueError(f"{cls.__name__}.key must be a name (a str identifier) for its "
+                                                                       f"facts, got {k!r}")
     if k in _FIELDS: raise ValueError(f"{cls.__name__}.key {k!r} is a field of `Facts`: pick another name")
-    if k in EXTRA_KEYS: raise ValueError(f"{cls.__name__}.key {k!r} is kept in `facts.extra` by fastprofile itself (the copy model's {', '.join(EXTRA_KEYS)}): pick another name")
+    if k in EXTRA_KEYS: raise ValueError(f"{cls.__name__}.key {k!r} is kept in `facts.extra` by fastprofile itself (the copy model's "
+                                         f"{', '.join(EXTRA_KEYS)}): pick another name")
     bad = [o for o in cls.options if o not in ProfileOptions.__dataclass_fields__]
-    if bad: raise ValueError(f"{cls.__name__}.options names {', '.join(map(repr, bad))}, not `ProfileOptions` fields: valid are {', '.join(ProfileOptions.__dataclass_fields__)}")
+    if bad: raise ValueError(f"{cls.__name__}.options names {', '.join(map(repr, bad))}, not `ProfileOptions` fields: valid are "
+                             f"{', '.join(ProfileOptions.__dataclass_fields__)}")
     had = PROBES.get(k)
     mods = {cls.__module__} if had is None else {had.__module__, cls.__module__}
     if had is not None and had.__qualname__ == cls.__qualname__ and '__main__' in mods and len(mods) == 2:
@@ -260,20 +289,23 @@ def register(cls:type) -> type:
 def probe_sections(result) -> list:
     "The report sections of the registered probes whose facts `result` holds, in the order they were measured"
     extra = getattr(result.facts, 'extra', None) or {}
-    out = [guarded(f"the report section of the probe {k!r}", PROBES[k].section, v, result) for k,v in extra.items() if k in PROBES and v is not None]
+    out = [guarded(f"the report section of the probe {k!r}", PROBES[k].section, v, result) for k,v in extra.items()
+           if k in PROBES and v is not None]
     return [s for s in out if s is not None]
 
 def probe_scalars(result) -> dict:
     "The registered probes' numbers for the loggers, `{f'{key}/{name}': value}`"
     extra,out = getattr(result.facts, 'extra', None) or {},{}
     for k,v in extra.items():
-        if k in PROBES and v is not None: out.update({f"{k}/{n}":x for n,x in (guarded(f"the scalars of the probe {k!r}", PROBES[k].scalars, v) or {}).items()})
+        if k in PROBES and v is not None: out.update({f"{k}/{n}":x
+                for n,x in (guarded(f"the scalars of the probe {k!r}", PROBES[k].scalars, v) or {}).items()})
     return out
 
 SAMPLE_SHARE = 16  # a probe's first sampling of a phase takes at most one in this many of its batches past the warm-up
 
 def first_samples(first:int, dl, warmup:int) -> int:
-    "How many of a phase's first batches a sampling probe takes: `first`, at most one in `SAMPLE_SHARE` of the loader `dl`'s batches past `warmup`, at least one (if `first` is); `first` for a loader with no length"
+    """How many of a phase's first batches a sampling probe takes: `first`, at most one in `SAMPLE_SHARE` of the loader `dl`'s batches past
+    `warmup`, at least one (if `first` is); `first` for a loader with no length"""
     try: n = len(dl) - warmup
     except Exception: return first
     return min(first, max(1, n//SAMPLE_SHARE))
@@ -281,7 +313,8 @@ def first_samples(first:int, dl, warmup:int) -> int:
 class Sink(Probe):
     "Where a profile goes besides the report: subclass and override what you need (a `Probe` that also logs)"
     # During the call, the record folds the ended phases' batches into its statistics when they are read: a sink that reads
-    # `s.record.stats` in `end_phase` or `end_stage` calls `s.record.fold()` first (`log_batch`'s `record.last()`, `log_fit`'s result need nothing)
+    # `s.record.stats` in `end_phase` or `end_stage` calls `s.record.fold()` first (`log_batch`'s `record.last()`, `log_fit`'s result need
+    # nothing)
     name = 'sink'
     def __repr__(self): return f"{type(self).__name__}()"  # how a sink shows in fastai's WandbCallback run config
     def log_batch(self, record:ProfileRecord, step:int, window:int):
@@ -334,10 +367,13 @@ class ProfileResult:
     def __init__(self,
         record:ProfileRecord, # The closed record (all ranks merged under DDP)
         facts:Facts|None=None, # What the run was (workers, device, prefetch, breakdown...)
-        sections=(), # Functions `f(result) -> Section|None` (or a list of sections) adding sections to the report (diagnosis, ranks...); `probe_sections` among them places the probes' (else they come last)
+        # Functions `f(result) -> Section|None` (or a list of sections) adding sections to the report (diagnosis, ranks...);
+        # `probe_sections` among them places the probes' (else they come last)
+        sections=(),
         interrupted:str|None=None, # How the call ended early, if it did (e.g. 'KeyboardInterrupt')
         own_cost:float=0., # Seconds the profiler spent outside the table (set-up, closing)
-        about:dict|None=None, # Where and with what it ran (versions, device, machine, when), as a saved profile tells it (`fastprofile.sinks.saving`)
+        # Where and with what it ran (versions, device, machine, when), as a saved profile tells it (`fastprofile.sinks.saving`)
+        about:dict|None=None,
     ):
         check_type('record', record, ProfileRecord, 'a ProfileRecord')
         if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
@@ -365,7 +401,8 @@ class ProfileResult:
     def report(self) -> ProfileReport:
         "The report: the results table, its notes, and a section from each of `sections` that has something to say"
         rep = ProfileReport(self.results, report_notes(self))
-        for f in self.sections if probe_sections in self.sections else [*self.sections, probe_sections]:  # the probes' own, where the list puts them (else last)
+        # the probes' own, where the list puts them (else last)
+        for f in self.sections if probe_sections in self.sections else [*self.sections, probe_sections]:
             sec = guarded(f"the report section {getattr(f, '__name__', f)}", f, self)
             if sec is not None: rep.sections += sec if isinstance(sec, list) else [sec]
         return rep
@@ -399,14 +436,16 @@ class Profile:
         on_batch=None, # `on_batch()`, called after every recorded batch (on the per-batch path: keep it to a counter check)
     ):
         self.options = _options(options)
-        sinks,sections = check_items('sinks', sinks, Sink, 'Sink objects'),check_items('sections', sections, Callable, 'functions f(result)')
+        sinks,sections = check_items('sinks', sinks, Sink, 'Sink objects'),check_items('sections', sections, Callable,
+                                                                                       'functions f(result)')
         for n,f in (('gather',gather),('publish',publish),('on_batch',on_batch)):
             if f is not None: check_callable(n, f)
         check_callable('clock', clock, 'a clock: a function returning seconds')
         if csv_path is not None: csv_path = check_path('csv_path', csv_path)
         self.sinks,self.sections,self.gather = sinks,sections,gather
         self.csv_path,self.publish,self.clock,self.on_batch = csv_path,publish,clock,on_batch
-        self.record,self.own_cost,self.session,self.held = None,0.,None,None  # `session`: the `fastprofile.lifecycle.session.Session` that owns the call
+        # `session`: the `fastprofile.lifecycle.session.Session` that owns the call
+        self.record,self.own_cost,self.session,self.held = None,0.,None,None
 
     def __repr__(self): return f"Profile({self.options}, sinks={self.sinks})"  # what fastai's WandbCallback logs as config
     def __getstate__(self): return {**self.__dict__, 'session': None}  # pickled with its callbacks (`learn.export()`): not the live call
@@ -417,7 +456,8 @@ def _options(o): return ProfileOptions() if o is None else check_type('options',
 # %% ../../nbs/06_core.ipynb #15ee6e49
 @patch
 def start_stage(self:Profile, device='cpu', overhead=None) -> ProfileRecord:
-    "A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started; `overhead`: the pair's cost per batch, or a function measuring it"
+    """A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started;
+    `overhead`: the pair's cost per batch, or a function measuring it"""
     t0 = self.clock()
     if self.record is None:
         o = self.options
@@ -445,7 +485,8 @@ def end_stage(self:Profile, bs:int=0):
 # %% ../../nbs/06_core.ipynb #3f9c7755
 @patch
 def conclude(self:Profile, interrupted:BaseException|None=None, facts:Facts|None=None) -> tuple:
-    "Close → gather → result: `(ProfileResult, is_main)`, or `(None, True)` if nothing was profiled; the profile is then ready for another call"
+    """Close → gather → result: `(ProfileResult, is_main)`, or `(None, True)` if nothing was profiled; the profile is then ready for another
+    call"""
     rec,self.held = self.record,None
     if rec is None: return None,True
     t0 = self.clock()

@@ -84,7 +84,8 @@ def _tf32_allowed(family:str) -> bool:
     return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != 'highest'
 
 def compute_dtype(dtype, device_type:str, family:str='matmul') -> str:
-    "What an operation of `family` ('matmul', 'conv', 'attention') on `dtype` inputs on `device_type` ran as: 'fp32', 'tf32', 'bf16', 'fp16'..."
+    """What an operation of `family` ('matmul', 'conv', 'attention') on `dtype` inputs on `device_type` ran as: 'fp32', 'tf32', 'bf16',
+    'fp16'..."""
     if 'float8' in str(dtype): return 'fp8'
     d = _DTYPES.get(dtype, str(dtype).replace('torch.', ''))
     if d != 'fp32' or device_type != 'cuda': return d
@@ -192,7 +193,8 @@ def is_compiled(model) -> bool:
 _SETUP = []  # seconds the first `FlopCount` of this process took, once it ran
 
 def prepare_flop_counter() -> float:
-    "Count one tiny matmul, once per process, so that the counter's one-time set-up happens now and not in a batch; its seconds (0. after the first)"
+    """Count one tiny matmul, once per process, so that the counter's one-time set-up happens now and not in a batch; its seconds (0. after
+    the first)"""
     if _SETUP: return 0.
     t0 = time.perf_counter()
     with FlopCount(): torch.ones(1, 1) @ torch.ones(1, 1)

@@ -23,7 +23,9 @@ __all__ = ['TIMINGS', 'GPU_EVERY', 'check_timing', 'resolve_timing', 'EventPool'
 
 # %% ../../nbs/04_gpu_timing.ipynb #ad9e25d0
 TIMINGS = ('auto','events','sync','wall')
-GPU_EVERY = 7  # `learn.profile()` records CUDA events on one batch in this many past the warm-up (odd: never in step with samplers that take every 16th or 32nd batch)
+# `learn.profile()` records CUDA events on one batch in this many past the warm-up (odd: never in step with samplers that take every 16th or
+# 32nd batch)
+GPU_EVERY = 7
 
 def check_timing(timing:str) -> str:
     "Raise a clear error unless `timing` is one of `TIMINGS`"
@@ -69,14 +71,18 @@ class PendingBatch(NamedTuple):
 
 # %% ../../nbs/04_gpu_timing.ipynb #6db5caac
 class GpuProfileRecord(ProfileRecord):
-    "A `ProfileRecord` that also times each phase on the GPU with pooled events on `stream`, on one batch in `every` past the warm-up, resolved lazily"
+    """A `ProfileRecord` that also times each phase on the GPU with pooled events on `stream`, on one batch in `every` past the warm-up,
+    resolved lazily"""
     timing = 'events'
-    TRANSIENT = ProfileRecord.TRANSIENT + ('stream','pool','_pending','_gpu_buf','n_waits','_batch_no','_row','_cleared')  # the events and their bookkeeping: nothing of them outlives the call
+    # the events and their bookkeeping: nothing of them outlives the call
+    TRANSIENT = ProfileRecord.TRANSIENT + ('stream','pool','_pending','_gpu_buf','n_waits','_batch_no','_row','_cleared')
     def __init__(self,
         make_event=None, # Creates a timing event; default `torch.cuda.Event(enable_timing=True)`
         stream=None, # Stream to record events on (the model device's current stream); None: the current one
         pool_batches:int=64, # Batches whose events can be in flight at once
-        every:int=1, # Record events on one batch in this many past the warm-up (the others get wall marks only); `learn.profile()`'s default is `GPU_EVERY`
+        # Record events on one batch in this many past the warm-up (the others get wall marks only); `learn.profile()`'s default is
+        # `GPU_EVERY`
+        every:int=1,
         **kwargs
     ):
         super().__init__(**kwargs)
@@ -243,12 +249,14 @@ def make_record(timing:str, # A resolved timing mode: 'wall', 'sync' or 'events'
         return rec
     if timing == 'events':
         import torch
-        return GpuProfileRecord(stream=torch.cuda.current_stream(device), pool_batches=pool_batches, every=events_every, clock=clock, **kwargs)
+        return GpuProfileRecord(stream=torch.cuda.current_stream(device), pool_batches=pool_batches, every=events_every, clock=clock,
+                                **kwargs)
     raise ValueError(f"`timing` must be a resolved mode ('wall', 'sync' or 'events'), got {timing!r}")
 
 # %% ../../nbs/04_gpu_timing.ipynb #cba3652c
 def gpu_idle_share(rec:ProfileRecord, phase:str='train') -> float:
-    "Share of the step's wall time (draw + batch) in which the GPU ran none of the timed phases (from the means: GPU times come from the sampled batches)"
+    """Share of the step's wall time (draw + batch) in which the GPU ran none of the timed phases (from the means: GPU times come from the
+    sampled batches)"""
     g,st = rec.gpu_stats,rec.stats
     mean = lambda s: s.mean if s.n else 0.
     wall = mean(st[Row(phase,'draw')]) + mean(st[Row(phase,'batch')])

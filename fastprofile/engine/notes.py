@@ -52,10 +52,12 @@ def _timing_note(rec) -> str:
     na,warm = sum(getattr(rec, 'n_apart', {}).values()),''
     if (rec.warmup or na) and nw:
         tw = sum(rec.stats[Row(p,'warmup')].total for p in PHASES)
-        what = [f"the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each phase"] if rec.warmup else []
+        what = [f"the first {rec.warmup if rec.warmup > 1 else ''}{' batches' if rec.warmup > 1 else 'batch'} of each "
+                f"phase"] if rec.warmup else []
         if na: what.append(f"{na} later batch{'es' if na > 1 else ''} that compiled (torch.compile)")
         warm = f" `warmup`: {' and '.join(what)} ({nw} in all, {fmt_time(tw)}), not in the per-batch rows."
-    return f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed phases (other callbacks, metrics, logging)."
+    return (f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed phases (other "
+            f"callbacks, metrics, logging).")
 
 def _cost_note(result) -> str|None:
     "What profiling cost: per training batch (timed in isolation) and outside the table, in one line"
@@ -63,7 +65,8 @@ def _cost_note(result) -> str|None:
     st = rec.stats[Row('train','batch')]
     if not math.isnan(rec.overhead_per_batch):
         share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a batch)" if st.n else ''
-        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself in isolation (from outside a fit, BENCHMARKS.md measures 1-10x that)")
+        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself in isolation (from outside a fit, "
+                     f"BENCHMARKS.md measures 1-10x that)")
     if result.own_cost: parts.append(f"{fmt_time(result.own_cost)} set-up and closing")
     return f"Profiler's cost: {'; '.join(parts)}." if parts else None
 
@@ -73,7 +76,8 @@ def _prefetch_note(facts) -> str|None:
     staged = {p:v for p,v in facts.staging.items() if v.batches}
     if not staged: return "CudaPrefetchCallback was active: `draw` is what is left of the wait for the next batch."
     per = ', '.join(f"{fmt_time(v.seconds/v.batches)} per {p} batch" for p,v in staged.items())
-    return f"CudaPrefetchCallback was active: the next batch is drawn inside the current one, so its wait shows in the batch's `other` ({per})."
+    return (f"CudaPrefetchCallback was active: the next batch is drawn inside the current one, so its wait shows in the batch's `other` "
+            f"({per}).")
 
 def _about_note(result) -> str|None:
     "Where a profile loaded from a file ran, and with what"
@@ -81,16 +85,19 @@ def _about_note(result) -> str|None:
     if not a: return None
     v,dev,m = a.get('versions') or {},a.get('device') or {},a.get('machine') or {}
     where = f"{dev.get('type') or '?'}" + (f" ({dev['name']})" if dev.get('name') else '')
-    return (f"Saved {a.get('created') or '?'} by fastprofile {v.get('fastprofile', '?')} (fastai {v.get('fastai', '?')}, torch {v.get('torch', '?')}) "
+    return (f"Saved {a.get('created') or '?'} by fastprofile {v.get('fastprofile', '?')} (fastai {v.get('fastai', '?')}, torch "
+            f"{v.get('torch', '?')}) "
             f"on {m.get('host') or '?'}, {where}" + (f"; read from {a['source']}" if a.get('source') else '') + '.')
 
 def report_notes(result) -> list:
-    "The notes under the table of `result` (a `fastprofile.engine.core.ProfileResult`), most important first: what is missing, how it was timed, what profiling cost"
+    """The notes under the table of `result` (a `fastprofile.engine.core.ProfileResult`), most important first: what is missing, how it was
+    timed, what profiling cost"""
     rec,notes = result.record,[]
     if not (rec.stats[Row('train','batch')].n or rec.stats[Row('train','warmup')].n):
         notes.append("No training batch was recorded: the training loader was empty, or every fit was cancelled before its first batch.")
     elif not rec.stats[Row('train','batch')].n:
-        notes.append(f"Every training batch was warm-up (`warmup={rec.warmup}`): the per-batch rows are empty; profile more batches or lower `warmup`.")
+        notes.append(f"Every training batch was warm-up (`warmup={rec.warmup}`): the per-batch rows are empty; profile more batches or "
+                     f"lower `warmup`.")
     if result.interrupted: notes.append(f"Partial profile: the call ended early ({result.interrupted}); times run to the last batch seen.")
     if len(rec.stages) > 1:
         notes.append(f"{len(rec.stages)} fits in this call: " + ', then '.join(

@@ -24,7 +24,8 @@ class Patch:
     def __init__(self, obj=None, attr=None, value=None, prev=_MISSING, undo=None):
         self.obj,self.attr,self.value,self.prev,self.undo = obj,attr,value,prev,undo
     def __repr__(self):
-        return f"<Patch {type(self.obj).__name__}.{self.attr}>" if self.undo is None else f"<Patch {getattr(self.undo, '__name__', self.undo)}>"
+        return (f"<Patch {type(self.obj).__name__}.{self.attr}>" if self.undo is None
+                else f"<Patch {getattr(self.undo, '__name__', self.undo)}>")
 
 class Patches:
     "An undo stack: every change made to a user's objects for one profiled call, and how to put it back"

@@ -80,7 +80,8 @@ _PART_SLOTS = {p:_part_slots(p) for p in PHASES}
 _PART_ROWS = {p:[Row.part(p, a) for a in ('draw', 'batch', *[s.name for s in STEPS[p]], 'other')] for p in PHASES}  # their rows
 
 def part_durations(marks:np.ndarray, phase:str) -> np.ndarray:
-    "Per-batch durations (seconds) as an `(n, 3 + steps)` array: `draw`, `batch`, each step of `phase`, `other` (the columns of `batch_durations`)"
+    """Per-batch durations (seconds) as an `(n, 3 + steps)` array: `draw`, `batch`, each step of `phase`, `other` (the columns of
+    `batch_durations`)"""
     m = np.asarray(marks, dtype=np.float64).reshape(-1, N_MARKS)
     a,z = _PART_SLOTS[phase]
     d = np.empty((len(m), len(a)+1))
@@ -140,7 +141,9 @@ MAX_KEEP_BATCHES = 1_000_000  # `keep_batches` upper bound: the ring takes 152 b
 _RING_START = 64  # rows of a new record's ring: a short fit needs no more (a full one of 1,000 rows is 152 KB to write)
 
 class _Ring:
-    "`ProfileRecord.ring`, the ring of recent batches: made at its first read (a fold or a read: a short fit whose result is never read makes none), then kept in the record's `__dict__`, where reads and writes (`_fold_segment` grows it up to `keep_batches` rows) find it first"
+    """`ProfileRecord.ring`, the ring of recent batches: made at its first read (a fold or a read: a short fit whose result is never read
+    makes none), then kept in the record's `__dict__`, where reads and writes (`_fold_segment` grows it up to `keep_batches` rows) find
+    it first"""
     def __get__(self, rec, cls=None):
         if rec is None: return self
         r = rec.__dict__['ring'] = np.full((min(rec.keep_batches, _RING_START), N_COLS), np.nan)
@@ -149,7 +152,8 @@ class _Ring:
 class ProfileRecord:
     "Timestamps of the batch in flight, the last `keep_batches` batches, and streaming statistics per report row"
     timing = 'wall'  # how marks were taken: 'wall', 'sync' or 'events' (`fastprofile.engine.gpu_timing`)
-    evs = None  # the CUDA events of the batch in flight, when it records them (`GpuProfileRecord`: one batch in `gpu_every`); None: wall marks only
+    # the CUDA events of the batch in flight, when it records them (`GpuProfileRecord`: one batch in `gpu_every`); None: wall marks only
+    evs = None
     gpu_every = None  # CUDA events on one batch in this many past the warm-up (`GpuProfileRecord`); None: no events
     # What `state()` keeps (`STATE_KEYS`, set below the class): every attribute `__init__` makes but `TRANSIENT`, the live call's own,
     # then `CLASS_STATE`, declared on the class (the ring, made when first used; the timing mode and sampling, set by those that differ)
@@ -162,7 +166,9 @@ class ProfileRecord:
         fold_every:int=256, # Batches queued before they are folded into the statistics
         keep_epochs:int=1000, # Epochs whose per-phase totals are kept (the most recent ones)
         clock=time.perf_counter, # Wall clock, in seconds
-        lazy:bool=False, # Fold a phase's batches when they are read (`fold`, `results`...), not when it ends: a `Profile`'s records, so that a fit ends sooner
+        # Fold a phase's batches when they are read (`fold`, `results`...), not when it ends: a `Profile`'s records, so that a fit ends
+        # sooner
+        lazy:bool=False,
     ):
         for n,v,lo,hi in (('keep_batches',keep_batches,1,MAX_KEEP_BATCHES),('warmup',warmup,0,None),('fold_every',fold_every,1,None),
                           ('keep_epochs',keep_epochs,1,None)): check_int(n, v, lo, hi)
@@ -192,7 +198,9 @@ class ProfileRecord:
         # ---- about the call ----
         self._overhead,self._overhead_fn = math.nan,None  # the profiler's own cost per training batch (`overhead_per_batch`)
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
-        self.telemetry = None  # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.Telemetry`): gathered with the record under DDP
+        # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.Telemetry`): gathered with the record
+        # under DDP
+        self.telemetry = None
 
     ring = _Ring()  # the ring of recent batches: made when first used, then a plain attribute
 
@@ -231,7 +239,8 @@ class ProfileRecord:
         if len(self._queue) + self._n_sealed >= self.fold_every: self.fold()
 
     def set_apart(self) -> bool:
-        "The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics; False if no batch is in flight"
+        """The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics; False if no batch is
+        in flight"""
         m = self.marks
         if self.phase is None or math.isnan(m[Slot.DRAW_START]): return False
         if not any(a is m for a in self._apart): self._apart.append(m)
@@ -342,7 +351,8 @@ class ProfileRecord:
 
     @property
     def overhead_per_batch(self) -> float:
-        "The profiler's own cost per training batch, in seconds (NaN if not measured); a measurement set as a function runs when first asked for"
+        """The profiler's own cost per training batch, in seconds (NaN if not measured); a measurement set as a function runs when first
+        asked for"""
         f = self.__dict__.get('_overhead_fn')
         if f is not None: self._overhead_fn,self._overhead = None,float(f())
         return self.__dict__.get('_overhead', math.nan)
@@ -361,7 +371,8 @@ ProfileRecord.STATE_KEYS = _state_keys(ProfileRecord)  # derived: a new attribut
 # %% ../../nbs/03_record.ipynb #082f47c4
 @patch
 def _seal(self:ProfileRecord):
-    "Close the queue of the phase in flight into a segment: its bookkeeping now (batches, span, warm-up, set apart); its statistics and ring rows when `fold`ed"
+    """Close the queue of the phase in flight into a segment: its bookkeeping now (batches, span, warm-up, set apart); its statistics and
+    ring rows when `fold`ed"""
     if not self._queue: return
     p,queue,bss = self.phase,self._queue,self._queue_bs
     self._queue,self._queue_bs = [],[]
@@ -399,7 +410,8 @@ def pending(self:ProfileRecord) -> bool:
 
 @patch
 def _stat(self:ProfileRecord, k:Row, v:float):
-    "Add `v` seconds to row `k`: at once, or, in a lazy record, at its next fold (a fit ends sooner: each path it runs then costs tens of µs, caches cold)"
+    """Add `v` seconds to row `k`: at once, or, in a lazy record, at its next fold (a fit ends sooner: each path it runs then costs tens of
+    µs, caches cold)"""
     if not self.lazy: return self.stats[k].update(v)
     self._later.append((k, v))
     if len(self._later) > 256: self.fold()  # phases without batches fold nothing: bounded all the same
@@ -561,9 +573,11 @@ def results(self:ProfileRecord) -> pd.DataFrame:
         return n/s.total if (n and s.total > 0 and 'other' not in (row.action, row.step)) else nan
     for row,s in self.stats.items():
         if s.n == 0 and row != Row('fit','fit'): continue
-        g = gpu.get(row)  # GPU time per row, when CUDA events were recorded (on one batch in `gpu_every`: the total is the mean times the batches)
+        # GPU time per row, when CUDA events were recorded (on one batch in `gpu_every`: the total is the mean times the batches)
+        g = gpu.get(row)
         rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, per_second(self.samples, row, s), s.total,
                               100*s.total/fit_total if fit_total > 0 else nan, *s.quantiles((.5, .9, .99)),
-                              s.min if s.n else nan, s.max if s.n else nan, *((g.mean, g.mean*s.n) if g is not None and g.n else (nan, nan)),
+                              s.min if s.n else nan, s.max if s.n else nan,
+                              *((g.mean, g.mean*s.n) if g is not None and g.n else (nan, nan)),
                               tokens_per_s=nan if tokens is None else per_second(tokens, row, s)))
     return results_frame(rows, (('gpu_mean','gpu_total') if self.gpu_stats else ()) + (('tokens_per_s',) if tokens is not None else ()))

@@ -64,7 +64,8 @@ class LogHistogram:
         self._count(xs[~np.isnan(xs)])
 
     def _update_small(self, vals:list):
-        "`update` for a few values (a phase of a short fit): held, and counted with the next ones in one vectorized pass when the counts are read"
+        """`update` for a few values (a phase of a short fit): held, and counted with the next ones in one vectorized pass when the counts
+        are read"""
         self._pending.extend(vals)
         if len(self._pending) > self._PENDING: self.counts
 
@@ -78,12 +79,14 @@ class LogHistogram:
         return self.quantiles((q,))[0]
 
     def quantiles(self, qs) -> list:
-        "`quantile` of each of `qs`, the counts read once; with nothing counted yet but a few values held, from those values sorted (the same buckets)"
+        """`quantile` of each of `qs`, the counts read once; with nothing counted yet but a few values held, from those values sorted (the
+        same buckets)"""
         if self._counts is None and len(self._pending) <= self._PENDING:  # the bucket is monotonic in the value: the rank-th value's bucket
             vals = sorted(x for x in self._pending if x == x)
             n,lo,last = len(vals),self.lo,self.n_buckets-1
             if n == 0: return [math.nan]*len(qs)
-            bs = [min(max(int(math.floor((math.log(max(vals[min(max(int(math.ceil(q*n)), 1), n) - 1], lo)) - self._log_lo)/self._log_g)), 0), last)
+            bs = [min(max(int(math.floor((math.log(max(vals[min(max(int(math.ceil(q*n)), 1), n) - 1], lo)) - self._log_lo)/self._log_g)),
+                          0), last)
                   for q in qs]
         else:
             c = np.cumsum(self.counts)
@@ -98,7 +101,8 @@ class StreamingStats:
     def __init__(self, **hist_kwargs):
         self.n,self.mean,self.m2,self.total = 0,0.,0.,0.
         self.min,self.max = math.inf,-math.inf
-        if hist_kwargs: self.hist = LogHistogram(**hist_kwargs)  # else made when first used (`__getattr__`): a record makes two dozen, a short fit fills a few
+        # else made when first used (`__getattr__`): a record makes two dozen, a short fit fills a few
+        if hist_kwargs: self.hist = LogHistogram(**hist_kwargs)
 
     def __getattr__(self, name):
         if name != 'hist': raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -169,7 +173,8 @@ class StreamingStats:
 _SMALL_ROWS = 64  # at most this many rows: `update_columns` in plain Python (in a fit, each numpy call costs 10-20 µs: cold caches)
 
 def update_columns(stats:list, xs) -> list:
-    "Fold column `j` of `xs` (n rows x k columns: an array or lists) into `stats[j]` (NaNs skipped), in plain Python for a few rows, else a dozen numpy calls for all the columns; each column's sum"
+    """Fold column `j` of `xs` (n rows x k columns: an array or lists) into `stats[j]` (NaNs skipped), in plain Python for a few rows, else
+    a dozen numpy calls for all the columns; each column's sum"""
     if len(xs) <= _SMALL_ROWS:  # a short phase: plain Python per column (as `update` does)
         sums = []
         for s,col in zip(stats, zip(*(xs.tolist() if isinstance(xs, np.ndarray) else xs))):

@@ -80,9 +80,11 @@ COLUMNS = KEY_COLUMNS + list(RESULT_COLUMNS.values())  # the columns of every re
 COLUMNS.insert(COLUMNS.index('Samples/Second') + 1, 'Tokens/Second')  # where batches are token ids: beside Samples/s
 OPTIONAL_COLUMNS = ['Min','Max','P99','P90','P50'] # Left out in this order where the width is short; the other standard columns never are
 _SPREAD = ['Duration Std Dev','P50','P90','P99','Min','Max'] # Shown as '-' for single-call rows
-LABELS = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s', 'Tokens/Second':'Tokens/s',
+LABELS = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s',
+          'Tokens/Second':'Tokens/s',
           'Total Time':'Total', 'Percent of Total':'% of Fit', 'GPU Mean Duration':'GPU Mean', 'GPU Total Time':'GPU Total'}
-FORMATS = {**{c:fmt_time for c in TIME_COLS}, 'Number of Calls':fmt_count, 'Samples/Second':fmt_rate, 'Tokens/Second':fmt_rate, 'Percent of Total':fmt_pct}
+FORMATS = {**{c:fmt_time for c in TIME_COLS}, 'Number of Calls':fmt_count, 'Samples/Second':fmt_rate, 'Tokens/Second':fmt_rate,
+           'Percent of Total':fmt_pct}
 
 def col_label(col:str) -> str:
     "The label results column `col` has wherever it is rendered (its own name if it has no shorter one)"
@@ -167,7 +169,8 @@ _RICH_REWRITES = re.compile(r'[\t\r\x07\x08\x0b\x0c]')  # what `Text` changes: t
 _PLAIN_CELL = re.compile(r"[A-Za-z0-9_ .,%/()<>+*#@!?=&$'\"~^`|{}µ-]*")  # one cell per character; no markup, emoji codes or escapes
 
 class _Table:
-    "The results table, rendered to the segments rich's `Table` gives it where it fits and holds plain text (faster); by that `Table` otherwise"
+    """The results table, rendered to the segments rich's `Table` gives it where it fits and holds plain text (faster); by that `Table`
+    otherwise"""
     def __init__(self,
         header:list, # The number columns' labels (the name column has none)
         rows:list, # `(rule_before, style, cells)`: `style` None or a rich style name for the whole row
@@ -245,7 +248,8 @@ class ProfileReport:
     def _values(self) -> pd.DataFrame:
         "Each shown number as a string with its unit, under the results' column names"
         L = self._layout()
-        return pd.DataFrame({c: pd.Series(L.cells[c], index=self.results.index) for c in L.columns[3:]}, index=self.results.index)  # text columns, as pandas types them
+        # text columns, as pandas types them
+        return pd.DataFrame({c: pd.Series(L.cells[c], index=self.results.index) for c in L.columns[3:]}, index=self.results.index)
 
     def formatted(self) -> pd.DataFrame:
         "The results as strings with units under their labels (`LABELS`), repeated Phase/Action names blanked"
@@ -444,7 +448,8 @@ def _html_bar(pct:float) -> str:
     return f'<span class="fp-bar" role="presentation"><span style="width:{min(max(pct, 0), 100):.1f}%"></span></span>'
 
 def _html_section(sec:Section) -> str:
-    "A `Section` as an HTML block: title, verdict first and prominent, prose as a list (indented lines as sub-points), aligned lines kept aligned"
+    """A `Section` as an HTML block: title, verdict first and prominent, prose as a list (indented lines as sub-points), aligned lines kept
+    aligned"""
     lines,out = list(sec.lines),[f'<div class="fp-title">{_esc(sec.title)}</div>']
     if sec.headline and lines: out.append(f'<p class="fp-headline">{_html_inline(lines.pop(0))}</p>')
     li = lambda l: f'<li class="fp-sub">{_html_line(l.lstrip(" "))}</li>' if _indent(l) else f'<li>{_html_line(l)}</li>'

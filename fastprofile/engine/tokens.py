@@ -22,7 +22,8 @@ TOKEN_DTYPES = (torch.int64, torch.int32, torch.int16)  # what token ids are sto
 def _named(x, name:str) -> bool: return any(c.__name__ == name for c in type(x).__mro__)
 
 def token_ids(xb, model=None) -> torch.Tensor|None:
-    "The token ids in batch inputs `xb`, or None: its one input, a 2-d integer tensor (batch, sequence) that fastai typed as text (`TensorText`) or that `model` embeds (it has an `nn.Embedding`)"
+    """The token ids in batch inputs `xb`, or None: its one input, a 2-d integer tensor (batch, sequence) that fastai typed as text
+    (`TensorText`) or that `model` embeds (it has an `nn.Embedding`)"""
     if not isinstance(xb, (tuple, list)) or len(xb) != 1: return None  # tabular batches: categorical and continuous inputs
     x = xb[0]
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in TOKEN_DTYPES: return None
@@ -45,7 +46,8 @@ def _pad_of(f) -> int|None:
     return 1 if name in _PADDERS or type(f).__name__ in _PADDERS else None
 
 def pad_index(dl) -> tuple:
-    "`(pad_idx, source)`: the token that pads loader `dl`'s batches and what says so; `(None, source)` for a loader that never pads, `(None, '')` when nothing says"
+    """`(pad_idx, source)`: the token that pads loader `dl`'s batches and what says so; `(None, source)` for a loader that never pads,
+    `(None, '')` when nothing says"""
     if dl is None: return None,''
     if _named(dl, 'LMDataLoader'): return None,'LMDataLoader: one contiguous stream of tokens, no padding'
     for f in getattr(getattr(dl, 'before_batch', None), 'fs', None) or ():
@@ -112,6 +114,8 @@ def tokens_line(record, tokens:dict) -> str|None:
     if tp is not None:
         sh = tp.pad_share
         if tp.pad_idx is None and tp.source: out += f"; no padding ({tp.source})"
-        elif sh is not None: out += (f"; padding: {fmt_pct(sh)} of the tokens in {tp.sampled} sampled batch{'es' if tp.sampled != 1 else ''} "
-                                    f"(token {tp.pad_idx}, from {tp.source})" + (": the model spends about that share of its work on padding" if sh >= 10 else ''))
+        elif sh is not None: out += (f"; padding: {fmt_pct(sh)} of the tokens in {tp.sampled} sampled "
+                                     f"batch{'es' if tp.sampled != 1 else ''} "
+                                    f"(token {tp.pad_idx}, from {tp.source})" + (": the model spends about that share of its work on "
+                                                                                 "padding" if sh >= 10 else ''))
     return out + '.'

@@ -76,8 +76,10 @@ def as_profile(x, name:str='a') -> ProfileResult:
 _PHASE_ORDER = {'fit':0, 'train':1, 'valid':2}
 PER_SAMPLE = 'Per sample'  # the time columns' label when the batch sizes differ
 
-def comparison_table(a:ProfileResult, b:ProfileResult, names=('before','after'), main:bool=False, per_sample:bool|None=None) -> pd.DataFrame:
-    "Per row of either profile: the mean per call (per sample where the batch sizes differ) in `a` and in `b`, the change and its percent, samples/s in each (numbers; NaN where a row is in one only)"
+def comparison_table(a:ProfileResult, b:ProfileResult, names=('before','after'), main:bool=False,
+                     per_sample:bool|None=None) -> pd.DataFrame:
+    """Per row of either profile: the mean per call (per sample where the batch sizes differ) in `a` and in `b`, the change and its percent,
+    samples/s in each (numbers; NaN where a row is in one only)"""
     na,nb = names
     if per_sample is None: per_sample = per_sample_needed(a, b)
     cols = ['Mean Duration','Samples/Second']
@@ -109,12 +111,15 @@ def verdict_lines(a:ProfileResult, b:ProfileResult, names=('before','after')) ->
     "The comparison in words: where the bottleneck went (the headline), the steady-state step then and now, the verdicts"
     (na,nb),(da,db) = names,(_diagnosis(a), _diagnosis(b))
     sa,sb = steady_train(a),steady_train(b)
-    if da is None or db is None: head = f"No verdict to compare: the {na if da is None else nb} profile has no diagnosis (no training batch past the warm-up)."
-    elif da.verdict == db.verdict: head = f"Still bound by {db.label}: {fmt_pct(da.first.share)} of the fit {na}, {fmt_pct(db.first.share)} {nb}."
+    if da is None or db is None: head = (f"No verdict to compare: the {na if da is None else nb} profile has no diagnosis (no training "
+                                         f"batch past the warm-up).")
+    elif da.verdict == db.verdict: head = (f"Still bound by {db.label}: {fmt_pct(da.first.share)} of the fit {na}, "
+                                           f"{fmt_pct(db.first.share)} {nb}.")
     else: head = f"The bottleneck moved from {da.label} to {db.label}."
     out = [head]
     if sa is not None and sb is not None:
-        words = f"{fmt_rate(sa.samples_per_s)} -> {fmt_rate(sb.samples_per_s)} samples/s: {_speed_words(sb.samples_per_s/sa.samples_per_s)}."
+        words = (f"{fmt_rate(sa.samples_per_s)} -> {fmt_rate(sb.samples_per_s)} samples/s: "
+                 f"{_speed_words(sb.samples_per_s/sa.samples_per_s)}.")
         if per_sample_needed(a, b):  # a step of 64 samples against one of 32: per sample, or the words contradict the rates
             ps = lambda s: 1/s.samples_per_s if s.samples_per_s > 0 else math.nan
             out.append(f"Training step (steady state), per sample (batch size {train_batch_size(a):g} -> {train_batch_size(b):g}): "
@@ -135,7 +140,8 @@ def _describe(result:ProfileResult) -> str:
     dev = (a.get('device') or {}).get('type') or getattr(result.facts, 'device', None)
     if dev: where.append(f"on {dev}")
     n = rec.stats[Row('train','batch')].n + rec.stats[Row('train','warmup')].n
-    return ', '.join(where + [f"{len(rec.stages)} fit{'s' if len(rec.stages) != 1 else ''}, {n} training batches, {fmt_time(rec.fit_total)}"])
+    return ', '.join(where + [f"{len(rec.stages)} fit{'s' if len(rec.stages) != 1 else ''}, {n} training batches, "
+                              f"{fmt_time(rec.fit_total)}"])
 
 class Comparison:
     "Two profiles side by side: each row's mean before and after with its change, samples/s, and the verdict then and now"
@@ -162,7 +168,8 @@ class Comparison:
         na,nb = self.names
         per = per_sample_needed(self.a, self.b)
         m,s = (PER_SAMPLE if per else col_label('Mean Duration')),col_label('Samples/Second')
-        fmts = {f'{m} {na}':fmt_time, f'{m} {nb}':fmt_time, 'Δ':fmt_change_time, 'Δ%':fmt_change_pct, f'{s} {na}':fmt_rate, f'{s} {nb}':fmt_rate}
+        fmts = {f'{m} {na}':fmt_time, f'{m} {nb}':fmt_time, 'Δ':fmt_change_time, 'Δ%':fmt_change_pct, f'{s} {na}':fmt_rate,
+                f'{s} {nb}':fmt_rate}
         what = (f"of each row's time per sample (the batch sizes differ: {train_batch_size(self.a):g} -> {train_batch_size(self.b):g})"
                 if per else "of each row's mean per call")
         notes = [f"Δ: {nb} minus {na}, {what}; negative is faster.",

@@ -31,16 +31,20 @@ TIMED_EVENTS = ('before_draw','before_batch','after_pred','after_loss','before_b
 _perf = time.perf_counter
 _NAMES = {}  # callback class -> its fastai name
 
-_INLINE_MARKS = (ProfileRecord.mark, GpuProfileRecord.mark)  # the marks the callbacks write themselves: the wall clock, and a sampled batch's events
+# the marks the callbacks write themselves: the wall clock, and a sampled batch's events
+_INLINE_MARKS = (ProfileRecord.mark, GpuProfileRecord.mark)
 
 def _wall(rec) -> ProfileRecord|None:
-    "`rec` if its `mark` is a plain one on `perf_counter` (the callbacks then write its marks, and a sampled batch's CUDA events, themselves: one call less per mark), else None"
+    """`rec` if its `mark` is a plain one on `perf_counter` (the callbacks then write its marks, and a sampled batch's CUDA events,
+    themselves: one call less per mark), else None"""
     return rec if type(rec).mark in _INLINE_MARKS and 'mark' not in rec.__dict__ and rec.clock is _perf else None
 
 class _TableDispatch(Callback, Probe):
-    "A `Callback` whose events go through one table, `_table`: an event's slot (an int: mark a time there) or its handler (a function of the callback, called with it: no bound method, so no cycle through the callback itself); a `Probe` of its session"
+    """A `Callback` whose events go through one table, `_table`: an event's slot (an int: mark a time there) or its handler (a function of
+    the callback, called with it: no bound method, so no cycle through the callback itself); a `Probe` of its session"""
     # the tables, and when the session's events swap them: fastprofile.lifecycle.session, "The per-batch fast path"
-    _table,_untimed,_wall = {},True,None  # `_untimed`: left out of the callback costs (`fastprofile.probes.costs.event_methods`): it is the timer
+    # `_untimed`: left out of the callback costs (`fastprofile.probes.costs.event_methods`): it is the timer
+    _table,_untimed,_wall = {},True,None
     def __call__(self, event_name):
         "Mark the slot of `event_name`, or run its handler; one dict lookup for each event"
         h = self._table.get(event_name)
@@ -54,7 +58,8 @@ class _TableDispatch(Callback, Probe):
             else: h(self)
         if event_name == 'after_fit': self.run = True
     def __setattr__(self, name, value):
-        "Its own state (`_` names) and what fastai sets on every callback (`learn`, `run`) set directly: fastai's `Callback.__setattr__` first asks the learner whether `name` shadows one of its attributes (µs a time, a few dozen a fit)"
+        """Its own state (`_` names) and what fastai sets on every callback (`learn`, `run`) set directly: fastai's `Callback.__setattr__`
+        first asks the learner whether `name` shadows one of its attributes (µs a time, a few dozen a fit)"""
         if name[:1] == '_' or name == 'learn' or name == 'run': self.__dict__[name] = value
         else: super().__setattr__(name, value)
     # Real methods, so `show_training_loop` / `ordered_cbs` list the pair at the events it times (`before_draw`: the last one only)
@@ -68,7 +73,8 @@ class _TableDispatch(Callback, Probe):
     def after_batch(self):     self('after_batch')
     @property
     def name(self) -> str:
-        "fastai's `Callback.name` ('simple_profiler', 'simple_profiler_post'), worked out once per class: fastai reads it at each add and remove"
+        """fastai's `Callback.name` ('simple_profiler', 'simple_profiler_post'), worked out once per class: fastai reads it at each add and
+        remove"""
         n = _NAMES.get(type(self))
         if n is None: n = _NAMES[type(self)] = class2attr(self, 'Callback')
         return n
@@ -210,7 +216,8 @@ def pair_overhead(timing:str, device,
 
 def _calibrate(timing, device, n, k):
     scratch = Profile(ProfileOptions(timing=timing, keep_batches=8, warmup=0, show_report=False))
-    scratch.record = rec = make_record(timing, device, pool_batches=4, keep_batches=8, warmup=0, events_every=GPU_EVERY)  # a small event pool; events on one batch in `GPU_EVERY`, as in a profile
+    # a small event pool; events on one batch in `GPU_EVERY`, as in a profile
+    scratch.record = rec = make_record(timing, device, pool_batches=4, keep_batches=8, warmup=0, events_every=GPU_EVERY)
     rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
     pre,post = SimpleProfilerCallback(scratch),SimpleProfilerPostCallback(scratch)
     fake = types.SimpleNamespace(xb=(torch.zeros(1),), training=True, train_iter=1)  # so `find_bs` costs what it will

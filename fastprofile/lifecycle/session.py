@@ -36,7 +36,8 @@ def training_methods(learn) -> list:
 def _no_session(): return None
 
 class Session:
-    "The one owner of a profiled call on one learner: when the call, each fit and each phase start and end, told to every probe in one order, on every exit"
+    """The one owner of a profiled call on one learner: when the call, each fit and each phase start and end, told to every probe in one
+    order, on every exit"""
     def __init__(self,
         learn, # The `Learner`
         profile:Profile, # Options, record, sinks and the fit-end pipeline of the call
@@ -51,7 +52,9 @@ class Session:
         self.block = False  # the call is a `profiling()` block (its depth 1), which goes on after a fit in it raised
         self.contexts = []  # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
         self.fits = 0  # `Learner.fit`s in progress through the wrapper (`call('fit')`): 2 while a callback runs a fit inside one
-        self._opening = None  # a `Learner.fit` began through the wrapper, its `before_fit` still to come: whether a validation held the learner then (`_validating`)
+        # a `Learner.fit` began through the wrapper, its `before_fit` still to come: whether a validation held the learner then
+        # (`_validating`)
+        self._opening = None
         self.active = False  # the call has begun (its first fit started) and not ended
         self.phase,self.stage,self.exc,self.facts,self.result = None,-1,None,None,None
         self.device = None  # where the fit of the call in progress trains (`train_device`, read once at its `before_fit`)
@@ -78,7 +81,8 @@ class Session:
         return bool(self.contexts) and self.contexts[-1] == 'stage'
 
     def call(self, name, /, *args, **kwargs):
-        "Run the learner's own `name` (a training method) as part of the call; the outermost one is the call. A `fit` is counted while it runs, and its `before_fit` awaited (`_fit_begins`)"
+        """Run the learner's own `name` (a training method) as part of the call; the outermost one is the call. A `fit` is counted while it
+        runs, and its `before_fit` awaited (`_fit_begins`)"""
         self.enter()
         fit = name == 'fit'  # `fit_one_cycle`, `fine_tune`, `lr_find`... train through `self.fit`: this wrapper
         if fit: self.fits += 1; self._opening = _validating(self.learn)
@@ -101,7 +105,8 @@ class _ProfiledMethod:
     def __repr__(self): return f"<{type(self.session.learn).__name__}.{self.name}, profiled by fastprofile>"
 
 def _take_off(learn, cbs):
-    "Take the session's callbacks off `learn` as fastai's `remove_cb` does, also those that took themselves off `learn.cbs` meanwhile (`EfficiencyCallback` once its work is done): their `learn.<name>` goes too"
+    """Take the session's callbacks off `learn` as fastai's `remove_cb` does, also those that took themselves off `learn.cbs` meanwhile
+    (`EfficiencyCallback` once its work is done): their `learn.<name>` goes too"""
     learn.remove_cbs([cb for cb in cbs if cb in learn.cbs])
     for cb in cbs:
         if cb not in learn.cbs and learn.__dict__.get(cb.name) is cb: delattr(learn, cb.name); cb.learn = None
@@ -138,7 +143,9 @@ def leave(self:Session, exc:BaseException|None=None):
 
 # %% ../../nbs/06a_session.ipynb #e883d2d1
 def _stack_says(learn) -> tuple:
-    "For a `before_fit` that no method wrapper saw coming (a callback added by hand, a fit around the wrapper): (fastai is starting a `Learner.fit` of `learn`, not `validate`/`get_preds`; no other fit of `learn` is running), from fastai's stack, the one place that says"
+    """For a `before_fit` that no method wrapper saw coming (a callback added by hand, a fit around the wrapper): (fastai is starting a
+    `Learner.fit` of `learn`, not `validate`/`get_preds`; no other fit of `learn` is running), from fastai's stack, the one place that
+    says"""
     f,fit,n = sys._getframe(1),None,0
     while f is not None:  # `Learner._with_events(..., 'fit')` fires a fit's `before_fit`, `Learner.__enter__` a validation's
         c = f.f_code.co_name
@@ -183,13 +190,15 @@ def _listeners(self:Session, event:str, back:bool=False) -> list:
 
 @patch
 def _tell(self:Session, event:str, probes=None):
-    "Call `event` on each probe that listens to it (the start order, or `probes`); a probe that fails warns (raises in strict mode) and the others go on"
+    """Call `event` on each probe that listens to it (the start order, or `probes`); a probe that fails warns (raises in strict mode) and
+    the others go on"""
     for p in (self._listeners(event) if probes is None else probes):
         f = getattr(p, event)
         try: f(self)
         except Exception as e:
             if strict_mode(): raise
-            warnings.warn(f"fastprofile: {type(p).__name__}.{event} failed and was skipped ({type(e).__name__}: {e}); training is unaffected")
+            warnings.warn(f"fastprofile: {type(p).__name__}.{event} failed and was skipped ({type(e).__name__}: {e}); training is "
+                          f"unaffected")
 
 @patch
 def _tell_back(self:Session, event:str): self._tell(event, self._listeners(event, back=True))
@@ -219,7 +228,8 @@ def fit_starts(self:Session) -> bool:
 
 @patch
 def fit_ends(self:Session):
-    "`after_fit` (from the pair's last callback): a fit of the call ends (and, with no method wrapper around it, the call), or something nested in it"
+    """`after_fit` (from the pair's last callback): a fit of the call ends (and, with no method wrapper around it, the call), or something
+    nested in it"""
     kind = self.contexts.pop() if self.contexts else None
     if kind == 'stage':
         self.contexts.append(kind)  # still in the stage while the probes end it
@@ -318,7 +328,9 @@ def _end(self:Session, exc:BaseException|None):
 
 @patch
 def _release(self:Session):
-    "A session that added its callbacks (`learn.profile()`, `profiling()`) is spent when its call ends: it lets go of its probes, and its profile of it, so that what the call made is freed as soon as nothing uses it, not left in reference cycles for the garbage collector (whose passes cost a short fit ~0.1 ms)"
+    """A session that added its callbacks (`learn.profile()`, `profiling()`) is spent when its call ends: it lets go of its probes, and its
+    profile of it, so that what the call made is freed as soon as nothing uses it, not left in reference cycles for the garbage collector
+    (whose passes cost a short fit ~0.1 ms)"""
     if not self.cbs: return  # the pair added by hand (or a callback's own session): it goes on, each fit a call
     if self.profile.session is self: self.profile.session = None
     self.probes,self.cbs,self._heard = [],[],{}
@@ -327,7 +339,9 @@ def _release(self:Session):
 _ACTIVE = weakref.WeakKeyDictionary()  # learner -> the session whose call is running on it
 
 def driven_by(cb, held:Session|None, make=None) -> Session|None:
-    "The session to which callback `cb` forwards fastai's fit and phase events: `held` (the one it has) while it is on `cb`'s learner; at a `before_fit` (`make` given) with none there, `make(learn)`, a session of `cb` added by hand (each fit a call). None while another session's call drives `cb` (that session's pair forwards the events)"
+    """The session to which callback `cb` forwards fastai's fit and phase events: `held` (the one it has) while it is on `cb`'s learner; at
+    a `before_fit` (`make` given) with none there, `make(learn)`, a session of `cb` added by hand (each fit a call). None while another
+    session's call drives `cb` (that session's pair forwards the events)"""
     learn = cb.learn
     s = _ACTIVE.get(learn)
     if s is not None and s is not held and cb in s.probes: return None
@@ -335,7 +349,8 @@ def driven_by(cb, held:Session|None, make=None) -> Session|None:
     return make(learn)
 
 class ProbeCallback(Callback, Probe):
-    "A fastai `Callback` that is also a `Probe`: a session drives it; added to a learner by hand, it drives itself with a session of its own (each fit a call)"
+    """A fastai `Callback` that is also a `Probe`: a session drives it; added to a learner by hand, it drives itself with a session of its
+    own (each fit a call)"""
     _own = None
     def _hand(self, start:bool=False) -> Session|None:
         "Its own session when no other drives this callback (made at a fit's start, with `start`); None when driven"

@@ -40,7 +40,8 @@ def recompile_kind(reason:str|None) -> str:
     return 'other'
 
 def main_reason(reasons) -> str|None:
-    "Of the guard failures of one recompile (one per graph already compiled), the one that says what changed: a shape or an attribute before eval mode, which the other phase's graphs always fail"
+    """Of the guard failures of one recompile (one per graph already compiled), the one that says what changed: a shape or an attribute
+    before eval mode, which the other phase's graphs always fail"""
     order = list(RECOMPILE_KINDS)
     return min(reasons, key=lambda r: order.index(recompile_kind(r))) if reasons else None
 
@@ -102,7 +103,8 @@ def _what(c:Compile) -> str:
 
 @patch
 def lines(self:CompileStats, fit:float|None=None, most:int=6) -> list:
-    "The report's lines: the total and its share of the fit `fit`, then each compile by phase (at most `most`), graph breaks, the batches set apart"
+    """The report's lines: the total and its share of the fit `fit`, then each compile by phase (at most `most`), graph breaks, the batches
+    set apart"""
     cs,T = self.compiles,self.seconds
     share = f", {fmt_pct(100*T/fit)} of the fit" if fit else ''
     nr,nb = len(self.recompiles),sum(c.kind == 'backward' for c in cs)
@@ -124,8 +126,10 @@ def lines(self:CompileStats, fit:float|None=None, most:int=6) -> list:
 
 # %% ../../nbs/08c_compiles.ipynb #12117999
 def earlier_baseline(learn_or_result) -> Baseline|None:
-    "The learner's last profile (`learn.simple_profile`, before this call replaces it; or that `ProfileResult`) as a `Baseline`, if its model was not compiled"
-    r = learn_or_result if isinstance(learn_or_result, ProfileResult) or learn_or_result is None else learn_or_result.__dict__.get('simple_profile')
+    """The learner's last profile (`learn.simple_profile`, before this call replaces it; or that `ProfileResult`) as a `Baseline`, if its
+    model was not compiled"""
+    r = learn_or_result if isinstance(learn_or_result,
+                                      ProfileResult) or learn_or_result is None else learn_or_result.__dict__.get('simple_profile')
     f = getattr(r, 'facts', None)
     if f is None or f.model.get('compiled') or (f.compile is not None and f.compile.compiles): return None
     st = r.record.stats
@@ -146,7 +150,8 @@ def _graph_breaks() -> Counter:
     return out
 
 class CompileProbe(Probe):
-    "A probe: torch.compile's compiles and recompiles in the call, from torch's compile callbacks (nothing per batch); a batch that compiled leaves the steady state"
+    """A probe: torch.compile's compiles and recompiles in the call, from torch's compile callbacks (nothing per batch); a batch that
+    compiled leaves the steady state"""
     def __init__(self, learn): self.learn,self.stats,self._s,self._on,self._earlier = learn,None,None,False,None
     def __getstate__(self): return {'learn':self.learn, 'stats':None, '_s':None, '_on':False}  # pickled with the learner: nothing in flight
 
@@ -162,14 +167,16 @@ class CompileProbe(Probe):
         self._on = True
 
     def end(self, s):
-        "The call ends: a reason from torch's compilation metrics for a recompile whose guard failures were not kept, the graph breaks, the stats"
+        """The call ends: a reason from torch's compilation metrics for a recompile whose guard failures were not kept, the graph breaks,
+        the stats"""
         earlier,self._earlier = self._earlier,None  # the last call's result: not kept alive past this one
         if not self._on: return
         self._on = False
         from torch._dynamo.utils import get_compilation_metrics
         ms = {str(m.compile_id):m for m in get_compilation_metrics() if m.is_forward is not False and (m.start_time_us or 0) >= self._since}
         reason = lambda c: getattr(ms.get(c.compile_id), 'recompile_reason', None)
-        got = [c._replace(reason=clean_reason(r)) if c.reason is None and c.trigger == 'DYNAMO' and (r := reason(c)) else c for c in self._got]
+        got = [c._replace(reason=clean_reason(r)) if c.reason is None and c.trigger == 'DYNAMO' and (r := reason(c)) else c
+               for c in self._got]
         gb = {k:n for k,v in _graph_breaks().items() if (n := v - self._breaks.get(k, 0)) > 0}
         if got or gb: self.stats = CompileStats(got, gb, earlier_baseline(earlier))
 
@@ -181,11 +188,13 @@ class CompileProbe(Probe):
     def make(cls, call): return cls(call.learn)
     @classmethod
     def to_json(cls, c:CompileStats) -> dict:
-        return to_plain({'compiles':[x._asdict() for x in c.compiles], 'graph_breaks':c.graph_breaks, 'baseline':None if c.baseline is None else c.baseline._asdict()})
+        return to_plain({'compiles':[x._asdict() for x in c.compiles], 'graph_breaks':c.graph_breaks, 'baseline':None if c.baseline is None
+                         else c.baseline._asdict()})
     @classmethod
     def from_json(cls, d:dict) -> CompileStats:
         d = from_plain(d)
-        return CompileStats([Compile(**c) for c in d['compiles']], d['graph_breaks'], None if d['baseline'] is None else Baseline(**d['baseline']))
+        return CompileStats([Compile(**c) for c in d['compiles']], d['graph_breaks'], None if d['baseline'] is None
+                            else Baseline(**d['baseline']))
     @classmethod
     def section(cls, data, result): return compile_section(result)
 

@@ -39,7 +39,8 @@ class EfficiencyCallback(ProbeCallback):
         self._stage,self._counter,self._shadowed,self._mem,self._patches,self._paused = None,None,None,None,None,None
         self._phase,self._batches,self._reads,self._compiled,self._driven = None,0,{},False,False
         # its dispatch tables, swapped as fits and phases start and end (all the lifecycle's tables: fastprofile.lifecycle.session,
-        # "The per-batch fast path"); fastai's fit and phase events go to a session of its own, when added by hand (a session tells the probe otherwise)
+        # "The per-batch fast path"); fastai's fit and phase events go to a session of its own, when added by hand (a session tells the
+        # probe otherwise)
         self._handlers = self._idle = {'before_fit': self.hand_fit_starts, 'after_fit': self.hand_fit_ends}
         self._per_phase = dict(self._idle, before_train=lambda: self.hand_phase_starts('train'),
                                before_validate=lambda: self.hand_phase_starts('valid'), after_train=self.hand_phase_ends,
@@ -53,7 +54,8 @@ class EfficiencyCallback(ProbeCallback):
     @classmethod
     def make(cls, call):
         o = call.options
-        on = o.efficiency if o.efficiency != 'auto' else o.peak_flops is not None or train_device(call.learn).type == 'cuda'  # counting's first use costs 1-3 s (torch._dynamo)
+        # counting's first use costs 1-3 s (torch._dynamo)
+        on = o.efficiency if o.efficiency != 'auto' else o.peak_flops is not None or train_device(call.learn).type == 'cuda'
         return cls(peak_flops=o.peak_flops, warmup=o.warmup) if on else None
     @classmethod
     def to_json(cls, e:Efficiency) -> dict: return to_plain(asdict(e))
@@ -198,7 +200,8 @@ def _record(self:EfficiencyCallback, phase, fc, seconds):
 # %% ../../nbs/16a_efficiency_probe.ipynb #ec986e96
 @patch
 def _listen(self:EfficiencyCallback, on:bool):
-    "Driven by a session, be in `learn.cbs` only while there is per-batch work (fastai calls every callback at every event: ~10 calls a batch for nothing); added by hand, always"
+    """Driven by a session, be in `learn.cbs` only while there is per-batch work (fastai calls every callback at every event: ~10 calls a
+    batch for nothing); added by hand, always"""
     if not self._driven or self.learn is None: return
     cbs = self.learn.cbs
     if on and self not in cbs: cbs.append(self)
@@ -216,7 +219,8 @@ def _mem_call(self:EfficiencyCallback, f, *args):
     except Exception as e:
         self._mem = None
         if strict_mode(): raise
-        warnings.warn(f"fastprofile: sampling CUDA memory failed and is off for this call ({type(e).__name__}: {e}); training is unaffected")
+        warnings.warn(f"fastprofile: sampling CUDA memory failed and is off for this call ({type(e).__name__}: {e}); training is "
+                      f"unaffected")
         return None
 
 @patch

@@ -22,7 +22,8 @@ _LOAD_SLOTS = 64  # processes timed per loader: the main process (slot 0) and wo
 _LOAD_KEY = '_fastprofile_load'  # where a timed loader keeps its `_LoadTimes`
 
 class LoadField(IntEnum):
-    "A process's slot in `_LoadTimes`' shared buffer (slot `s` at `s*_PER_SLOT`): the first batch of an epoch (wall, n), the rest (wall, n), CPU time of one batch in `_CPU_EVERY` (cpu, wall), the transfer probe (send, receive, n)"
+    """A process's slot in `_LoadTimes`' shared buffer (slot `s` at `s*_PER_SLOT`): the first batch of an epoch (wall, n), the rest (wall,
+    n), CPU time of one batch in `_CPU_EVERY` (cpu, wall), the transfer probe (send, receive, n)"""
     FIRST_WALL = 0 # Seconds building the first batch of each epoch (start-up: imports, opening files)
     FIRST_N = 1 # First batches built
     WALL = 2 # Seconds building the other batches
@@ -62,7 +63,8 @@ def _transfer_cost(b) -> tuple:
     return _PROBES[k]
 
 def _transfer_probe(b, budget:float=.005, most:int=3) -> tuple:
-    "Median seconds to send a copy of batch `b` between processes as the loader's workers do (pickled into shared memory), and to receive it"
+    """Median seconds to send a copy of batch `b` between processes as the loader's workers do (pickled into shared memory), and to receive
+    it"""
     from multiprocessing.reduction import ForkingPickler
     import copy, pickle  # torch's reductions (tensors through shared memory) are registered by `import torch`
     ForkingPickler.loads(ForkingPickler.dumps(copy.deepcopy(b)))  # once untimed: the first sets up the sharing (a thread, a socket)
@@ -79,7 +81,8 @@ def _transfer_probe(b, budget:float=.005, most:int=3) -> tuple:
 # %% ../../nbs/08b_loads.ipynb #af662dc0
 class _LoadTimes:
     "Shared memory in which each process that builds a loader's batches adds up its times, one slot per process"
-    kept,workers = None,None  # the main process's first batch, kept for a deferred transfer probe (`LoadTimer.result`); the loader's workers
+    # the main process's first batch, kept for a deferred transfer probe (`LoadTimer.result`); the loader's workers
+    kept,workers = None,None
     def __init__(self,
                  prev=None, # The loader's own `create_batches`, if set on it
                  workers:int|None=None): # The loader's workers when the call started (a buffer is reused only if it had none)
@@ -95,7 +98,8 @@ class _LoadTimes:
         self.__dict__.update(d)
         if 'buf' not in d: self.buf = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS)
     def totals(self, workers:bool) -> tuple:
-        "Per built batch of the workers' slots (or the main process's): (seconds, cpu seconds, batches, send, receive), past the first batch when there are any"
+        """Per built batch of the workers' slots (or the main process's): (seconds, cpu seconds, batches, send, receive), past the first
+        batch when there are any"""
         v = self.buf[_PER_SLOT:] if workers else self.buf[:_PER_SLOT]  # plain floats: no numpy call at a fit's end
         a = [math.fsum(v[f::_PER_SLOT]) for f in range(_PER_SLOT)]
         F = LoadField
@@ -133,13 +137,16 @@ def _timed_create_batches(dl, samps):
             t1 = clock()
         buf[w] += t1 - t0; buf[n] += 1.
         if i == 0:  # the first batch of the epoch (a warm-up batch)
-            if not buf[o + LoadField.PROBES] and lt.kept is None:  # once per process and call: what sending a batch to the main process costs
+            # once per process and call: what sending a batch to the main process costs
+            if not buf[o + LoadField.PROBES] and lt.kept is None:
                 try:
                     # a worker pays it for every batch: probed now (a known kind of batch: at once); a batch on a GPU is not kept
                     if slot or not _on_host(b):
                         sent,got = _transfer_cost(b)
                         buf[o + LoadField.SEND] += sent; buf[o + LoadField.RECEIVE] += got; buf[o + LoadField.PROBES] += 1.
-                    else: lt.kept = b  # the main process sends nothing: probed later (a known kind: from `_PROBES`), only if the diagnosis reads it (`LoadTimer.result`)
+                    # the main process sends nothing: probed later (a known kind: from `_PROBES`), only if the diagnosis reads it
+                    # (`LoadTimer.result`)
+                    else: lt.kept = b
                 except Exception: pass
             w,n = o + LoadField.WALL,o + LoadField.N
         i += 1
@@ -164,7 +171,8 @@ class LoadTimer(Probe):
     def from_json(cls, d:dict) -> dict: return {p:LoadTime(**from_plain(lt)) for p,lt in d.items()}
 
     def start(self, s):
-        "The call starts: shadow `create_batches` on the learner's fastai loaders (before their workers start), through the session's `patches`"
+        """The call starts: shadow `create_batches` on the learner's fastai loaders (before their workers start), through the session's
+        `patches`"""
         dls,self.timed = getattr(self.learn, 'dls', None),{}
         for p,i in (('train',0),('valid',1)):
             try: dl = dls[i]

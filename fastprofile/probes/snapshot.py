@@ -39,7 +39,8 @@ def snapshot_path(csv_path, rank:int|None=None) -> Path:
 
 # %% ../../nbs/16d_snapshot.ipynb #8cfba98f
 class MemorySnapshot(Probe):
-    "Record CUDA's allocator history during the call; when a fit raises `torch.OutOfMemoryError`, write a snapshot next to the CSV and name it in the error"
+    """Record CUDA's allocator history during the call; when a fit raises `torch.OutOfMemoryError`, write a snapshot next to the CSV and
+    name it in the error"""
     def __init__(self,
         csv_path, # The CSV the snapshot goes next to (`snapshot_path`)
         max_entries:int=SNAPSHOT_ENTRIES, # Allocator events kept in the history (the most recent)

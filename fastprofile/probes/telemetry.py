@@ -15,7 +15,8 @@ import numpy as np, pandas as pd
 import torch
 from fastcore.basics import patch
 from ..engine.checks import check_choice, check_number
-from ..engine.core import Probe, guarded, strict_mode, register, TELEMETRY_EVERY, EVERY_RANGE  # `profile()`'s defaults: its options live in `ProfileOptions`
+# `profile()`'s defaults: its options live in `ProfileOptions`
+from ..engine.core import Probe, guarded, strict_mode, register, TELEMETRY_EVERY, EVERY_RANGE
 from ..engine.record import Slot, Row
 from ..engine.plain import to_plain, from_plain
 
@@ -29,19 +30,24 @@ RECENT_SAMPLES = 4096  # samples kept (the most recent) in `Telemetry.recent`
 BUSY_UTIL = 50  # % GPU utilization from which a sample counts as busy: throttling is judged on busy samples
 THROTTLED_CLOCK = .95  # a busy sample is throttled when its SM clock is below this share of the maximum
 THROTTLE_REASONS = {0x1:'GPU idle', 0x2:'application clocks setting', 0x4:'SW power cap', 0x8:'HW slowdown', 0x10:'sync boost',
-                    0x20:'SW thermal slowdown', 0x40:'HW thermal slowdown', 0x80:'HW power brake', 0x100:'display clock setting'}  # NVML's clock event reasons (the bits of nvml.h)
-GPU_FIELDS = ('util','mem_util','power','clock','temp')  # a GPU reading: utilization and memory utilization (%), power (W), SM clock (MHz), temperature (°C)
+                    # NVML's clock event reasons (the bits of nvml.h)
+                    0x20:'SW thermal slowdown', 0x40:'HW thermal slowdown', 0x80:'HW power brake', 0x100:'display clock setting'}
+# a GPU reading: utilization and memory utilization (%), power (W), SM clock (MHz), temperature (°C)
+GPU_FIELDS = ('util','mem_util','power','clock','temp')
 
 class Where(IntEnum):
-    "Where the main process is when a sample is taken: a row of a phase, outside the phases of a fit, nested in a fit (a `validate()` from a callback), or between the fits of the call"
+    """Where the main process is when a sample is taken: a row of a phase, outside the phases of a fit, nested in a fit (a `validate()` from
+    a callback), or between the fits of the call"""
     TRAIN_DRAW=0; TRAIN_BATCH=1; TRAIN_OTHER=2; VALID_DRAW=3; VALID_BATCH=4; VALID_OTHER=5; FIT_OTHER=6; NESTED=7; CALL_OTHER=8
 
 ROWS = (Row('train','draw'), Row('train','batch'), Row('train','other'), Row('valid','draw'), Row('valid','batch'), Row('valid','other'),
-        Row('fit','other'), Row('fit','nested'), Row('call','other'))  # the report's `Row` of each `Where` (the last two are telemetry's own)
+        # the report's `Row` of each `Where` (the last two are telemetry's own)
+        Row('fit','other'), Row('fit','nested'), Row('call','other'))
 
 # %% ../../nbs/16c_telemetry.ipynb #8d1316ae
 def where(rec, nested=None) -> tuple:
-    "Where the main process is now, read from record `rec` (None: no fit yet): a `Where`, and a token that stays the same while it stays in one span of that row"
+    """Where the main process is now, read from record `rec` (None: no fit yet): a `Where`, and a token that stays the same while it stays
+    in one span of that row"""
     if nested is not None: return Where.NESTED,('nested', nested)
     if rec is None: return Where.CALL_OTHER,('call', None)
     p = rec.phase
@@ -56,7 +62,8 @@ class GpuReading(NamedTuple):
     n:int; util:float; mem_util:float; power:float; clock:float; temp:float
 
 class Throttling(NamedTuple):
-    "How often the busy GPU ran below its maximum SM clock (`clock`: the mean SM clock then, MHz), and NVML's reasons (name -> share of the throttled samples)"
+    """How often the busy GPU ran below its maximum SM clock (`clock`: the mean SM clock then, MHz), and NVML's reasons (name -> share of
+    the throttled samples)"""
     busy:int; throttled:int; clock:float; max_clock:float; reasons:dict
     @property
     def share(self) -> float: return self.throttled/self.busy if self.busy else math.nan
@@ -66,7 +73,8 @@ def _zeros(*shape): return field(default_factory=lambda: np.zeros(shape))
 # %% ../../nbs/16c_telemetry.ipynb #0d106e83
 @dataclass
 class Telemetry:
-    "What `TelemetryProbe` measured in one process: the GPU's readings per row (NVML), energy and throttling; the process's CPU utilization per phase and per row"
+    """What `TelemetryProbe` measured in one process: the GPU's readings per row (NVML), energy and throttling; the process's CPU
+    utilization per phase and per row"""
     device:str='cpu' # Where the model trained
     every:float=TELEMETRY_EVERY # Seconds between samples
     sampled:bool=False # A sampler thread ran (False: CPU utilization per phase only)
@@ -78,7 +86,8 @@ class Telemetry:
     last:float=math.nan # ... and the last
     gpu_sums:np.ndarray=_zeros(len(Where), len(GPU_FIELDS)) # Sum of each of `GPU_FIELDS` over the samples of each `Where`
     gpu_counts:np.ndarray=_zeros(len(Where), len(GPU_FIELDS)) # Samples that gave each reading, per `Where` (a GPU may not report one)
-    cpu_rows:np.ndarray=_zeros(len(Where), 2) # CPU and wall seconds per `Where`, over the intervals between samples that lie inside one span of it
+    # CPU and wall seconds per `Where`, over the intervals between samples that lie inside one span of it
+    cpu_rows:np.ndarray=_zeros(len(Where), 2)
     cpu_total:np.ndarray=_zeros(2) # CPU and wall seconds from the first sample to the last
     phases:dict=field(default_factory=dict) # phase -> [CPU seconds, wall seconds] of the process, read at each phase's start and end
     energy:float=math.nan # Joules: the power readings integrated over the samples (trapezoids)
@@ -90,7 +99,8 @@ class Telemetry:
     reasons:dict=field(default_factory=dict) # NVML reason bit -> throttled samples that gave it
     temp_max:float=math.nan # The hottest reading, °C
     cost:float=0. # Seconds the sampler spent taking its samples (on its own thread)
-    recent:np.ndarray|None=None # The last `RECENT_SAMPLES` samples: time, `Where`, the `GPU_FIELDS`, reasons, CPU cores since the sample before
+    # The last `RECENT_SAMPLES` samples: time, `Where`, the `GPU_FIELDS`, reasons, CPU cores since the sample before
+    recent:np.ndarray|None=None
 
 # %% ../../nbs/16c_telemetry.ipynb #3db70063
 @patch
@@ -105,7 +115,8 @@ def gpu(self:Telemetry, phase:str|None=None, action:str|None=None) -> GpuReading
 
 @patch
 def cpu(self:Telemetry, phase:str, action:str|None=None) -> float|None:
-    "CPU cores the process kept busy (CPU seconds per wall second) in `phase`, read at its boundaries, or in its `action` (the sampler's whole intervals); None where nothing was measured"
+    """CPU cores the process kept busy (CPU seconds per wall second) in `phase`, read at its boundaries, or in its `action` (the sampler's
+    whole intervals); None where nothing was measured"""
     if action is None: c,w = self.phases.get(phase, (0., 0.))
     else:
         sel = [w for w,r in zip(Where, ROWS) if r == Row(phase, action)]
@@ -135,7 +146,8 @@ def frame(self:Telemetry) -> pd.DataFrame:
 
 # %% ../../nbs/16c_telemetry.ipynb #176b3365
 class NvmlReader:
-    "One GPU through NVML: `read()` gives its utilization, memory utilization (%), power (W), SM clock (MHz), temperature (°C) and throttle reasons, NaN for what it does not report"
+    """One GPU through NVML: `read()` gives its utilization, memory utilization (%), power (W), SM clock (MHz), temperature (°C) and
+    throttle reasons, NaN for what it does not report"""
     def __init__(self,
         nvml, # The `pynvml` module (nvidia-ml-py), or a stand-in (`fastprofile.testing.FakeNvml`)
         index:int=0, # The GPU's NVML index
@@ -147,12 +159,14 @@ class NvmlReader:
             name = nvml.nvmlDeviceGetName(h)
             self.name = name.decode() if isinstance(name, bytes) else str(name)
             sm,gpu = getattr(nvml, 'NVML_CLOCK_SM', 1),getattr(nvml, 'NVML_TEMPERATURE_GPU', 0)
-            why = getattr(nvml, 'nvmlDeviceGetCurrentClocksEventReasons', None) or getattr(nvml, 'nvmlDeviceGetCurrentClocksThrottleReasons', None)
+            why = getattr(nvml, 'nvmlDeviceGetCurrentClocksEventReasons', None) or getattr(nvml,
+                    'nvmlDeviceGetCurrentClocksThrottleReasons', None)
             reads = dict(util=lambda: nvml.nvmlDeviceGetUtilizationRates(h), power=lambda: nvml.nvmlDeviceGetPowerUsage(h),
                          clock=lambda: nvml.nvmlDeviceGetClockInfo(h, sm), temp=lambda: nvml.nvmlDeviceGetTemperature(h, gpu),
                          reasons=None if why is None else (lambda: why(h)), energy=lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
             self._reads = {k:f for k,f in reads.items() if f is not None and _answers(f, err)}  # what this GPU reports
-            self.max_clock = float(nvml.nvmlDeviceGetMaxClockInfo(h, sm)) if _answers(lambda: nvml.nvmlDeviceGetMaxClockInfo(h, sm), err) else math.nan
+            self.max_clock = float(nvml.nvmlDeviceGetMaxClockInfo(h, sm)) if _answers(lambda: nvml.nvmlDeviceGetMaxClockInfo(h, sm),
+                                                                                      err) else math.nan
         except BaseException:
             nvml.nvmlShutdown()
             raise
@@ -162,7 +176,8 @@ class NvmlReader:
         r,nan = self._reads,math.nan
         u = r['util']() if 'util' in r else None
         return (nan if u is None else float(u.gpu), nan if u is None else float(u.memory), float(r['power']())/1e3 if 'power' in r else nan,
-                float(r['clock']()) if 'clock' in r else nan, float(r['temp']()) if 'temp' in r else nan, int(r['reasons']()) if 'reasons' in r else 0)
+                float(r['clock']()) if 'clock' in r else nan, float(r['temp']()) if 'temp' in r else nan, int(r['reasons']())
+                if 'reasons' in r else 0)
 
     def energy(self) -> float:
         "Joules on the GPU's energy counter (NaN where it has none)"
@@ -193,7 +208,8 @@ def open_gpu(device, nvml=None) -> NvmlReader|str:
 
 # %% ../../nbs/16c_telemetry.ipynb #841e73e9
 class TelemetrySampler:
-    "A daemon thread that takes a sample every `every` seconds: the GPU's readings (`reader`, if any) and the process's CPU time, each tagged by `where()`, added to `tel`"
+    """A daemon thread that takes a sample every `every` seconds: the GPU's readings (`reader`, if any) and the process's CPU time, each
+    tagged by `where()`, added to `tel`"""
     def __init__(self,
         tel:Telemetry, # Where the numbers go
         where, # `where() -> (Where, token)`: where the main process is now
@@ -235,7 +251,8 @@ class TelemetrySampler:
 # %% ../../nbs/16c_telemetry.ipynb #5f6f52d6
 @patch
 def sample(self:TelemetrySampler, counter:bool=False):
-    "Take one sample now (the thread calls this every `every` seconds); with `counter`, read the GPU's energy counter too (the first and the last)"
+    """Take one sample now (the thread calls this every `every` seconds); with `counter`, read the GPU's energy counter too (the first and
+    the last)"""
     t0 = self.clock()
     w,tok = self.where()  # right after the clock: the sample's time and its row belong together
     cpu = self.cpu_clock()
@@ -293,25 +310,31 @@ def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data
 def _array_from(d): return None if d is None else np.asarray(from_plain(d['data']), dtype=d['dtype'])
 
 class TelemetryProbe(Probe):
-    "The process's CPU utilization per phase (read at its boundaries); with a sampler, the GPU's readings (NVML) and the CPU per row, from a thread"
+    """The process's CPU utilization per phase (read at its boundaries); with a sampler, the GPU's readings (NVML) and the CPU per row, from
+    a thread"""
     def __init__(self,
-        sampler:bool|str='auto', # Run the sampler thread: 'auto' when the model trains on a GPU; True on a CPU too (CPU per row); False: per phase only
+        # Run the sampler thread: 'auto' when the model trains on a GPU; True on a CPU too (CPU per row); False: per phase only
+        sampler:bool|str='auto',
         every:float=TELEMETRY_EVERY, # Seconds between the sampler's samples
-        nvml=None, # The NVML module (default: `pynvml`, imported when the model trains on a GPU); a stand-in given here is read whatever the device
+        # The NVML module (default: `pynvml`, imported when the model trains on a GPU); a stand-in given here is read whatever the device
+        nvml=None,
     ):
-        self.sampler,self.every,self.nvml = check_choice('sampler', sampler, ('auto', True, False)),check_number('every', every, *EVERY_RANGE),nvml
+        self.sampler,self.every,self.nvml = check_choice('sampler', sampler, ('auto', True, False)),check_number('every', every,
+                                                                                                                 *EVERY_RANGE),nvml
         self.result,self._sampler,self._reader,self._profile,self._nested,self._pauses,self._phase0 = None,None,None,None,None,0,None
 
     def __repr__(self): return f"{type(self).__name__}(sampler={self.sampler!r}, every={self.every})"
 
-    # on the registry: made for every call but one with `telemetry=False` (the CPU per phase always; the sampler on a GPU, or with True); its facts `facts.telemetry`
+    # on the registry: made for every call but one with `telemetry=False` (the CPU per phase always; the sampler on a GPU, or with True);
+    # its facts `facts.telemetry`
     key,options,probe_order = 'telemetry',('telemetry','telemetry_every'),60
     @classmethod
     def make(cls, call): return None if call.options.telemetry is False else cls(call.options.telemetry, call.options.telemetry_every)
     @classmethod
     def to_json(cls, t:Telemetry) -> dict:
         "A `Telemetry` as plain values: its numpy arrays with their dtype"
-        return {f.name:(_array_state(v) if isinstance(v, np.ndarray) or f.name == 'recent' else to_plain(v)) for f in fields(t) for v in [getattr(t, f.name)]}
+        return {f.name:(_array_state(v) if isinstance(v, np.ndarray) or f.name == 'recent' else to_plain(v)) for f in fields(t)
+                for v in [getattr(t, f.name)]}
     @classmethod
     def from_json(cls, d:dict) -> Telemetry:
         arrays = {k for k,v in d.items() if isinstance(v, dict) and 'dtype' in v} | {'recent'}
@@ -357,7 +380,8 @@ def resume(self:TelemetryProbe, s): self._nested = None
 # %% ../../nbs/16c_telemetry.ipynb #c29dba22
 @patch
 def end(self:TelemetryProbe, s):
-    "The call ends, however: the sampler takes its last sample and its thread is joined, NVML closed; the numbers go on the record (gathered under DDP)"
+    """The call ends, however: the sampler takes its last sample and its thread is joined, NVML closed; the numbers go on the record
+    (gathered under DDP)"""
     smp,self._sampler = self._sampler,None
     try:
         if smp is not None: smp.stop()

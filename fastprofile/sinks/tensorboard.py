@@ -8,7 +8,8 @@ Docs: https://fastprofile.github.io/fastprofile/tensorboard.html.md"""
 from __future__ import annotations
 import sys, warnings
 from fastai.basics import *
-from ..engine.core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second, fit_tokens_per_second, probe_scalars
+from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second, fit_tokens_per_second,
+                                     probe_scalars)
 from ..analysis.efficiency_report import efficiency_scalars, efficiency_fit_scalars
 from ..analysis.telemetry_report import TelemetryWindow, telemetry_fit_scalars
 
@@ -27,7 +28,8 @@ class TensorBoardSink(Sink):
     def __init__(self,
         learn, # The learner being profiled
     ):
-        self._learn,self.step,self._facts,self._window = learn,0,None,TelemetryWindow()  # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
+        # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
+        self._learn,self.step,self._facts,self._window = learn,0,None,TelemetryWindow()
 
     def start(self, s):
         "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the telemetry's readings)"

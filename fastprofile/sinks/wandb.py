@@ -10,7 +10,8 @@ import math, sys, warnings
 import pandas as pd
 from fastai.basics import *
 from ..engine.record import result_rows
-from ..engine.core import Sink, ProfileResult, train_samples_per_second, fit_samples_per_second, fit_tokens_per_second, probe_scalars
+from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second, fit_tokens_per_second,
+                                     probe_scalars)
 from ..analysis.efficiency_report import efficiency_scalars, efficiency_fit_scalars
 from ..analysis.telemetry_report import TelemetryWindow, telemetry_fit_scalars
 
