@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/learner.html.md"""
 
 # %% ../nbs/17_learner.ipynb #2f304152
 from __future__ import annotations
-import os
+import os, warnings, weakref
 from pathlib import Path
 from fastai.basics import *
 from .engine.checks import check_path, check_written_beside, check_items
@@ -165,7 +165,29 @@ def session_for(learn,
                          f"use a warm-up below {n} (0 keeps every batch)")
     resolve_timing(opts.timing, dev)  # 'events'/'sync' on a CPU learner: refused now, not at fit start
     sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
-    return _session(learn, opts, sink, csv_path, snapshot, _own_probes(probes))
+    s = _session(learn, opts, sink, csv_path, snapshot, _own_probes(probes))
+    _ASKED[s] = _asked(opts, logger_callback, csv_name, probes)
+    return s
+
+_ASKED = weakref.WeakKeyDictionary()  # session -> what its call was asked for beyond the defaults (`_asked`): named if a new profile replaces it armed
+
+def _asked(opts:ProfileOptions, logger_callback, csv_name, probes) -> dict:
+    "The options of a call that differ from `profile()`'s defaults, each as it reads in a call: name -> value (`'save_csv': 'True'`)"
+    d = ProfileOptions()
+    out = {k:repr(getattr(opts, k)) for k in _OPTION_NAMES if getattr(opts, k) != getattr(d, k)}
+    if not isinstance(logger_callback, _Default) and logger_callback != 'wandb':
+        out['logger_callback'] = repr(logger_callback) if logger_callback is None or isinstance(logger_callback, str) else f"{type(logger_callback).__name__}(...)"
+    if not isinstance(csv_name, _Default): out['csv_name'] = repr(str(csv_name))
+    if probes: out['probes'] = f"[{', '.join(f'{type(p).__name__}(...)' for p in probes)}]"
+    return out
+
+def _replacing(old:Session|None, new:Session, how:str):
+    "Warn when `new` replaces `old`, a profile armed on the learner and not run yet, whose options the new one drops: they are named"
+    if old is None: return
+    was,now = _ASKED.get(old, {}),_ASKED.get(new, {})
+    lost = [f"`{k}={v}`" for k,v in was.items() if now.get(k) != v]
+    if lost: warnings.warn(f"fastprofile: {how} replaces the profile armed earlier on this learner, whose options {', '.join(lost)} will not apply "
+                           "(pass them again to keep them)", stacklevel=3)
 
 def _own_probes(probes) -> list:
     "`probes` checked: `Probe` objects with a `key` each (their classes registered), keys all different"
@@ -225,6 +247,7 @@ def profile(self:Learner,
     s = session_for(self, logger_callback, csv_name, probes, breakdown=breakdown, rank_csv=rank_csv, gather_timeout=gather_timeout,
                     efficiency=efficiency, peak_flops=peak_flops, layers=layers, telemetry=telemetry, telemetry_every=telemetry_every,
                     memory_snapshot=memory_snapshot, **kwargs)  # all of them one `ProfileOptions`, checked, handed to every probe
+    _replacing(old, s, '`learn.profile()`')  # a cell run again: the profile it armed before, never run, goes
     if old is not None: old.disarm()
     s.arm()
     return self
@@ -234,6 +257,7 @@ class _Profiling:
     def __init__(self, learn, kwargs): self.learn,self.session = learn,session_for(learn, **kwargs)
     def __enter__(self):
         old = _running(self.learn)
+        _replacing(old, self.session, '`with learn.profiling()`')
         if old is not None: old.disarm()
         self.session.block = True; self.session.arm(); self.session.enter()
         return self.learn

@@ -43,8 +43,9 @@ def copy_costs(copy, n=4):
     return c
 
 def no_contradiction(d:Diagnosis):
-    "One verdict, said once, that every other line agrees with"
+    "One verdict, said once, that every other line agrees with (a busy machine is said before it)"
     lines = d.lines()
+    if d.machine: assert lines[0] == d.machine and lines[0].startswith('Busy machine'); lines = lines[1:]
     assert lines[0].startswith(f"Bound by: {CATEGORIES[d.verdict]}"), lines
     assert not any(l.startswith('Bound by') for l in lines[1:]), lines
     if d.verdict == 'host': assert not any(l.startswith('But ') or 'model compute' in l for l in lines), lines
@@ -67,11 +68,13 @@ def test_launch_bound_is_host_bound_workers_first():
     d = diagnose(gpu_run(LAUNCH_HOST, LAUNCH_GPU), launch_bound_facts())
     no_contradiction(d)
     assert d.verdict == 'host', d
-    assert 'the GPU was busy 16%' in d.lines()[0] and 'waits for the host' in d.lines()[0], d
+    assert 'the GPU was busy 16%' in d.head and 'waits for the host' in d.head, d
     assert d.gpu is None  # the verdict says it: no second GPU line
     # the first fix is the loader's workers, predicted by the pipeline model; then the others, each with its number
     assert d.change['kind'] == 'num_workers' and d.change['before'] == 0 and d.knob.startswith(f"(1) `num_workers={d.change['value']}`"), d
-    assert d.speedup_kind == 'model' and 1.3 < d.predicted_speedup < 1.8, d
+    # the pipeline model's arithmetic on these recorded numbers, to the last digit (a deterministic fake clock): a change of the
+    # model moves it, and must say so here (36.2 ms -> 23.1 ms a batch; measured on the H200: 1.55x)
+    assert d.speedup_kind == 'model' and d.predicted_speedup == pytest.approx(.0362/.0231, rel=1e-9), d
     assert ') a larger batch, bs 256 (4x the batch of 64; memory allows up to ~' in d.knob, d
     assert "mode='reduce-overhead'" in d.knob and 'fused' in d.knob and '`opt_step` takes' in d.knob, d
     assert len(re.findall(r'\(\d\) [^()]*?.*?: \d+\.\d\dx (?:predicted|at most)\.', d.knob)) == 4, d.knob
@@ -94,7 +97,7 @@ def test_gpu_spans_alone_show_the_gpu_waiting():
     gpu = dict(LAUNCH_GPU, forward=.003, backward=.004)
     facts = launch_bound_facts(telemetry=False); facts.loading = {'train': LoadTime(.0299, .0295, 40, 0)}
     d = diagnose(gpu_run(host, gpu), facts)
-    assert d.verdict == 'host' and 'the GPU\'s work spans at most' in d.lines()[0], d
+    assert d.verdict == 'host' and 'the GPU\'s work spans at most' in d.head, d
     no_contradiction(d)
     # a GPU busy 95% of the time (NVML): compute, as before, and no host verdict
     busy = launch_bound_facts(); busy.telemetry = nvml(95)
@@ -135,8 +138,9 @@ def test_pageable_copy_predicted_with_the_pinned_copy():
     no_contradiction(d)
     assert d.verdict == 'copy' and d.change == dict(kind='prefetch'), d
     assert 'pin_memory=True' in d.knob and 'learn.prefetch()' in d.knob and '4.0x faster' in d.knob, d
-    assert d.speedup_kind == 'model' and 2.6 < d.predicted_speedup < 3.6, d  # measured 3.25x; the pageable copy's time gave 1.34x
-    assert 'pinned it took 17.50 ms' in d.lines()[0], d
+    # the model's arithmetic: 101.9 ms -> 31.9 ms a batch (measured 3.25x; the pageable copy's time gave 1.34x)
+    assert d.speedup_kind == 'model' and d.predicted_speedup == pytest.approx(.1019/.0319, rel=1e-9), d
+    assert 'pinned it took 17.50 ms' in d.head, d
     # as a live profile leaves it: a `PinnedCopy` (here a stand-in) measured only when the diagnosis models the copy, once
     calls = []
     def probe(): calls.append(1); return .07/4
@@ -152,7 +156,7 @@ def test_pinned_copy_offered_from_its_share():
     d = copy_bound(copy=.0033, pinned=True, compute=.0089)
     f = next(f for f in d.findings if f.resource == 'copy')
     assert f.fix.startswith('`learn.prefetch()`') and 'pin_memory' not in f.fix, f.fix
-    assert 1.25 < f.speedup < 1.45 and f.kind == 'model', f
+    assert f.speedup == pytest.approx(.0141/.0108, rel=1e-9) and f.kind == 'model', f  # 14.1 ms -> 10.8 ms a batch, the model's arithmetic
     assert f.speedup_text() in repr(d)  # offered: the verdict or a Next line
     no_contradiction(d)
     # a copy of 2% of the step: nothing to gain, not offered
@@ -215,22 +219,30 @@ def test_plain_after_batch_function_named_and_moved():
     d = learn.simple_profile.section('Diagnosis')
     no_contradiction(d)
     assert d.verdict == 'batch_tfms', d
-    assert "`busy_after_batch` (the loader's `after_batch`, run in the main process)" in d.lines()[0], d
+    assert "`busy_after_batch` (the loader's `after_batch`, run in the main process)" in d.head, d
     assert d.change['kind'] == 'move_tfm' and d.change['name'] == 'busy_after_batch' and d.change['workers'] >= 1, d
     assert d.speedup_kind == 'model' and d.predicted_speedup > 1.4 and 'no change is predicted' not in repr(d), d
     assert 'now ?' not in repr(d)
 
+def waits(s):
+    "A plain `after_batch` function that waits `s` seconds (as one reading a disk or a remote store does): in a worker it needs no free core"
+    def waiting_after_batch(b): time.sleep(s); return b
+    return waiting_after_batch
+
 def test_plain_after_batch_moved_predicted_within_15pct():
-    "Moving a plain `after_batch` function (20 ms of compute) into one worker, beside a model that sleeps 25 ms: predicted within 15% (one worker: holds with a core kept busy)"
-    learn = plain_learner(n_train=60, n_valid=6, fwd=.025, after_batch=busy(.02))
+    """Moving a plain `after_batch` function (a 100 ms wait) into one worker, beside a model that sleeps 200 ms: predicted within 15%.
+    The premise is made certain on a busy machine: the function waits rather than computes, so in the worker it overlaps the
+    model whether or not a core is free (a computing one needs a spare core, which two spinning processes take away), and the
+    200 ms the main process keeps dominates what load adds to its own Python each batch (a few ms) by more than 10x."""
+    learn = plain_learner(n_train=30, n_valid=6, fwd=.2, after_batch=waits(.1))
     def one():
-        chk = check_advice(learn, n_batches=40, n_valid=5, resource='batch_tfms')
-        assert chk.change == dict(kind='move_tfm', name='busy_after_batch', workers=1, before=0), chk
+        chk = check_advice(learn, n_batches=10, n_valid=5, resource='batch_tfms')
+        assert chk.change == dict(kind='move_tfm', name='waiting_after_batch', workers=1, before=0), chk
         return chk
     chk = one()
     if abs(chk.error) >= .15: chk = one()  # a noisy, shared 2-core machine: measure again once
-    assert abs(chk.error) < .15 and chk.measured > 1.4, chk
-    assert learn.dls.train.after_batch.__name__ == 'busy_after_batch' and 'create_batch' not in learn.dls.train.__dict__  # undone
+    assert abs(chk.error) < .15 and chk.measured > 1.3, chk  # 300 ms a batch -> 200 ms: 1.5x, less what load adds to both
+    assert learn.dls.train.after_batch.__name__ == 'waiting_after_batch' and 'create_batch' not in learn.dls.train.__dict__  # undone
 
 def test_batch_copy_facts_of_a_cuda_learner():
     "At a fit's end on CUDA the copy model gets the batch's bytes (at the training batch size), whether it is pinned, and a `PinnedCopy` that measures only when called; nothing on a CPU"

@@ -1,18 +1,21 @@
 "fastprofile's own probes on the registry: the session makes each from the call's options (`make`), each saves and reads its own facts (`to_json`/`from_json`), and a registered probe with `make` runs in every profiled call without being passed"
-import json, re
+import dataclasses, json, math, re
+from collections import deque
+import numpy as np
 from pathlib import Path
 import pytest
 from fastai.basics import *
 from fastai.test_utils import synth_learner
 from fastprofile.all import *
-from fastprofile.engine.core import PROBES, Call, ProfileOptions, Facts
+from fastprofile.engine.core import PROBES, EXTRA_KEYS, Call, ProfileOptions, Facts
 from fastprofile.learner import made_probes, session_for
 from fastprofile.probes.layers import LayerTimer
 from fastprofile.probes.snapshot import MemorySnapshot
 from fastprofile.sinks.saving import facts_state, facts_from
 
 BUILTIN = {'loading':'LoadTimer', 'compile':'CompileProbe', 'callback_costs':'CostSampler', 'breakdown':'BreakdownCallback',
-           'efficiency':'EfficiencyCallback', 'layers':'LayerTimer', 'telemetry':'TelemetryProbe', 'memory_snapshot':'MemorySnapshot'}
+           'efficiency':'EfficiencyCallback', 'layers':'LayerTimer', 'telemetry':'TelemetryProbe', 'memory_snapshot':'MemorySnapshot',
+           'machine':'MachineProbe'}
 
 def _made(learn, snapshot=None, **kw):
     "The names of fastprofile's probes the registry makes for a call with options `kw`, in their order"
@@ -20,21 +23,29 @@ def _made(learn, snapshot=None, **kw):
 
 def test_every_probe_of_fastprofile_is_on_the_registry():
     assert {k:PROBES[k].__name__ for k in BUILTIN} == BUILTIN
-    for k,cls in PROBES.items():
-        assert cls.key == k and set(cls.options) <= set(ProfileOptions.__dataclass_fields__)
-    assert not set(BUILTIN) & set(Facts.__dataclass_fields__)  # a probe's facts are its own, not a field of `Facts`
+
+def test_register_refuses_what_no_probe_may_be():
+    "A key that is no name, a `Facts` field or fastprofile's own; options that are no `ProfileOptions` field: `register` refuses them"
+    bad = lambda **kw: type('Bad', (Probe,), {'__module__': 'mypkg.bad', **kw})
+    with pytest.raises(TypeError, match='takes a `Probe` subclass'): register(object)
+    with pytest.raises(ValueError, match='must be a name'): register(bad(key='not a name'))
+    with pytest.raises(ValueError, match='is a field of `Facts`'): register(bad(key='device'))  # a probe's facts are its own
+    with pytest.raises(ValueError, match='kept in `facts.extra` by fastprofile'): register(bad(key=EXTRA_KEYS[0]))
+    with pytest.raises(ValueError, match="'no_such_option', not `ProfileOptions` fields"):
+        register(bad(key='bad_options', options=('warmup', 'no_such_option')))
+    assert not {'not a name', 'device', 'bad_options'} & set(PROBES)
 
 def test_the_options_decide_which_probes_the_registry_makes():
     learn = synth_learner()
-    assert _made(learn) == ['LoadTimer', 'CompileProbe', 'CostSampler', 'LayerTimer', 'TelemetryProbe']  # a CPU learner's defaults
-    assert _made(learn, breakdown=True, efficiency=True, layers=False, telemetry=False) == ['LoadTimer', 'CompileProbe', 'BreakdownCallback', 'EfficiencyCallback']
-    assert _made(learn, peak_flops=1e12)[3] == 'EfficiencyCallback'  # 'auto' efficiency: on with a peak
+    assert _made(learn) == ['LoadTimer', 'MachineProbe', 'CompileProbe', 'CostSampler', 'LayerTimer', 'TelemetryProbe']  # a CPU learner's defaults
+    assert _made(learn, breakdown=True, efficiency=True, layers=False, telemetry=False) == ['LoadTimer', 'MachineProbe', 'CompileProbe', 'BreakdownCallback', 'EfficiencyCallback']
+    assert _made(learn, peak_flops=1e12)[4] == 'EfficiencyCallback'  # 'auto' efficiency: on with a peak
     assert _made(learn, snapshot='run.csv')[-1] == 'MemorySnapshot'
 
 def test_the_session_orders_the_pair_the_registry_yours_and_the_sinks():
     learn = synth_learner()
     s = session_for(learn, logger_callback=None)
-    assert [type(p).__name__ for p in s.probes] == ['SimpleProfilerCallback', 'LoadTimer', 'CompileProbe', 'CostSampler', 'LayerTimer', 'TelemetryProbe',
+    assert [type(p).__name__ for p in s.probes] == ['SimpleProfilerCallback', 'LoadTimer', 'MachineProbe', 'CompileProbe', 'CostSampler', 'LayerTimer', 'TelemetryProbe', 'BatchProbe',
                                                    'LearnerFacts', 'PrefetchStaging', 'SimpleProfilerPostCallback']
     assert type(s.profile.on_batch).__name__ == 'CostSampler'  # the one `per_batch` probe
     mine = LayerTimer(learn, first=1, every=1)  # passed under a registered key: it takes the registry's place
@@ -53,20 +64,44 @@ def test_a_second_per_batch_probe_is_refused_at_the_call():
 
 def _roundtrip(cls, v): return cls.from_json(json.loads(json.dumps(cls.to_json(v), allow_nan=False)))
 
+def _fields(o) -> dict:
+    "The public fields of facts `o`: a dataclass's fields (read through their descriptors: folded on read), else its public attributes"
+    if dataclasses.is_dataclass(o): return {f.name:getattr(o, f.name) for f in dataclasses.fields(o)}
+    return {k:v for k,v in vars(o).items() if not k.startswith('_')}
+
+def differences(a, b, where='') -> list:
+    "Where the facts `b` read back differ from the facts `a` measured, field by field (NaN equals NaN; a dict subclass is a dict)"
+    num = lambda x: isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+    if num(a) and num(b): return [] if a == b or (math.isnan(a) and math.isnan(b)) else [f"{where}: {a!r} read back as {b!r}"]
+    if type(a) is not type(b) and not (isinstance(a, dict) and isinstance(b, dict)):
+        return [f"{where}: {type(a).__name__} read back as {type(b).__name__}"]
+    if isinstance(a, np.ndarray):
+        return [] if a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == 'f') else [f"{where}: the arrays differ"]
+    if isinstance(a, dict):
+        out = [f"{where}[{k!r}]: {'not read back' if k in a else 'read back, never measured'}" for k in set(a) ^ set(b)]
+        return out + [d for k in a if k in b for d in differences(a[k], b[k], f"{where}[{k!r}]")]
+    if isinstance(a, (list, tuple, deque)):
+        if len(a) != len(b): return [f"{where}: {len(a)} items read back as {len(b)}"]
+        return [d for i,(x,y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+    if hasattr(a, '__dict__'): return differences(_fields(a), _fields(b), where)
+    return [] if a == b else [f"{where}: {a!r} read back as {b!r}"]
+
 @pytest.mark.parametrize('opts', [dict(), dict(breakdown=True, efficiency=True)])
 def test_each_probe_saves_and_reads_its_own_facts(opts):
+    "Each probe's facts, saved (`to_json`) and read back (`from_json`), are the facts measured: every public field, by value"
     learn = synth_learner(n_trn=16, n_val=8)
     learn.profile(show_report=False, logger_callback=None, **opts).fit(1)
     f = learn.simple_profile.facts
     want = {'loading', 'layers', 'telemetry'} | ({'breakdown', 'efficiency'} if opts else {'callback_costs'})
-    assert set(f.extra) == want
+    assert want <= set(f.extra), set(f.extra)  # and any other probe the registry made, checked the same way below
+    if not opts: assert dict(f.callback_costs.drawn) == {'train': 1, 'valid': 1}  # a sampled batch's draw split, each phase
     for k,v in f.extra.items():
         back = _roundtrip(PROBES[k], v)
-        assert type(back) is type(v) and PROBES[k].to_json(back) == PROBES[k].to_json(v), k  # what it wrote, read back, writes the same
+        assert type(back) is type(v) and not differences(v, back, k), differences(v, back, k)
     state = facts_state(f)
-    assert want <= set(state) and not state['extra']  # each registered probe's facts under its key, as 0.1.0 wrote them
+    assert set(f.extra) <= set(state) and not state['extra']  # each registered probe's facts under its key, as 0.1.0 wrote them
     g = facts_from(json.loads(json.dumps(state, allow_nan=False)))
-    assert set(g.extra) == want and g.loading == f.loading and g.layers == f.layers
+    assert set(g.extra) == set(f.extra) and not differences(f.extra, g.extra, 'facts'), differences(f.extra, g.extra, 'facts')
     assert _roundtrip(MemorySnapshot, '/runs/simple_profile_snapshot.pickle') == '/runs/simple_profile_snapshot.pickle'
 
 def test_a_registered_probe_with_make_runs_in_every_call(tmp_path):

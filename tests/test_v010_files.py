@@ -38,6 +38,10 @@ def test_a_saved_profile_loads_and_compares(tmp_path):
     learn.profile(show_report=False, logger_callback=None).fit(2)
     c = compare(V010/'profile.json', learn, names=('0.1.0', 'now'))
     assert '0.1.0' in c.plain() and 'forward' in c.plain()
+    # each side's numbers are its own profile's: train/batch/forward's mean before is the old file's, after this fit's
+    row,now = _calls(c.table).loc[('train','batch','forward')],_calls(learn.simple_profile_results).loc[('train','batch','forward')]
+    assert row['Mean 0.1.0'] == r.loc[('train','batch','forward'),'Mean Duration'] and row['Mean now'] == now['Mean Duration'], row
+    assert row['Mean 0.1.0'] != row['Mean now']  # two different runs (the same batch size: the means per call are compared)
 
 def test_a_learner_exported_after_a_profiled_fit_loads_and_trains(tmp_path):
     learn = _load('after.pkl', tmp_path)

@@ -10,6 +10,8 @@ for a fit of n training batches is a + b·n: b (per batch) from the 400- and 20-
 cost is the median over rounds of its b and a minus plain fastai's (Lightning's profiler: minus Lightning's plain) in
 the same round. `first_fit` is the process's first profiled fit (a short one, after plain fastai's own first fits)
 minus the median of the later short fits of the same variant: what the first call costs beyond the steady state.
+`CUDA events alone` is the default against the default with `timing='wall'` in the same round: what recording events on
+one batch in `GPU_EVERY` (and resolving them) costs a batch, measured from outside.
 The goals (issue 32): ≤ 30 µs a batch, ≤ 5 ms a fit without the report, ≤ 15 ms with it shown, the first fit ≤ 30 ms more."""
 from __future__ import annotations
 import contextlib, io, math, time, warnings
@@ -28,6 +30,7 @@ VARIANTS = {  # name -> `learn.profile` options (None: no profiler)
     'report shown': dict(show_report=True, plain=True),
 }
 LIGHTNING = ('lightning plain', 'lightning simple')
+APART = {'CUDA events alone': ('default', 'events off (wall)')}  # a cost measured as one variant against another of the same round
 GOALS = dict(per_batch=30e-6, per_fit=5e-3, per_fit_shown=15e-3, first_fit=30e-3)
 
 DEFAULTS = dict(device='cuda', rounds=5, long=400, short=20, valid=4, bs=256, width=512, n_out=10, lightning=True,
@@ -95,13 +98,14 @@ def fit_once(name:str, c:dict, n:int, data:dict) -> float:
     return fastai_fit(c, n, VARIANTS[name], data)
 
 def summarize(times:dict, c:dict) -> dict:
-    "Per-batch and per-fit cost of each variant against its baseline, the median over rounds of the paired differences"
+    "Per-batch and per-fit cost of each variant against its baseline (then `APART`'s), the median over rounds of the paired differences"
     L,S = c['long'],c['short']
     slope = lambda r: (r['long'] - r['short'])/(L - S)
     icpt = lambda r: r['short'] - S*slope(r)
     out = {}
-    for name,rounds in times.items():
-        base = 'lightning plain' if name.startswith('lightning') else 'plain'
+    against = [(name, rounds, 'lightning plain' if name.startswith('lightning') else 'plain') for name,rounds in times.items()]
+    against += [(name, times[a], b) for name,(a,b) in APART.items() if a in times]
+    for name,rounds,base in against:
         if name == base or base not in times: continue
         pairs = [(r, b) for r,b in zip(rounds, times[base]) if r and b and 'long' in r and 'short' in r and 'long' in b and 'short' in b]
         if not pairs: continue

@@ -715,14 +715,20 @@ class Diagnosis:
     @property
     def first(self) -> Finding: return self.findings[0]
 
-    def lines(self) -> list:
-        "The diagnosis as short text lines: the verdict first"
+    @property
+    def head(self) -> str:
+        "The verdict's line: 'Bound by: ...' (the first of `lines()`, after a busy machine's)"
         f = self.first
         head = f"Bound by: {self.label}, {fmt_pct(f.share)} of the fit"
         if f.detail: head += f": {f.detail}"
         if f.resource == 'input' and self.input_bound != 'not':
             head += f": {self.input_bound} input-bound (TF's thresholds: highly >= {HIGHLY_INPUT_BOUND:.0f}%, moderately >= {MODERATELY_INPUT_BOUND:.0f}%)"
-        out = ([self.machine] if self.machine else []) + [head + '.'] + ([self.gpu] if self.gpu else [])
+        return head + '.'
+
+    def lines(self) -> list:
+        "The diagnosis as short text lines: a busy machine first, then the verdict"
+        f = self.first
+        out = ([self.machine] if self.machine else []) + [self.head] + ([self.gpu] if self.gpu else [])
         if f.fix and f.speedup >= MIN_GAIN: out += [f"Fix: {f.fix}", f"Speedup: {f.speedup_text()}."]
         else: out.append("Fix: no change is predicted to gain 5% or more.")
         rest = [g for g in self.findings[1:] if g.fix and g.speedup >= MIN_GAIN and g.share >= MODERATELY_INPUT_BOUND]
@@ -760,6 +766,8 @@ def _basis(ev:Evidence, W, known:bool) -> str:
         what = 'callbacks, metrics and batch transforms' if any(getattr(c, 'drawn', {}).values()) else 'callbacks and metrics'
         out += f"; {what} timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled batches."
     else: out += "; callbacks and metrics not timed."
+    m = _load(ev.facts)
+    if m is not None and not m.busy() and (said := m.line()): out += ' ' + said  # where /proc is missing: what was not measured
     sc,bs,ns = measured_sizes(ev)
     if ns: out += (f" Batch sizes {', '.join(map(str, [bs, *ns]))} timed after the fit ({fmt_time(sc.seconds)}, median of {sc.reps})" +
                    (f"; {sc.stopped}." if sc.stopped else "."))
@@ -818,11 +826,15 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
                      _basis(ev, W, known), ib, found, best.change if ok else None, details, gpu_agreement(best.resource, facts.telemetry),
                      _busy(facts))
 
-def _busy(facts:Facts) -> str|None:
-    "What the machine's load (`facts.machine`, `fastprofile.probes.machine`) says before the verdict: a line when it was busy, else None"
-    try: m = facts.machine
+def _load(facts:Facts):
+    "The machine's load during the run (`facts.machine`, a `fastprofile.probes.machine.MachineLoad`), or None"
+    try: return facts.machine
     except AttributeError: return None  # no probe of the machine's load registered
-    return None if m is None else m.line()
+
+def _busy(facts:Facts) -> str|None:
+    "What the machine's load says before the verdict: a line when it was busy (other processes held its CPUs), else None"
+    m = _load(facts)
+    return m.line() if m is not None and m.busy() else None
 
 def _details(rec, facts:Facts, numbers:dict) -> list:
     "The diagnosis' lines on the model's layers and on tokens (their numbers into `numbers`)"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pandas as pd
 from ..engine.core import PROBES, Probe
 from .loads import LoadTimer
+from .machine import MachineProbe
+from .batch_scaling import BatchProbe
 from .compiles import CompileProbe
 from .costs import CostSampler
 from .breakdown import BreakdownCallback
@@ -21,7 +23,7 @@ from .snapshot import MemorySnapshot
 __all__ = ['BUILTIN_PROBES', 'probe_table']
 
 # %% ../../nbs/16h_builtin.ipynb #8d4f6de0
-BUILTIN_PROBES = (LoadTimer, CompileProbe, CostSampler, BreakdownCallback, EfficiencyCallback, LayerTimer, TelemetryProbe, MemorySnapshot)  # fastprofile's own, in `probe_order`
+BUILTIN_PROBES = (LoadTimer, MachineProbe, CompileProbe, CostSampler, BreakdownCallback, EfficiencyCallback, LayerTimer, TelemetryProbe, BatchProbe, MemorySnapshot)  # fastprofile's own, in `probe_order`
 
 def probe_table(probes=None) -> pd.DataFrame:
     "The registered probes (or `probes`): each one's key, class, the `ProfileOptions` it reads, its place in the call (`probe_order`), and whether it has a report section of its own"
