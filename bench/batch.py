@@ -116,6 +116,20 @@ def one(name:str, trials:int=3, log=print) -> dict:
     if c is not None and c.change is not None: out.update(check_predicted=c.predicted, check_measured=c.measured, check_size=c.change['value'])
     return out
 
+def leads(name:str, runs:int=3, log=print) -> list:
+    "The lead finding of `runs` fresh profiles of workload `name` (`fit_one_cycle(1)`, the report's own diagnosis): is it the same each time?"
+    import fastprofile.all  # noqa: F401 (`Learner.profile`)
+    from fastprofile.analysis.diagnosis import diagnose
+    make,bs = WORKLOADS[name]
+    out = []
+    for i in range(runs):
+        learn = _quiet(make(bs))
+        learn.profile(logger_callback=None, show_report=False).fit_one_cycle(1)
+        d = diagnose(learn)
+        out.append(dict(run=i+1, verdict=d.verdict, change=d.change, predicted=d.predicted_speedup, busy=d.machine is not None))
+        log(f"[batch] {name} run {i+1}: {d.verdict} {d.change} {d.predicted_speedup:.2f}x" + (' (busy machine)' if d.machine else ''))
+    return out
+
 def table(rows:list) -> str:
     hs = ['workload', 'bs', 'verdict', 'size named', 'predicted', 'measured (steady, median [min-max])', 'error', 'measured (whole fit)',
           'check_advice: size, predicted / measured']
@@ -133,11 +147,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog='python -m bench.batch', description=__doc__.splitlines()[0])
     ap.add_argument('workloads', nargs='*', help=f"any of {', '.join(WORKLOADS)} (default: all)")
     ap.add_argument('--trials', type=int, default=3)
+    ap.add_argument('--leads', type=int, default=0, help="instead: the lead finding of this many fresh profiles of each workload")
     a = ap.parse_args(argv)
     bad = [w for w in a.workloads if w not in WORKLOADS]
     if bad: ap.error(f"unknown workload(s) {', '.join(bad)}: valid are {', '.join(WORKLOADS)}")
     log = lambda s: print(s, file=sys.stderr, flush=True)
     t0 = time.perf_counter()
+    if a.leads:
+        rows = [dict(workload=w, **r) for w in (a.workloads or WORKLOADS) for r in leads(w, a.leads, log)]
+        print(md_table(['workload', 'run', 'verdict', 'change', 'predicted', 'busy machine'],
+                       [[r['workload'], r['run'], r['verdict'], r['change'], fmt(r['predicted'], '.2f', 'x'), r['busy']] for r in rows]))
+        return rows
     rows = [one(w, a.trials, log) for w in (a.workloads or WORKLOADS)]
     print(machine_md(machine_info()) + f"\n\nCommand: `python -m bench.batch{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}` "
           f"({time.perf_counter() - t0:.0f} s).\n")

@@ -9,7 +9,7 @@ from fastprofile.engine.core import Facts, ProfileResult
 from fastprofile.analysis.diagnosis import diagnose, FASTAI_TFMS
 from fastprofile.fixes.advice import check_advice
 from fastprofile.sinks.saving import load_profile
-from fastprofile.probes.batch_scaling import BatchScaling, BatchProbe, Measurement, budget_for, BUDGET
+from fastprofile.probes.batch_scaling import BatchScaling, BatchProbe, Measurement, budget_for, BUDGET, REPS
 from bench.batch import tabular
 
 class Stateful(nn.Module):
@@ -54,7 +54,7 @@ def test_measuring_leaves_the_learner_as_it_was():
     before = _state(learn)
     sc.ensure(fit=10.)
     assert sc.measured and sc.sizes[:2] == [16, 32] and sc._pending is None, sc
-    assert all(t > 0 for t in sc.train + sc.valid) and sc.items == 384 and sc.reps == 3
+    assert all(t > 0 for t in sc.train + sc.valid) and sc.items == 384 and sc.reps == REPS
     _same(before, _state(learn))
     calls = learn.model.calls
     sc.ensure(fit=10.)  # once only

@@ -2,7 +2,8 @@
 checked against `torch.profiler` on the same batches; hooks on the model only for the sampled batches; token-id batches
 counted (Tokens/s = Samples/s × seq_len for a language model) and their padding share against a count of the same batches"""
 from collections import OrderedDict
-import math, pickle, time, pytest, torch
+import dataclasses, json, math, pickle, time, pytest, torch
+from pathlib import Path
 from torch import nn
 from torch.profiler import profile as torch_profile, ProfilerActivity, record_function
 from fastai.basics import *
@@ -26,12 +27,18 @@ def one_thread():
     yield
     torch.set_num_threads(n)
 
-_CAPPED = LayerTimer._first_for_phase
+_MAKE = LayerTimer.make
 
 @pytest.fixture(autouse=True)
 def three_samples(monkeypatch):
-    "These tests' fits are short (6 training batches): the cap on a short phase's sampling (one in 16 of its batches) is lifted, so `first=3` holds; `test_short_fits_sample_fewer_batches` checks the cap"
-    monkeypatch.setattr(LayerTimer, '_first_for_phase', lambda self: self.first)
+    "These tests' fits are short (6 training batches): the registry's timer samples 3 in a row after the warm-up; `spread_out` undoes it"
+    def make(cls, call): return cls(call.learn, warmup=call.options.warmup, first=3, spacing=1) if call.options.layers else None
+    monkeypatch.setattr(LayerTimer, 'make', classmethod(make))
+
+@pytest.fixture
+def spread_out(monkeypatch):
+    "The registry's timer as the package makes it: `first=6` samples, one every 16 training batches"
+    monkeypatch.setattr(LayerTimer, 'make', _MAKE)
 BIG = 'body'  # the layer that does nearly all the work in `cnn()`
 
 def cnn():
@@ -107,12 +114,14 @@ def test_top_layer_and_share_against_torch_profiler():
 class HookSpy(Callback):
     "Per training batch: is the trigger on the model before its forward, are the timing hooks on its layers after it; and in validation"
     order = 1100
-    def __init__(self): self.trigger,self.timed,self.valid_timed = {},{},[]
+    def __init__(self): self.trigger,self.timed,self.valid_timed,self.after = {},{},[],{}
     def before_batch(self):
         if self.training: self.trigger[self.train_iter] = bool(self.model._forward_pre_hooks)
     def after_pred(self):
         if self.training: self.timed[self.train_iter] = bool(self.model.body._forward_hooks)
         else: self.valid_timed.append(bool(self.model.body._forward_hooks or self.model._forward_pre_hooks))
+    def after_batch(self):
+        if self.training: self.after[self.train_iter] = bool(self.model.body._forward_hooks)
 
 def test_hooks_only_on_sampled_batches():
     "The trigger is on the model up to the last sampled batch, the timing hooks only on the sampled batches; nothing after the call"
@@ -129,21 +138,49 @@ def test_hooks_only_on_sampled_batches():
     test_eq(learn.simple_profile.facts.layers, None)
 
 def test_sampling_across_epochs():
-    "After the call's first training phase, one batch at the start of a training phase once `every` training batches went by"
+    "The first samples run on across training phases until `first` are taken; then one at the start of a training phase once `every` training batches went by"
     spy = HookSpy()
     learn = cnn_learner(n_trn=3, n_val=1, cbs=[spy])
     with learn.no_bar(), learn.no_logging():
         learn.profile(**QUIET)
         timer = next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer))
         timer.every = 6
-        learn.fit(5)
+        learn.fit(6)
     lay = learn.simple_profile.facts.layers
-    # epochs of 3 batches: epoch 0 samples its batches 1 and 2, epoch 1 the third of the first three (its batch 1);
-    # then one batch 6 training batches after the last decision (epoch 2's batch 1), and epoch 4's
-    test_eq(lay.iters, [1, 2, 4, 7, 13])
+    # epochs of 3 batches: epoch 0 samples its batches 1 and 2, epoch 1 the third of the first three (its batch 1, train_iter 4);
+    # then one batch 6 training batches after the start of the last phase with first samples (epoch 3's batch 1), and epoch 5's
+    test_eq(lay.iters, [1, 2, 4, 10, 16])
     test_eq(lay.batches, 5)
-    test_eq([i for i,on in spy.timed.items() if on], [1, 2, 4, 7, 13])
+    test_eq([i for i,on in spy.timed.items() if on], [1, 2, 4, 10, 16])
     assert not any(spy.valid_timed)
+
+def test_first_samples_one_every_16_batches(spread_out):
+    "By default: the first training batch past the warm-up, then one every 16 (at most one in 16, after the first), until 6; across epochs too"
+    tiny = lambda: nn.Sequential(nn.Flatten(), nn.Linear(3*4*4, 10))
+    for n_trn,want in ((6, [1]), (20, [1, 17]), (33, [1, 17]), (34, [1, 17, 33]), (120, [1, 17, 33, 49, 65, 81])):
+        lay = fit(cnn_learner(n_trn=n_trn, n_val=1, bs=4, size=4, model=tiny())).facts.layers
+        test_eq((n_trn, lay.iters), (n_trn, want))
+    # two epochs of 20: the warm-up of each is never sampled, the count runs on (epoch 1's train_iter 20 is its warm-up)
+    lay = fit(cnn_learner(n_trn=20, n_val=1, bs=4, size=4, model=tiny()), 2).facts.layers
+    test_eq(lay.iters, [1, 17, 34])
+
+def test_hooks_only_on_the_spread_out_samples(spread_out):
+    "Between two of the first samples the trigger stays on the model, the timing hooks come off; after the call, all of them"
+    spy = HookSpy()
+    learn = cnn_learner(n_trn=40, n_val=1, bs=4, cbs=[spy])
+    fit(learn)
+    test_eq([i for i,on in spy.timed.items() if on], [1, 17, 33])
+    test_eq([i for i,on in spy.trigger.items() if on], list(range(40)))  # 3 more samples wanted: on to the phase's end (the next phase has them)
+    assert not any(spy.after.values())  # the timing hooks off by each batch's end, a sampled one's too
+    assert all(not (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks) for m in learn.model.modules())
+    class NoBackward(Callback):
+        "Cancels the backward of training batch 1 (the first sample): its forward counts, closed when the next batch starts"
+        def before_backward(self):
+            if self.training and self.train_iter == 1: raise CancelBackwardException()
+    spy = HookSpy()
+    lay = fit(cnn_learner(n_trn=40, n_val=1, bs=4, cbs=[spy, NoBackward()])).facts.layers
+    test_eq([i for i,on in spy.timed.items() if on], [1, 17, 33])  # batch 2 runs without them
+    assert lay.iters == [1, 17, 33] and lay.layers[BIG].backward > 0
 
 class ValidateAt(Callback):
     "A callback that validates inside a training phase (a nested `validate()`), after batch `i`"
@@ -151,14 +188,6 @@ class ValidateAt(Callback):
     def __init__(self, i): self.i = i
     def after_batch(self):
         if self.training and self.iter == self.i and self.epoch == 0: self.learn.validate()
-
-def test_short_fits_sample_fewer_batches(monkeypatch):
-    "A call's first training phase samples `first=3` batches, at most one in 16 of its batches past the warm-up (at least one)"
-    monkeypatch.setattr(LayerTimer, '_first_for_phase', _CAPPED)  # the package's own (the module's fixture lifts it)
-    tiny = lambda: nn.Sequential(nn.Flatten(), nn.Linear(3*4*4, 10))
-    for n_trn,want in ((6, 1), (33, 2), (49, 3), (80, 3)):
-        lay = fit(cnn_learner(n_trn=n_trn, n_val=1, bs=4, size=4, model=tiny())).facts.layers
-        test_eq((n_trn, lay.batches), (n_trn, want))
 
 def test_nested_validation_not_timed():
     "A `validate()` inside a training phase, after its first sampled batch, runs without hooks; the other samples come in the next training phase"
@@ -321,3 +350,97 @@ def test_layers_on_gpu():
     test_eq(lay.top(1)[0].name, BIG)
     assert 0 < lay.forward and 0 < lay.backward
     assert all(not (m._forward_hooks or m._forward_pre_hooks) for m in learn.model.modules())
+
+# ---- the spread of a share, and which layers lead (issue 39) ----
+import fastprofile.probes.layers as layers_mod  # noqa: E402
+from fastprofile.probes.layers import LayerTime, _TIMES  # noqa: E402
+
+def per_batch(**times) -> LayerTimes:
+    "A `LayerTimes` from each module's self time (s) in each of the same sampled batches, as `_fold` keeps them"
+    k = len(next(iter(times.values())))
+    return LayerTimes('Net', batches=k, layers={n:LayerTime(n, 'Linear', sum(ts), 0., k, batch_times=list(ts)) for n,ts in times.items()})
+
+NO_LEADER = '  No single layer dominates (the top ones are within their spread, or the sampled batches disagree on the first).'
+
+def test_a_tie_is_reported_as_a_tie():
+    "Two layers whose shares differ by less than their spreads: none leads, and the lines say so; one far ahead leads alone"
+    tie = per_batch(a=[.30, .26, .33, .27, .29, .31], b=[.28, .31, .26, .30, .27, .29], c=[.1, .12, .1, .11, .1, .1])
+    test_eq([l.name for l in tie.top(2)], ['a', 'b'])  # a ranking exists...
+    assert tie.share('a') - tie.spread('a') < tie.share('b') + tie.spread('b')  # ...within the spreads
+    test_eq(tie.leaders(), [])
+    test_eq(tie.lines()[-1], NO_LEADER)
+    one = per_batch(a=[.60, .62, .58, .61, .60, .59], b=[.30, .26, .33, .27, .29, .31], c=[.28, .31, .26, .30, .27, .29])
+    test_eq([l.name for l in one.leaders()], ['a'])  # `b` and `c` tie: `a` leads alone
+    assert NO_LEADER not in one.lines()
+    assert f"`a` (Linear) {fmt_pct(one.share('a'))} ±" in one.lines()[1]
+    test_eq(one.table().set_index('module').spread['a'], one.spread('a'))
+    test_eq(per_batch(a=[.5], b=[.1]).leaders(), [])  # one batch: no spread, no leader
+    assert math.isnan(per_batch(a=[.5], b=[.1]).spread('a'))
+
+def test_one_inflated_batch_does_not_rank_a_small_layer_first():
+    "A BatchNorm preempted in one of 5 batches (over 3/4 of their sum): the median share keeps it small, the Linear ranks first and leads"
+    lay = per_batch(lin=[.30, .31, .29, .30, .30], bn=[.01, .01, .01, 6., .01], relu=[.05, .05, .04, .05, .05])
+    by_sum = max(lay.layers.values(), key=lambda l: l.total)
+    assert by_sum.name == 'bn' and 100*by_sum.total/lay.total > 75  # the premise: by the sums it would be first
+    test_eq(lay.top(1)[0].name, 'lin')
+    assert lay.share('bn') < 5 and lay.spread('bn') < 1  # nor does the one batch widen its spread much
+    test_eq([l.name for l in lay.leaders(1)], ['lin'])
+
+class Big(nn.Module):
+    "A 1024→1024 Linear between two small ones: ~120x the multiply-adds of the rest of the model"
+    def __init__(self):
+        super().__init__()
+        self.small,self.act,self.big,self.head = nn.Linear(8, 1024),nn.ReLU(),nn.Linear(1024, 1024),nn.Linear(1024, 10)
+    def forward(self, x): return self.head(self.big(self.act(self.small(x.flatten(1)[:, :8]))))
+
+def test_a_dominant_linear_leads_on_a_real_learner(spread_out):
+    "One Linear does ~99% of the multiply-adds: the default sampling (3 spread-out batches of 40) names it as the one leader"
+    lay = fit(cnn_learner(n_trn=40, n_val=1, bs=64, size=4, model=Big())).facts.layers
+    test_eq((lay.iters, lay.kept), ([1, 17, 33], 3))
+    test_eq([l.name for l in lay.leaders()][:1], ['big'])
+    assert lay.share('big') > 50 and NO_LEADER not in lay.lines()
+    assert all(lay.share('big') - lay.spread('big') > lay.share(n) + lay.spread(n) for n in lay.layers if n != 'big')
+
+class EveryThird(nn.Module):
+    "Runs `inner` on every third call only (a branch some batches take)"
+    def __init__(self): super().__init__(); self.inner,self.n = nn.ReLU(),0
+    def forward(self, x):
+        self.n += 1
+        return self.inner(x) if self.n % 3 == 0 else x
+
+def test_times_kept_per_batch_stay_bounded(monkeypatch):
+    "Every layer keeps one self time per kept sampled batch, aligned (0 where it did not run); past `_TIMES` every other one is dropped and `stride` doubles"
+    monkeypatch.setattr(layers_mod, '_TIMES', 4)
+    learn = cnn_learner(n_trn=11, model=nn.Sequential(OrderedDict(net=cnn(), branch=EveryThird())))
+    with learn.no_bar(), learn.no_logging():
+        learn.profile(**QUIET)
+        next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer)).first = 10
+        learn.fit(1)
+    lay = learn.simple_profile.facts.layers
+    # batches 0-3 kept, thinned to 0, 2 (stride 2); 4, 6 kept, thinned to 0, 4 (stride 4); 8 kept
+    test_eq((lay.batches, lay.stride, lay.kept), (10, 4, 3))
+    assert {len(l.batch_times) for l in lay.layers.values()} == {3} and lay.layers['net.body'].calls == 10  # the sums count every batch
+    assert all(t > 0 for t in lay.layers['net.body'].batch_times)
+    # the branch runs in training batches 2, 5, 8 (calls 3, 6, 9; call 1 is the warm-up's): of the kept 1, 5, 9, only in 5
+    test_eq(lay.layers['branch.inner'].calls, 3)
+    test_eq([t > 0 for t in lay.layers['branch.inner'].batch_times], [False, True, False])
+
+def test_layer_times_round_trip_and_old_files_load():
+    "The per-batch times and `stride` go to JSON and come back, field by field; a file without them (0.2.0 and older) loads, with no spread"
+    lay = fit(cnn_learner()).facts.layers
+    back = LayerTimer.from_json(json.loads(json.dumps(LayerTimer.to_json(lay), allow_nan=False)))
+    for f in dataclasses.fields(LayerTimes): test_eq(getattr(back, f.name), getattr(lay, f.name))
+    test_eq(back.layers[BIG].batch_times, lay.layers[BIG].batch_times)
+    test_eq(back.lines(), lay.lines())
+    old = LayerTimer.to_json(lay)
+    del old['stride']
+    for v in old['layers'].values(): del v['batch_times']
+    old = LayerTimer.from_json(old)
+    test_eq((old.kept, old.stride), (0, 1))
+    test_close(old.share(BIG), 100*lay.layers[BIG].total/lay.total)  # the share of the sums, as 0.2.0 showed it
+    assert math.isnan(old.spread(BIG)) and old.leaders() == [] and ' ±' not in '\n'.join(old.lines())
+    v010 = json.loads((Path(__file__).parent/'fixtures'/'v0_1_0'/'profile.json').read_text())['facts']['layers']
+    test_eq(LayerTimer.from_json(v010).lines()[1][:30], '  `RegModel` (the model\'s own ')
+    l = LayerTime('a', 'Linear', 1.)
+    del l.__dict__['batch_times']  # as fastprofile 0.2.0 pickled it
+    test_eq(pickle.loads(pickle.dumps(l)).batch_times, [])

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Run the notebooks in `nbs/` and keep the outputs of the cells tagged `keep_output`: the docs' examples.
 
-    python tools/outputs.py [NOTEBOOK...]      # default: every notebook in nbs/
+    python tools/outputs.py [NOTEBOOK...]          # default: every notebook in nbs/
+    python tools/outputs.py --stamp [NOTEBOOK...]  # only stamp the tagged cells' outputs as made by their source
 
 Each notebook runs in a fresh `python3` kernel (the interpreter running this script), in `nbs/`, with
 `FASTPROFILE_STRICT=1`, `MPLBACKEND=Agg`, the repository first on `PYTHONPATH` (the kernel must import this
@@ -23,15 +24,22 @@ that errors is a WARNING (its outputs are cleared anyway) and the cells after it
 `nbdev-test`'s shell (fastprogress draws HTML bars, rich renders to the notebook), so a check written for the
 latter can fail here; `--strict` makes that fail the notebook too.
 
-The tag travels with its cell (pyproject.toml's `allowed_cell_metadata_keys` keeps it through `nbdev-clean`): run
-this again whenever the notebooks change; outputs never change what `nbdev-export` writes.
+Each kept cell also gets a second tag, `src-` and 8 hex digits of the sha256 of its source text (`"tags":
+["keep_output", "src-1a2b3c4d"]`): the source its outputs were made from. `tests/test_notebook_outputs.py` fails for
+a cell whose source no longer matches, so an edited cell's old outputs cannot pass as its own; other cells lose the tag.
+`--stamp` runs nothing: it (re)writes the `src-` tag of every tagged cell that has outputs from its current source
+(and takes it off the others), for outputs known to be fresh (the edit changed no output: a comment, a rename).
+
+The tags travel with their cell (pyproject.toml's `allowed_cell_metadata_keys` keeps them through `nbdev-clean`): run
+this again whenever a tagged cell changes; outputs and tags never change what `nbdev-export` writes.
 """
-import argparse, copy, json, os, re, sys, tempfile, time
+import argparse, copy, hashlib, json, os, re, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT/'nbs'
 TAG = 'keep_output'
+SRC_TAG = re.compile(r'src-[0-9a-f]{8}')  # the tag with the hash of the source that made a kept cell's outputs
 KEEP_MIMES = ('text/plain', 'text/html', 'text/markdown', 'image/png')
 BIG = 100_000  # bytes of outputs in one cell above which a warning is printed
 
@@ -50,6 +58,25 @@ class NotebookFailed(Exception): pass
 def tagged(cell) -> bool: return cell.get('cell_type') == 'code' and TAG in (cell.get('metadata', {}).get('tags') or [])
 
 def dumps(nb) -> str: return json.dumps(nb, indent=1, ensure_ascii=False) + '\n'
+
+def source_tag(cell) -> str:
+    "The `src-` tag of `cell`'s current source: 8 hex digits of the sha256 of its text"
+    src = cell.get('source', '')
+    return 'src-' + hashlib.sha256((''.join(src) if isinstance(src, list) else src).encode('utf-8')).hexdigest()[:8]
+
+def set_source_tag(cell, stamp:bool) -> None:
+    "Give `cell` the `src-` tag of its current source (`stamp`) or take any off; its other tags stay as they were"
+    md = cell.setdefault('metadata', {})
+    old = md.get('tags') or []
+    new = [t for t in old if not SRC_TAG.fullmatch(t)] + ([source_tag(cell)] if stamp else [])
+    if new == old: return
+    if new: md['tags'] = new
+    else: md.pop('tags', None)
+
+def write(path:Path, text:str) -> None:
+    "Write `text` to `path` through a temporary file in its folder, keeping its mode"
+    tmp = path.with_name(f'.{path.name}.tmp')
+    tmp.write_text(text, encoding='utf-8'); os.chmod(tmp, path.stat().st_mode & 0o777); os.replace(tmp, path)
 
 def nbdev_cells(path:Path) -> set:
     "Indices of the cells `nbdev-test` would run in the notebook at `path`"
@@ -126,12 +153,27 @@ def run_notebook(path:Path, timeout:int, all_cells:bool=False, strict:bool=False
         c['outputs'] = outputs.get(i, [])
         c['execution_count'] = None
         c.get('metadata', {}).pop('execution', None)
+        set_source_tag(c, i in outputs)
     new = dumps(raw)
     if path.read_text(encoding='utf-8') != text: raise NotebookFailed("changed on disk while it ran: not written (run it again)")
     info['changed'] = new != text
-    if info['changed']:
-        tmp = path.with_name(f'.{path.name}.tmp')
-        tmp.write_text(new, encoding='utf-8'); os.chmod(tmp, path.stat().st_mode & 0o777); os.replace(tmp, path)
+    if info['changed']: write(path, new)
+    return info
+
+def stamp_notebook(path:Path) -> dict:
+    "Set the `src-` tags of the notebook at `path` from the cells' current source, running nothing; what was done"
+    text = path.read_text(encoding='utf-8')
+    raw = json.loads(text)
+    info = dict(name=path.name, stamped=[], empty=[])
+    for i,c in enumerate(raw['cells']):
+        if c.get('cell_type') != 'code': continue
+        shown = tagged(c) and bool(c.get('outputs'))
+        if shown: info['stamped'].append(i)
+        elif tagged(c): info['empty'].append(i)
+        set_source_tag(c, shown)
+    new = dumps(raw)
+    info['changed'] = new != text
+    if info['changed']: write(path, new)
     return info
 
 def _run_cells(client, nb, todo:list, keep:list, strict:bool, info:dict) -> dict:
@@ -189,7 +231,11 @@ def main(argv=None) -> int:
     p.add_argument('--timeout', type=int, default=600, help='seconds a cell may run (default 600)')
     p.add_argument('--all-cells', action='store_true', help='also run the cells after the last tagged one')
     p.add_argument('--strict', action='store_true', help='a cell that errors fails its notebook, tagged or not')
+    p.add_argument('--stamp', action='store_true',
+                   help="run nothing: tag the tagged cells' outputs as made by their current source (outputs known to be fresh)")
     args = p.parse_args(argv)
+    if args.stamp and (args.all_cells or args.strict): p.error('--stamp runs nothing: --all-cells and --strict do not apply')
+    if args.stamp: return stamp(notebooks(args.notebooks))
     os.environ.update(FASTPROFILE_STRICT='1', MPLBACKEND='Agg', PYDEVD_DISABLE_FILE_VALIDATION='1',
                       PYTHONPATH=os.pathsep.join([str(ROOT)] + [x for x in os.environ.get('PYTHONPATH', '').split(os.pathsep) if x]))
     t0,failed,missing,errored = time.perf_counter(),[],[],[]
@@ -206,6 +252,16 @@ def main(argv=None) -> int:
     print(f"{time.perf_counter()-t0:.0f} s in all" + (f"; no cell tagged `{TAG}` in: {', '.join(missing)}" if missing else '')
           + (f"; untagged cells failed in: {', '.join(errored)}" if errored else ''))
     if failed: print(f"FAILED: {', '.join(failed)}", file=sys.stderr); return 1
+    return 0
+
+def stamp(paths:list) -> int:
+    "Stamp the notebooks at `paths`, printing one line each"
+    for path in paths:
+        info = stamp_notebook(path)
+        what = f"stamped cell(s) {info['stamped']}" if info['stamped'] else 'no tagged cell with outputs'
+        print(f"{path.name}: {what}{'' if info['changed'] else ', unchanged'}", flush=True)
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        for i in info['empty']: print(f"  note: cell {i} is tagged `{TAG}` but has no outputs: run `python tools/outputs.py {name}`")
     return 0
 
 if __name__ == '__main__': sys.exit(main())

@@ -16,6 +16,7 @@ from ..engine.tables import Section, fmt_time, fmt_pct
 from ..engine.core import Facts, ProfileResult
 from ..engine.tokens import tokens_line
 from ..probes.batch_scaling import BatchScaling
+from ..probes.layers import fmt_share
 from ..probes.builtin import BUILTIN_PROBES  # noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`..., registered)
 
 # %% auto #0
@@ -374,14 +375,20 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
     return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit))
 
 def layers_lead(facts:Facts|None, n:int=2) -> str|None:
-    "The model's costliest layers in words, from `facts.layers` (`fastprofile.probes.layers.LayerTimes`): what the compute fix names first; None if not timed"
+    "What the compute fix says of the model's layers (`facts.layers`, a `fastprofile.probes.layers.LayerTimes`): those that clearly lead (`LayerTimes.leaders`, at least `LAYER_LEAD`%), or that no single one dominates; None if not timed"
     lay = getattr(facts, 'layers', None)
     if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None  # a model with no submodules: nothing to name
-    top = [l for l in lay.top(n) if lay.share(l.name) >= LAYER_LEAD]
-    if not top: return None  # no layer takes a tenth: none is the first thing to make cheaper (the layers' lines still list them)
-    names = ', '.join(f"{lay.label(l)} {fmt_pct(lay.share(l.name))}" for l in top)
-    return (f"{names} of forward+backward (self time, {lay.batches} sampled batch{'es' if lay.batches != 1 else ''}): "
-            f"the layer{'s' if len(top) > 1 else ''} to make cheaper or replace first")
+    k = lay.kept or lay.batches
+    how = f"self time, the median of {k} sampled batch{'es' if k != 1 else ''} ± 2 standard errors"
+    said = lambda ls: ', '.join(f"{lay.label(l)} {fmt_share(lay.share(l.name), lay.spread(l.name))}" for l in ls)
+    lead = [l for l in lay.leaders(n) if lay.share(l.name) >= LAYER_LEAD]
+    if lead: return f"{said(lead)} of forward+backward ({how}): the layer{'s' if len(lead) > 1 else ''} to make cheaper or replace first"
+    top = lay.top(2)
+    if lay.share(top[0].name) < LAYER_LEAD: return None  # no layer takes a tenth: none is the first thing to make cheaper
+    if k < 2: return (f"the costliest layers of one sampled batch, too few to say whether one dominates: {said(top)} of forward+backward "
+                      "(self time); the whole model is what to make cheaper")
+    return (f"no single layer dominates: {said(top)} of forward+backward ({how}) are within their spread, or the sampled batches "
+            "disagree on the first; the whole model is what to make cheaper")
 
 def compute_rule(ev:Evidence) -> list:
     "The model's forward, loss and backward: the costliest layers (where timed) first, then what speeds the model up as a whole"

@@ -14,13 +14,14 @@ from ..engine.plain import to_plain, from_plain
 from ..engine.tables import fmt_time
 
 # %% auto #0
-__all__ = ['GROWTH', 'MIN_BATCHES', 'REPS', 'BUDGET', 'budget_for', 'BatchScaling', 'Measurement', 'BatchProbe']
+__all__ = ['GROWTH', 'MIN_BATCHES', 'REPS', 'DRAWS', 'BUDGET', 'budget_for', 'BatchScaling', 'Measurement', 'BatchProbe']
 
 # %% ../../nbs/16j_batch_scaling.ipynb #48f3d050
 GROWTH = (2, 4, 8)  # the larger batch sizes measured, as multiples of the fit's
 MIN_BATCHES = 4  # a size is measured only if an epoch of the training set still holds this many batches of it
-REPS = 3  # timed repeats of each size, interleaved (the median is kept)
-BUDGET = (.25, .03, 2.)  # seconds the measurement may take: at least the first, else this share of the fit, at most the last
+REPS = 7  # timed repeats of each size's steps, interleaved (the median is kept; 3 left a 2x conv step's ratio anywhere in 1.3-2.2 on a CPU)
+DRAWS = 3  # timed draws of each size (the median is kept): drawing is slow where it matters (decoding), and steadier
+BUDGET = (.4, .03, 2.)  # seconds the measurement may take: at least the first, else this share of the fit, at most the last
 
 def budget_for(fit:float) -> float:
     "Seconds the measurement may take after a fit of `fit` seconds (`BUDGET`)"
@@ -183,11 +184,12 @@ class Measurement:
                     last = got[-1][3]
                     more = 2*last + 2*(tr[got[-1][0]][0] + va[got[-1][0]][0])*REPS + (REPS - 1)*sum(tr[m][0] + va[m][0] for m,*_ in got)
                     spent = time.perf_counter() - t0
-                    if (spent + more > budget) if len(got) > 1 else (spent > budget/2):  # twice the batch is measured unless the first size took half the budget
-                        why = f"bs {n} and larger not measured: the measurement's time budget ({fmt_time(budget)}) was spent"; break
+                    if spent + more > (budget if len(got) > 1 else 2*budget):  # twice the batch may take up to twice the budget: one larger size at least
+                        why = (f"bs {n} and larger not measured: the measurement's time budget ({fmt_time(budget)}) was spent" if len(got) > 1 else
+                               f"the measurement's time budget ({fmt_time(budget)}) did not leave time for bs {n}"); break
                 try:
                     ts = time.perf_counter()
-                    b,dt = _draws(learn.dls.train, n, REPS, dev)
+                    b,dt = _draws(learn.dls.train, n, DRAWS, dev)
                     b = tuple(b) if isinstance(b, (tuple, list)) else (b,)
                     xb,yb = b[:ni],b[ni:]
                     model.train(); self._step(xb, yb, True, params)
@@ -202,7 +204,7 @@ class Measurement:
                 for n,xb,yb,_ in got: step(n, xb, yb)
         finally: kept.restore()
         ns = [n for n,*_ in got]
-        if len(ns) < 2: return BatchScaling(ns, failure=f"not measured: {why}", seconds=time.perf_counter() - t0)
+        if len(ns) < 2: return BatchScaling(ns, failure=f"not measured: {why}" if why else 'not measured', seconds=time.perf_counter() - t0)
         return BatchScaling(ns, [float(np.median(tr[n])) for n in ns], [float(np.median(va[n])) for n in ns], draws, REPS,
                             _items(learn.dls.train), time.perf_counter() - t0, why)
 

@@ -13,7 +13,7 @@ from fastai.basics import *
 from fastai.callback.core import _events
 from ..lifecycle.session import ProbeCallback
 from ..engine.checks import check_bool
-from .costs import event_methods, stand_in, _phase, costs_state, costs_from
+from .costs import event_methods, stand_in, _phase, costs_state, costs_from, squares_state, squares_from, cost_spread, fmt_time_spread
 from ..engine.core import register
 from ..engine.plain import stats_state, stats_from
 from ..data.pipeline import timed_pipelines
@@ -37,6 +37,7 @@ class BreakdownCallback(ProbeCallback):
         check_bool('callbacks', callbacks); check_bool('draw', draw)
         store_attr()
         self._wrapped,self._phases,self.active,self._draw_start,self._stack,self._patches,self._phase = [],[],False,None,[],None,None
+        self._batch = {}  # (phase, name, event) -> seconds in the batch in flight: its squares go to the result at its end
         self.result = Breakdown()  # what every fit this callback sees adds up to
 
     # ---- fastai's fit and phase events: only when added by hand (a session tells the probe otherwise) ----
@@ -51,7 +52,7 @@ class BreakdownCallback(ProbeCallback):
     def stage(self, s):
         "A fit of the call starts: shadow each callback's event methods and each metric's `accumulate` with timed stand-ins"
         self._patches,self.active = s.patches,True
-        self._stack[:],self._draw_start,self._parts = [],None,{}
+        self._stack[:],self._draw_start,self._parts,self._batch = [],None,{},{}
         if self.callbacks:
             self._wrapped = [s.patches.set(t.obj, t.attr, t) for obj,attr,name in event_methods(self.learn, _events)
                              if (t := stand_in(obj, attr, name, self._cost, self._stack)) is not None]
@@ -59,7 +60,7 @@ class BreakdownCallback(ProbeCallback):
         "A phase starts: the pipelines that split its draws come at its first draw"
         self._phase = s.phase
         if self.draw: self._phases.append(None)  # made at the phase's first draw, once the other callbacks set `learn.dl` up (a prefetcher wraps it)
-    def end_phase(self, s): self._end_phase()
+    def end_phase(self, s): self._end_batch(); self._end_phase()
     def pause(self, s): self.active = False  # a `validate()` from a callback: not part of the fit's numbers
     def resume(self, s): self.active = True
     def end_stage(self, s):
@@ -75,12 +76,14 @@ class BreakdownCallback(ProbeCallback):
     def make(cls, call): return cls() if call.options.breakdown else None
     @classmethod
     def to_json(cls, b) -> dict:
-        return dict(draw={p:{k:stats_state(s) for k,s in parts.items()} for p,parts in b.draw.items()}, costs=costs_state(b.costs), batches=dict(b.batches))
+        return dict(draw={p:{k:stats_state(s) for k,s in parts.items()} for p,parts in b.draw.items()}, costs=costs_state(b.costs), batches=dict(b.batches),
+                    squares=squares_state(b.squares), callback_squares=squares_state(b.callback_squares))
     @classmethod
     def from_json(cls, d:dict):
         b = Breakdown()
         for p,parts in d['draw'].items(): b.draw[p].update({k:stats_from(s) for k,s in parts.items()})
         b.costs = costs_from(d['costs'])
+        b.squares,b.callback_squares = squares_from(d.get('squares', [])),squares_from(d.get('callback_squares', []))  # none from fastprofile 0.2 or older
         b.batches.update(d['batches'])
         return b
 
@@ -90,6 +93,7 @@ class BreakdownCallback(ProbeCallback):
         if not self.active or learn is None: return  # left behind by a crash or a removal
         phase = _phase(learn, event) if event != 'accumulate' else ('train' if learn.training else 'valid')
         self.result._add_cost(phase, name, event, dt)
+        if phase != 'fit': self._batch[(phase,name,event)] = self._batch.get((phase,name,event), 0.) + dt
 
 # %% ../../nbs/08_breakdown.ipynb #a17455cb
 @patch
@@ -135,15 +139,29 @@ def before_batch(self:BreakdownCallback):
     self.result._add_draw(phase, wait, self._parts)
     self._draw_start = None
 
+@patch
+def after_batch(self:BreakdownCallback):
+    "The batch is over (for every callback before this one): its costs' squares to the result"
+    if self.active: self._end_batch()
+
+@patch
+def _end_batch(self:BreakdownCallback):
+    "Hand the costs of the batch in flight to the result (their squares give the spreads)"
+    if self._batch: self.result._add_batch(self._batch); self._batch = {}
+
 # %% ../../nbs/08_breakdown.ipynb #dfe43dd1
 def _part_stats(): return defaultdict(StreamingStats)  # a module-level function: a `Breakdown` pickles
 
 class Breakdown:
-    "What a `BreakdownCallback` measured: per-batch draw parts and the cost of each callback at each event"
+    "What a `BreakdownCallback` measured: per-batch draw parts and the cost of each callback at each event, each with its spread"
     def __init__(self):
         self.draw = defaultdict(_part_stats)  # phase -> part -> per-batch seconds
         self.costs = {}  # (phase, name, event) -> [total seconds, calls]
         self.batches = defaultdict(int)  # phase -> batches seen
+        self.squares = {}  # (phase, name, event) -> its seconds in each batch of the phase, squared and summed (train and valid: its spread)
+        self.callback_squares = {}  # (phase, name) -> the same for a callback's or metric's events in a batch added up
+
+    def __setstate__(self, d): self.__init__(); self.__dict__.update(d)  # pickled by fastprofile 0.2 or older: no squares
 
     def _count_batch(self, phase): self.batches[phase] += 1
     def _add_draw(self, phase, wait, parts):
@@ -154,20 +172,35 @@ class Breakdown:
         c = self.costs.get((phase,name,event))
         if c is None: self.costs[(phase,name,event)] = [dt, 1]
         else: c[0] += dt; c[1] += 1
+    def _add_batch(self, costs:dict):
+        "One batch's costs `{(phase, name, event): seconds}`, each event's calls added up: into the squares"
+        per = {}
+        for (p,name,e),dt in costs.items():
+            self.squares[(p,name,e)] = self.squares.get((p,name,e), 0.) + dt*dt
+            per[(p,name)] = per.get((p,name), 0.) + dt
+        for k,dt in per.items(): self.callback_squares[k] = self.callback_squares.get(k, 0.) + dt*dt
 
     def draw_parts(self, phase:str='train') -> dict:
         "Mean seconds per batch of each part of `draw` in `phase`: `wait`, `copy` (if called), one per transform"
         return {k:s.mean for k,s in self.draw.get(phase, {}).items() if s.n}
 
+    def draw_spread(self, phase:str='train') -> dict:
+        "How far each of `draw_parts(phase)` may be off, in seconds: 2 standard errors of its mean over the draws (NaN for fewer than 2)"
+        return {k:2*math.sqrt(s.m2/(s.n - 1)/s.n) if s.n > 1 else math.nan for k,s in self.draw.get(phase, {}).items() if s.n}
+
+    def spread(self, phase:str, name:str, event:str|None=None) -> float:
+        "How far the seconds per batch of `name`'s `event` (None: its events added up) in `phase` may be off: 2 standard errors; NaN for 'fit'"
+        return cost_spread(self, phase, name, event)
+
     def callback_costs(self) -> pd.DataFrame:
-        "One row per (phase, callback or metric, event): total seconds, calls, and seconds per batch of the phase"
+        "One row per (phase, callback or metric, event): total seconds, calls, seconds per batch of the phase and its spread"
         rows = []
         nb = sum(self.batches.values())
         for (p,name,e),(tot,n) in self.costs.items():
             per = self.batches.get(p, 0) if p != 'fit' else nb
             rows.append({'phase':p, 'name':name, 'event':e, 'total':tot, 'calls':n,
-                         'per_batch':tot/per if per else math.nan})
-        df = pd.DataFrame(rows, columns=['phase','name','event','total','calls','per_batch'])
+                         'per_batch':tot/per if per else math.nan, 'spread':self.spread(p, name, e) if p != 'fit' else math.nan})
+        df = pd.DataFrame(rows, columns=['phase','name','event','total','calls','per_batch','spread'])
         return df.sort_values('total', ascending=False, kind='stable').reset_index(drop=True)
 
     def top_cost(self, exclude=('Recorder',)):
@@ -180,14 +213,14 @@ class Breakdown:
         return g.index[0]
 
     def lines(self, n:int=5) -> list:
-        "Short text: the draw split per phase and the `n` costliest callback events"
+        "Short text: the draw split per phase and the `n` costliest callback events, each ± its spread"
         out = []
         for p in ('train','valid'):
-            parts = self.draw_parts(p)
-            if parts: out.append(f"{p} draw: " + ', '.join(f"{k} {fmt_time(v)}" for k,v in parts.items()) + ' per batch')
+            parts,sp = self.draw_parts(p),self.draw_spread(p)
+            if parts: out.append(f"{p} draw: " + ', '.join(f"{k} {fmt_time_spread(v, sp[k])}" for k,v in parts.items()) + ' per batch')
         df = self.callback_costs()
         for r in df.head(n).itertuples():
-            out.append(f"{r.name}.{r.event} ({r.phase}): {fmt_time(r.per_batch)} per batch, {fmt_time(r.total)} in all")
+            out.append(f"{r.name}.{r.event} ({r.phase}): {fmt_time_spread(r.per_batch, r.spread)} per batch, {fmt_time(r.total)} in all")
         return out
 
     def __repr__(self): return '\n'.join(self.lines()) or 'Breakdown (empty)'

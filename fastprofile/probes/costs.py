@@ -19,7 +19,8 @@ from ..data.pipeline import timed_pipelines
 
 # %% auto #0
 __all__ = ['BATCH_EVENTS', 'EPOCH_EVENTS', 'stand_in', 'metric_name', 'event_methods', 'costs_state', 'costs_from',
-           'SampledCosts', 'CostSampler']
+           'squares_state', 'squares_from', 'mean_spread', 'cost_spread', 'fmt_time_spread', 'SampledCosts',
+           'CostSampler']
 
 # %% ../../nbs/08a_costs.ipynb #5ad0c002
 _MISSING = object()
@@ -89,31 +90,82 @@ def costs_from(rows) -> dict:
     "The costs that `costs_state` wrote"
     return {tuple(r['key']):[unplain_num(r['total']), int(r['calls'])] for r in rows}
 
+def squares_state(squares:dict) -> list:
+    "Sums of squared seconds `{key: seconds²}` as plain rows (a saved profile)"
+    return [dict(key=list(k), squares=plain_num(v)) for k,v in squares.items()]
+
+def squares_from(rows) -> dict:
+    "The sums of squares that `squares_state` wrote"
+    return {tuple(r['key']):unplain_num(r['squares']) for r in rows}
+
+def mean_spread(total:float, squares:float, n:int) -> float:
+    "How far a mean of `n` batches' seconds may be off: 2·s/√n, `s` their standard deviation (from their `total` and `squares`); NaN for one"
+    if n < 2: return math.nan
+    return 2*math.sqrt(max(squares - total*total/n, 0.)/(n - 1)/n)
+
+def cost_spread(c, phase:str, name:str, event:str|None=None) -> float:
+    "`mean_spread` of `name`'s `event` (None: its events but `before_draw`, added up) per batch of `phase` in `c`; NaN if not timed there"
+    n = c.batches.get(phase, 0)
+    if event is not None:
+        t,sq = c.costs.get((phase,name,event)),c.squares.get((phase,name,event))
+        return math.nan if t is None or sq is None else mean_spread(t[0], sq, n)
+    sq = c.callback_squares.get((phase,name))
+    if sq is None: return math.nan
+    return mean_spread(sum(t for (p,m,e),(t,_) in c.costs.items() if p == phase and m == name and e != 'before_draw'), sq, n)
+
+_UNITS = {'ns':(1e9, 0), 'µs':(1e6, 1), 'ms':(1e3, 2), 's':(1., 2)}  # `fmt_time`'s units: scale and decimals
+
+def fmt_time_spread(s:float, spread:float) -> str:
+    "`s` seconds and its spread in the same unit: `1.20 ms ±0.30`; `fmt_time(s)` alone when the spread is NaN"
+    t = fmt_time(s)
+    u = _UNITS.get(t.rsplit(' ', 1)[-1])
+    if spread != spread or u is None: return t
+    return f"{t} ±{spread*u[0]:,.{u[1]}f}"
+
 class SampledCosts:
-    "What a `CostSampler` measured: each callback event's and metric's cost per sampled batch, and every event between batches"
+    "What a `CostSampler` measured: each callback event's and metric's cost per sampled batch (and its spread), and every event between batches"
     def __init__(self):
         self.costs = {}  # (phase, name, event) -> [seconds, calls] over the sampled batches
         self.batches = defaultdict(int)  # phase -> batches sampled
         self.epoch = {}  # (name, event) -> [seconds, calls]: events between batches, all of them
         self.draw = {}  # phase -> {part: seconds}: the copy to the device and each `after_batch` transform, over the sampled batches
         self.drawn = defaultdict(int)  # phase -> sampled batches whose draw was split
+        self.squares = {}  # (phase, name, event) -> its seconds in each sampled batch, squared and summed (its spread)
+        self.callback_squares = {}  # (phase, name) -> the same for a callback's or metric's events in a batch added up (`before_draw` left out)
+        self.draw_squares = {}  # phase -> {part: its seconds in each split draw, squared and summed}
+
+    def __setstate__(self, d): self.__init__(); self.__dict__.update(d)  # pickled by fastprofile 0.2 or older: no squares
 
     def _add_sample(self, phase, sample):
         self.batches[phase] += 1
+        per = {}
         for (name,event),dt in sample.items():
-            c = self.costs.get((phase,name,event))
-            if c is None: self.costs[(phase,name,event)] = [dt, 1]
+            k = (phase,name,event)
+            c = self.costs.get(k)
+            if c is None: self.costs[k] = [dt, 1]
             else: c[0] += dt; c[1] += 1
+            self.squares[k] = self.squares.get(k, 0.) + dt*dt
+            if event != 'before_draw': per[name] = per.get(name, 0.) + dt  # between batches: not the batch's callback cost
+        for name,dt in per.items(): self.callback_squares[(phase,name)] = self.callback_squares.get((phase,name), 0.) + dt*dt
 
     def _add_draw(self, phase, parts):
         self.drawn[phase] += 1
-        d = self.draw.setdefault(phase, {})
-        for k,v in parts.items(): d[k] = d.get(k, 0.) + v
+        d,sq = self.draw.setdefault(phase, {}),self.draw_squares.setdefault(phase, {})
+        for k,v in parts.items(): d[k] = d.get(k, 0.) + v; sq[k] = sq.get(k, 0.) + v*v
 
     def draw_parts(self, phase:str='train') -> dict:
         "Mean seconds per sampled batch of `phase` of each part of `draw` run in the main process: `copy` (to the device) and each `after_batch` transform, by name"
         n = self.drawn.get(phase, 0)
         return {k:v/n for k,v in self.draw.get(phase, {}).items()} if n else {}
+
+    def draw_spread(self, phase:str='train') -> dict:
+        "How far each of `draw_parts(phase)` may be off, in seconds: 2 standard errors of its mean over the split draws (NaN for fewer than 2)"
+        n,sq = self.drawn.get(phase, 0),self.draw_squares.get(phase, {})
+        return {k:mean_spread(v, sq[k], n) if k in sq else math.nan for k,v in self.draw.get(phase, {}).items()} if n else {}
+
+    def spread(self, phase:str, name:str, event:str|None=None) -> float:
+        "How far the seconds per sampled batch of `name`'s `event` (None: its events added up) in `phase` may be off: 2 standard errors"
+        return cost_spread(self, phase, name, event)
 
     def _add_epoch(self, name, event, dt):
         c = self.epoch.get((name,event))
@@ -127,18 +179,19 @@ class SampledCosts:
         return sorted(rows, key=lambda r: r[5] if r[5] == r[5] else r[3], reverse=True)  # stable: equal costs keep their order
 
     def callback_costs(self) -> pd.DataFrame:
-        "One row per (phase, callback or metric, event), as `Breakdown.callback_costs`: `per_batch` over the sampled batches; events between batches (phase 'fit') with their `total`"
-        return pd.DataFrame(self.rows(), columns=['phase','name','event','total','calls','per_batch'])
+        "One row per (phase, callback or metric, event), as `Breakdown.callback_costs`: `per_batch` and its `spread`; between batches ('fit'): `total`"
+        rows = [(*r, self.spread(*r[:3]) if r[0] != 'fit' else math.nan) for r in self.rows()]
+        return pd.DataFrame(rows, columns=['phase','name','event','total','calls','per_batch','spread'])
 
     def lines(self, n:int=5) -> list:
-        "The `n` costliest callback events per batch, and between batches"
+        "The `n` costliest callback events per batch (± their spread), and between batches"
         df = self.callback_costs()
-        out = [f"{r.name}.{r.event} ({r.phase}): {fmt_time(r.per_batch)} per batch ({self.batches[r.phase]} sampled)"
+        out = [f"{r.name}.{r.event} ({r.phase}): {fmt_time_spread(r.per_batch, r.spread)} per batch ({self.batches[r.phase]} sampled)"
                for r in df[df.phase != 'fit'].head(n).itertuples()]
         out += [f"{r.name}.{r.event}: {fmt_time(r.total)} in all, {r.calls} calls" for r in df[df.phase == 'fit'].head(n).itertuples()]
         for p in ('train','valid'):
-            parts = self.draw_parts(p)
-            if parts: out.append(f"{p} draw, in the main process: " + ', '.join(f"{k} {fmt_time(v)}" for k,v in parts.items())
+            parts,sp = self.draw_parts(p),self.draw_spread(p)
+            if parts: out.append(f"{p} draw, in the main process: " + ', '.join(f"{k} {fmt_time_spread(v, sp[k])}" for k,v in parts.items())
                                  + f" per batch ({self.drawn[p]} sampled)")
         return out
 
@@ -182,11 +235,14 @@ class CostSampler(Probe):
     def make(cls, call): return None if call.options.breakdown else cls(call.learn, warmup=call.options.warmup)
     @classmethod
     def to_json(cls, c:SampledCosts) -> dict:
-        return dict(costs=costs_state(c.costs), batches=dict(c.batches), epoch=costs_state(c.epoch), draw=to_plain(c.draw), drawn=dict(c.drawn))
+        return dict(costs=costs_state(c.costs), batches=dict(c.batches), epoch=costs_state(c.epoch), draw=to_plain(c.draw), drawn=dict(c.drawn),
+                    squares=squares_state(c.squares), callback_squares=squares_state(c.callback_squares), draw_squares=to_plain(c.draw_squares))
     @classmethod
     def from_json(cls, d:dict) -> SampledCosts:
-        c = SampledCosts()
+        c = SampledCosts()  # saved by fastprofile 0.2 or older: no squares (no spreads)
         c.costs,c.epoch,c.draw = costs_from(d['costs']),costs_from(d['epoch']),from_plain(d['draw'])
+        c.squares,c.callback_squares = squares_from(d.get('squares', [])),squares_from(d.get('callback_squares', []))
+        c.draw_squares = from_plain(d.get('draw_squares', {}))
         c.batches.update(d['batches']); c.drawn.update(d['drawn'])
         return c
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import math, time, warnings, weakref
 from dataclasses import dataclass, field
 from functools import partial
-import pandas as pd, torch
+import numpy as np, pandas as pd, torch
 from torch import nn
 from fastcore.basics import patch
 from ..engine.checks import check_int
 from dataclasses import asdict
-from ..engine.core import Probe, strict_mode, first_samples, register
+from ..engine.core import Probe, strict_mode, SAMPLE_SHARE, register
 from ..engine.plain import to_plain, from_plain
 from ..engine.tables import fmt_time, fmt_pct
 from ..engine.efficiency import fmt_flops
@@ -22,7 +22,7 @@ from ..engine.flops import is_compiled
 from ..engine.cuda_events import take_event, give_back
 
 # %% auto #0
-__all__ = ['describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'LayerTimer']
+__all__ = ['describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'fmt_share', 'LayerTimer']
 
 # %% ../../nbs/16f_layers.ipynb #3ef5814e
 def _dims(t) -> str: return '×'.join(map(str, t))
@@ -55,16 +55,18 @@ def layer_flops(m:nn.Module, args, out) -> int:
 # %% ../../nbs/16f_layers.ipynb #5d69626a
 @dataclass
 class LayerTime:
-    "One module's self time (its own work; its submodules' left out) summed over the sampled batches"
+    "One module's self time (its own work; its submodules' left out) summed over the sampled batches, and in each kept one"
     name:str  # Its name in the model (`model.named_modules()`); '' for the model itself
     kind:str  # What it is (`describe_module`)
     forward:float=0.  # Seconds of self time in the forward passes
     backward:float=0.  # Seconds of self time in the backward passes (from the gradient of its output to the next module's)
     calls:int=0  # Forward calls (a module used twice in a forward: 2 a batch)
     flops:float=0.  # FLOPs of its forward and backward (linear and convolution layers, from shapes); 0: not estimated
+    batch_times:list=field(default_factory=list)  # Seconds of self time (forward+backward) in each kept sampled batch (`LayerTimes.stride`)
 
     @property
     def total(self) -> float: return self.forward + self.backward
+    def __setstate__(self, d): self.__dict__.update({'batch_times': [], **d})  # pickled by fastprofile 0.2 or older: no per-batch times
 
 class _FoldedOnRead:
     "`LayerTimes.layers`: the marks of the sampled batches (`_raw`) become self times when it is first read (often never)"
@@ -73,6 +75,8 @@ class _FoldedOnRead:
         if obj._raw: _fold(obj)
         return obj._layers
     def __set__(self, obj, v): obj._layers = {} if v is None else v
+
+_SPREAD = 2*math.sqrt(math.pi/2)*1.4826  # 2 standard errors of a median of k values, in units of their median absolute deviation over √k
 
 @dataclass
 class LayerTimes:
@@ -84,6 +88,7 @@ class LayerTimes:
     iters:list=field(default_factory=list)  # fastai's `train_iter` of each (its count of training batches in the fit)
     layers:dict=_FoldedOnRead()  # Module name -> `LayerTime` (None: empty)
     failure:str|None=None  # Why nothing was measured, if nothing was
+    stride:int=1  # One sampled batch in `stride` keeps its self times (`LayerTime.batch_times`): doubled when `_TIMES` are kept, so memory stays bounded
     _raw = ()  # The marks of sampled batches not yet folded into `layers` (`LayerTimer` appends them)
     _dev = None  # The CUDA device index of the marks' events (on a GPU)
 
@@ -94,7 +99,7 @@ class LayerTimes:
 
     def __getstate__(self):  # pickled or copied: folded first (on a GPU the marks are CUDA events)
         if self._raw: _fold(self)
-        return {k:v for k,v in self.__dict__.items() if k != '_raw'}
+        return {k:v for k,v in self.__dict__.items() if k not in ('_raw','_ranked')}
 
     @property
     def forward(self) -> float: return sum(l.forward for l in self.layers.values())
@@ -102,15 +107,58 @@ class LayerTimes:
     def backward(self) -> float: return sum(l.backward for l in self.layers.values())
     @property
     def total(self) -> float: return self.forward + self.backward
+    @property
+    def kept(self) -> int:
+        "Sampled batches whose self times every layer keeps (`LayerTime.batch_times`): what its median share and spread are over"
+        return min((len(l.batch_times) for l in self.layers.values()), default=0)
+
+    def ranked(self) -> dict:
+        "Module name -> (`share`, `spread`) in % of forward+backward, for every module at once (worked out again when the times change)"
+        ls = self.layers  # (folds the marks waiting)
+        key = (id(ls), len(ls), self.batches, self.stride, self.total)
+        got = self.__dict__.get('_ranked')
+        if got is None or got[0] != key: got = self.__dict__['_ranked'] = (key, self._rank())
+        return got[1]
+
+    def _rank(self) -> dict:
+        "`ranked`, worked out: the median of each module's per-batch shares and 2 standard errors of it, over the kept batches"
+        ls,k = list(self.layers.values()),self.kept
+        if k == 0:  # no per-batch times (saved by fastprofile 0.2 or older, or made from sums): the share of the sums, no spread
+            t = self.total
+            return {l.name:(100*l.total/t if t > 0 else math.nan, math.nan) for l in ls}
+        x = np.array([l.batch_times[:k] for l in ls], dtype=np.float64)
+        tot = x.sum(0)
+        x = 100*x[:, tot > 0]/tot[tot > 0]  # each layer's share of each batch's forward+backward
+        k = x.shape[1]
+        if k == 0: return {l.name:(math.nan, math.nan) for l in ls}
+        med = np.median(x, 1)
+        spread = _SPREAD*np.median(np.abs(x - med[:, None]), 1)/math.sqrt(k) if k > 1 else np.full(len(ls), math.nan)
+        return {l.name:(float(m), float(e)) for l,m,e in zip(ls, med, spread)}
 
     def share(self, name:str) -> float:
-        "Module `name`'s self time in % of the model's forward+backward"
-        t = self.total
-        return 100*self.layers[name].total/t if t > 0 else math.nan
+        "Module `name`'s self time in % of the model's forward+backward: its median share over the kept sampled batches"
+        return self.ranked()[name][0]
+
+    def spread(self, name:str) -> float:
+        "How far `share(name)` may be off, in percentage points: 2 standard errors of that median (from its shares' MAD); NaN for one batch"
+        return self.ranked()[name][1]
 
     def top(self, n:int=5) -> list:
-        "The `n` modules with the most self time, most first"
-        return sorted(self.layers.values(), key=lambda l: -l.total)[:n]
+        "The `n` modules with the largest share, most first (those of equal share: most self time first)"
+        r = self.ranked()
+        return sorted(self.layers.values(), key=lambda l: (-r[l.name][0] if r[l.name][0] == r[l.name][0] else math.inf, -l.total))[:n]
+
+    def leaders(self, n:int=2) -> list:
+        "The modules that clearly lead, at most `n`: each one's share less its spread above the next one's plus its spread, and more self time than it in more than two thirds of the kept batches; [] if none does"
+        r,out,k = self.ranked(),[],self.kept
+        top = self.top(n + 1)
+        for a,b in zip(top, top[1:] + [None]):
+            (s,e),(s2,e2) = r[a.name],(r[b.name] if b is not None else (0., 0.))
+            if len(out) == n or not s - e > s2 + e2: break  # NaN (no spread) never leads
+            # the median and its spread leave out a stray batch; most batches must agree too (of 3: all 3; of 6: 5)
+            if b is not None and k > 1 and 3*sum(x > y for x,y in zip(a.batch_times[:k], b.batch_times[:k])) <= 2*k: break
+            out.append(a)
+        return out
 
     def label(self, l:LayerTime) -> str:
         "How the report names module `l`: `` `layers.0.conv` (Conv2d 3→64, 7×7) ``"
@@ -119,31 +167,41 @@ class LayerTimes:
     def __repr__(self): return '\n'.join(self.lines())
 
 # %% ../../nbs/16f_layers.ipynb #cfbace24
+def fmt_share(p:float, spread:float=math.nan) -> str:
+    "A share and its spread in percentage points: `14% ±3.2`, `41% ±12`, `8.1% ±<0.1`; the share alone without a spread"
+    if spread != spread: return fmt_pct(p)
+    return f"{fmt_pct(p)} ±{'<0.1' if spread < .1 else f'{spread:.1f}' if spread < 10 else f'{spread:.0f}'}"
+
 @patch
 def table(self:LayerTimes) -> pd.DataFrame:
-    "One row per module, most self time first: seconds per sampled batch, share of forward+backward, FLOP/s where estimated"
-    n,rows = max(self.batches, 1),[]
+    "One row per module, largest share first: seconds per sampled batch, share of forward+backward and its spread, FLOP/s where estimated"
+    n,rows,r = max(self.batches, 1),[],self.ranked()
     for l in self.top(len(self.layers)):
-        rows.append({'module':l.name, 'kind':l.kind, 'forward':l.forward/n, 'backward':l.backward/n, 'total':l.total/n,
-                     'share':self.share(l.name), 'calls':l.calls/n, 'flops_per_second':l.flops/l.total if l.flops and l.total > 0 else math.nan})
-    return pd.DataFrame(rows, columns=['module','kind','forward','backward','total','share','calls','flops_per_second'])
+        rows.append({'module':l.name, 'kind':l.kind, 'forward':l.forward/n, 'backward':l.backward/n, 'total':l.total/n, 'share':r[l.name][0],
+                     'spread':r[l.name][1], 'calls':l.calls/n, 'flops_per_second':l.flops/l.total if l.flops and l.total > 0 else math.nan})
+    return pd.DataFrame(rows, columns=['module','kind','forward','backward','total','share','spread','calls','flops_per_second'])
 
 @patch
 def lines(self:LayerTimes, n:int=5) -> list:
-    "What the report says: the `n` costliest modules, each with its forward and backward self time per batch"
+    "What the report says: the `n` modules with the largest share, each with its spread and its forward and backward self time per batch; whether one leads"
     if not self.layers: return [f"Layers: {self.failure or 'no training batch was sampled'}."]
-    k = self.batches
+    k,kept,r = self.batches,self.kept,self.ranked()
     how = 'CUDA events' if self.timing == 'events' else 'wall clock'
+    med = f"; a share is its median over the batches ± 2 standard errors" if kept > 1 else ''
     out = [f"Layers (self time of forward+backward, {k} sampled training batch{'es' if k != 1 else ''}, {how}; "
-           f"forward {fmt_time(self.forward/k)}, backward {fmt_time(self.backward/k)} a batch):"]
+           f"forward {fmt_time(self.forward/k)}, backward {fmt_time(self.backward/k)} a batch{med}):"]
     for l in self.top(n):
         fl = f", {fmt_flops(l.flops/l.total)}" if l.flops and l.total > 0 else ''
-        out.append(f"  {self.label(l)} {fmt_pct(self.share(l.name))}: forward {fmt_time(l.forward/k)}, backward {fmt_time(l.backward/k)}{fl}")
+        out.append(f"  {self.label(l)} {fmt_share(*r[l.name])}: forward {fmt_time(l.forward/k)}, backward {fmt_time(l.backward/k)}{fl}")
+    if len(self.layers) > 1 and kept and not self.leaders(1):
+        out.append("  No single layer dominates (the top ones are within their spread, or the sampled batches disagree on the first)." if kept > 1 else
+                   "  One sampled batch: too few for a spread, so no layer is named as the one that dominates.")
     return out
 
 # %% ../../nbs/16f_layers.ipynb #f9f0a2aa
 _NOBODY = -1  # a mark's owner when the time from it is no module's (a hook's own time, the loss)
 _KEEP = 8  # sampled batches whose marks may wait unfolded for a read of `LayerTimes.layers`: more are folded at a training phase's end
+_TIMES = 32  # sampled batches whose self times each layer keeps (`LayerTime.batch_times`) before every other one is dropped (`LayerTimes.stride` doubles)
 _ENGINE = torch.autograd.Variable._execution_engine  # autograd's engine: it runs a callback when a backward ends
 
 def _tensors(o, depth:int=0) -> list:
@@ -170,20 +228,22 @@ def _events(raw):
 def _no_mark(): return None  # on a GPU a hook's end needs no mark of its own: its work is on the CPU, not on the stream
 
 class LayerTimer(Probe):
-    "A probe: each module's forward and backward self time on a few sampled training batches; its hooks are on the model only for those"
+    "A probe: each module's forward and backward self time on a few spread-out training batches; its hooks are on the model only for those"
     def __init__(self,
         learn, # The `Learner` whose model is timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up)
-        first:int=3, # Batches sampled right after the warm-up of the call's first training phase (at most one in 16 of its batches, at least one)
+        first:int=6, # Batches sampled first: the first past the warm-up, then one every `spacing` training batches, across the call's phases
         every:int=256, # Then one more at the start of a training phase, once this many training batches have passed since the last
+        spacing:int=SAMPLE_SHARE, # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first)
     ):
-        check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1)
-        self.learn,self.warmup,self.first,self.every = learn,warmup,first,every
+        check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1); check_int('spacing', spacing, 1)
+        self.learn,self.warmup,self.first,self.every,self.spacing = learn,warmup,first,every,spacing
         self.result,self._patches,self._undo,self._handles,self._off = LayerTimes(),None,None,[],None
-        self._want,self._since,self._installed,self._clock,self._cuda = 0,every,False,time.perf_counter,False
+        self._want,self._gap,self._last,self._early,self._since = 0,0,None,True,0
+        self._installed,self._clock,self._cuda = False,time.perf_counter,False
         self._new_batch()
 
-    def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every})"
+    def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every}, spacing={self.spacing})"
 
     # on the registry: made for a call with `layers=True` (the default); its facts `facts.layers`, a `LayerTimes`
     key,options,probe_order = 'layers',('layers','warmup'),50
@@ -209,14 +269,15 @@ register(LayerTimer)
 # %% ../../nbs/16f_layers.ipynb #093a5aaf
 @patch
 def start(self:LayerTimer, s):
-    "The call starts: nothing measured; hooks go through the session's undo stack"
-    self.result,self._patches,self._want,self._since = LayerTimes(),s.patches,0,self.every
+    "The call starts: nothing measured, the first samples wanted; hooks go through the session's undo stack"
+    self.result,self._patches = LayerTimes(),s.patches
+    self._want,self._gap,self._early,self._since = self.first,0,True,0
 
 @patch
 def stage(self:LayerTimer, s):
     "A fit starts: the clock for the device it trains on; a compiled or scripted model is not timed"
     model,r = self.learn.model,self.result
-    self._cuda = s.device.type == 'cuda'
+    self._cuda,self._last = s.device.type == 'cuda',None  # `_last`: fastai counts `train_iter` from 0 again
     r.model,r.timing,self._clock = type(model).__name__,('events' if self._cuda else 'wall'),time.perf_counter
     if self._cuda: r._dev = torch.cuda.current_device(); self._clock = partial(_cuda_mark, r._dev)
     self._off = ("the model is compiled (`torch.compile`): hooks on its modules would recompile it" if is_compiled(model) else
@@ -225,18 +286,14 @@ def stage(self:LayerTimer, s):
 
 @patch
 def phase(self:LayerTimer, s):
-    "A training phase starts: arm the trigger if the phase has batches to sample"
+    "A training phase starts: arm the trigger while the first samples are wanted, or for one more once `every` training batches went by"
     if s.phase != 'train' or self._off: return
-    if self._since >= self.every and not self._want:
-        self._want,self._since = (self._first_for_phase() if not self.result.batches else 1),0
+    if self._early and self._want <= 0: self._early = False  # the first samples are all taken
+    if self._early: self._since = 0
+    elif not self._want and self._since >= self.every: self._want,self._gap,self._since = 1,0,0
     if self._want: self._arm()
     try: self._since += len(self.learn.dl)
     except Exception: self._since += 1
-
-@patch
-def _first_for_phase(self:LayerTimer) -> int:
-    "`first`, capped on a short phase (`first_samples`): a 20-batch fit samples 1, not 3"
-    return first_samples(self.first, self.learn.dl, self.warmup)
 
 @patch
 def end_phase(self:LayerTimer, s):
@@ -270,6 +327,12 @@ def _uninstall(self:LayerTimer):
     "Take every hook off the model"
     hs,self._handles,self._installed,self._bwds = self._handles,[],False,()
     for h in hs: h.remove()
+
+@patch
+def _unhook(self:LayerTimer):
+    "Take the module hooks off, the trigger stays on: the batches up to the next sample run without them"
+    hs,self._handles,self._installed = self._handles,self._handles[:1],False
+    for h in hs[1:]: h.remove()
 
 @patch
 def _disarm(self:LayerTimer):
@@ -319,7 +382,7 @@ def _close_batch(self:LayerTimer, backward:bool=False):
 # %% ../../nbs/16f_layers.ipynb #6731871b
 @patch
 def _trigger(self:LayerTimer, model, args):
-    "The model's forward starts: a training batch past the warm-up is sampled (the other hooks go on now)"
+    "The model's forward starts: a training batch past the warm-up, `spacing` after the last sample, is sampled (the other hooks go on now)"
     try:
         learn = self.learn
         if not (model.training and torch.is_grad_enabled()) or getattr(learn, 'iter', 0) < self.warmup: return
@@ -328,6 +391,13 @@ def _trigger(self:LayerTimer, model, args):
             if it == self._iter: return self._pre(0, model, args)  # the model called again in the same batch
             self._close_batch()  # the last one's backward never came: its forward counts
             if self._want <= 0: return self._disarm()
+        if it == self._last: return  # the model called again in a batch not sampled
+        self._last = it
+        if self._gap > 0:  # a batch between two of the first samples
+            self._gap -= 1
+            if self._installed: self._unhook()  # left on by a sampled batch whose backward never came
+            return
+        self._gap = self.spacing - 1 if self._early else 0
         if not self._installed: self._install(model)
         self._new_batch(it)
         x = args[0] if args else None
@@ -381,10 +451,11 @@ def _bwd(self:LayerTimer, owner, grad):
 
 @patch
 def _end_backward(self:LayerTimer):
-    "The backward of a sampled batch is over: keep its marks; after the last sampled batch the hooks come off"
+    "The backward of a sampled batch is over: keep its marks; the module hooks come off until the next sample, all hooks after the last"
     try:
         self._close_batch(backward=True)
         if self._want <= 0: self._disarm()
+        elif self._gap: self._unhook()  # the next sample is batches away
     except Exception as e: self._fail(e)
 
 @patch
@@ -400,7 +471,7 @@ def _fail(self:LayerTimer, e:Exception):
 def _fold(r:LayerTimes):
     "Turn the marks of `r`'s sampled batches into self times: the time from a hook's end to the next hook's start is the owner's of the first"
     raw,r._raw,layers = r._raw,(),r._layers
-    for marks,calls,flops,names,kinds,cuda in raw:
+    for j,(marks,calls,flops,names,kinds,cuda) in enumerate(raw, r.batches - len(raw)):  # `j`: the batch's index among the call's sampled ones
         n = len(names)
         own = [0.]*(2*n)  # forward self times, then backward ones
         if cuda:
@@ -411,8 +482,16 @@ def _fold(r:LayerTimes):
         else:
             for (_,t0,o),(t1,_,_) in zip(marks, marks[1:]):
                 if o >= 0: own[o] += t1 - t0
+        keep,k = j % r.stride == 0,r.kept
         for i,name in enumerate(names):
             if not (calls[i] or own[i] or own[n+i]): continue
             l = layers.get(name)
-            if l is None: l = layers[name] = LayerTime(name, kinds[i])
+            if l is None: l = layers[name] = LayerTime(name, kinds[i], batch_times=[0.]*k)  # 0 s in the batches kept before
             l.forward += own[i]; l.backward += own[n+i]; l.calls += calls[i]; l.flops += flops[i]
+            if keep: l.batch_times.append(own[i] + own[n+i])
+        if not keep: continue
+        for l in layers.values():
+            if len(l.batch_times) == k: l.batch_times.append(0.)  # a module this batch did not run
+        if k + 1 >= _TIMES:  # full: every other one kept, then one batch in twice as many
+            for l in layers.values(): l.batch_times = l.batch_times[::2]
+            r.stride *= 2
