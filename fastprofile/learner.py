@@ -66,7 +66,8 @@ def _cpus() -> int:
 def _model_facts(model) -> dict:
     "What the CPU advice needs to know about the model"
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
-    mods = model.__dict__.get('_modules')  # torch.compile's wrapper holds the model as its submodule `_orig_mod`: found without `Module.__getattr__` raising
+    # torch.compile's wrapper holds the model as its submodule `_orig_mod`: found without `Module.__getattr__` raising
+    mods = model.__dict__.get('_modules')
     compiled = '_orig_mod' in mods if isinstance(mods, dict) else hasattr(model, '_orig_mod')
     return dict(conv2d=bool(convs), compiled=compiled,
                 channels_last=bool(convs) and convs[0].weight.is_contiguous(memory_format=torch.channels_last))
@@ -84,7 +85,8 @@ def _ready_pinned(dl) -> bool:
     return bool(ts) and all(t.device.type == 'cpu' and t.is_pinned() for t in ts)
 
 def batch_copy(learn, device) -> dict:
-    "On CUDA, what the diagnosis' copy model needs of a training batch: its bytes (from the batch the learner holds, at the training batch size), whether the loader's batches are pinned, and a `PinnedCopy` of that size, measured only if the diagnosis reads it"
+    """On CUDA, what the diagnosis' copy model needs of a training batch: its bytes (from the batch the learner holds, at the training batch
+    size), whether the loader's batches are pinned, and a `PinnedCopy` of that size, measured only if the diagnosis reads it"""
     if device is None or torch.device(device).type != 'cuda': return {}
     ts = _tensors((getattr(learn, 'xb', ()), getattr(learn, 'yb', ())))
     if not ts: return {}
@@ -106,7 +108,8 @@ class LearnerFacts(Probe):
         facts.extra.update(self._copy)
 
 class PrefetchStaging(Probe):
-    "A probe: what `CudaPrefetchCallback` staged during the call, read at the end of each fit while the fit's own callbacks (`fit(cbs=...)`) are there"
+    """A probe: what `CudaPrefetchCallback` staged during the call, read at the end of each fit while the fit's own callbacks
+    (`fit(cbs=...)`) are there"""
     def __init__(self, learn): self.learn,self._at_start,self._staging,self._active = learn,{},{},False
     def start(self, s): self._at_start,self._staging,self._active = _staging(self.learn),{},False
     def end_stage(self, s):
@@ -157,7 +160,8 @@ def session_for(learn,
         if opts.memory_snapshot: check_written_beside('csv_name', snapshot_path(csv_path, world - 1 if world > 1 else None), csv_name)
     snapshot,csv_path = (csv_path if opts.memory_snapshot else None),(csv_path if opts.save_csv or opts.rank_csv else None)
     if opts.telemetry_every != TELEMETRY_EVERY and not (reads_gpu(dev) if opts.telemetry == 'auto' else opts.telemetry):
-        raise ValueError(f"`telemetry_every={opts.telemetry_every:g}` was given but no sampler runs: " + ("`telemetry=False`" if opts.telemetry is False else
+        raise ValueError(f"`telemetry_every={opts.telemetry_every:g}` was given but no sampler runs: "
+                         f"" + ("`telemetry=False`" if opts.telemetry is False else
                          f"the model trains on {dev} (`telemetry=True` runs the sampler on a CPU too)"))
     n = _n_train_batches(learn)
     if 'warmup' in kwargs and n is not None and opts.warmup and opts.warmup >= n:
@@ -169,14 +173,16 @@ def session_for(learn,
     _ASKED[s] = _asked(opts, logger_callback, csv_name, probes)
     return s
 
-_ASKED = weakref.WeakKeyDictionary()  # session -> what its call was asked for beyond the defaults (`_asked`): named if a new profile replaces it armed
+# session -> what its call was asked for beyond the defaults (`_asked`): named if a new profile replaces it armed
+_ASKED = weakref.WeakKeyDictionary()
 
 def _asked(opts:ProfileOptions, logger_callback, csv_name, probes) -> dict:
     "The options of a call that differ from `profile()`'s defaults, each as it reads in a call: name -> value (`'save_csv': 'True'`)"
     d = ProfileOptions()
     out = {k:repr(getattr(opts, k)) for k in _OPTION_NAMES if getattr(opts, k) != getattr(d, k)}
     if not isinstance(logger_callback, _Default) and logger_callback != 'wandb':
-        out['logger_callback'] = repr(logger_callback) if logger_callback is None or isinstance(logger_callback, str) else f"{type(logger_callback).__name__}(...)"
+        out['logger_callback'] = repr(logger_callback) if logger_callback is None or isinstance(logger_callback,
+                str) else f"{type(logger_callback).__name__}(...)"
     if not isinstance(csv_name, _Default): out['csv_name'] = repr(str(csv_name))
     if probes: out['probes'] = f"[{', '.join(f'{type(p).__name__}(...)' for p in probes)}]"
     return out
@@ -186,7 +192,8 @@ def _replacing(old:Session|None, new:Session, how:str):
     if old is None: return
     was,now = _ASKED.get(old, {}),_ASKED.get(new, {})
     lost = [f"`{k}={v}`" for k,v in was.items() if now.get(k) != v]
-    if lost: warnings.warn(f"fastprofile: {how} replaces the profile armed earlier on this learner, whose options {', '.join(lost)} will not apply "
+    if lost: warnings.warn(f"fastprofile: {how} replaces the profile armed earlier on this learner, whose options {', '.join(lost)} will "
+                           f"not apply "
                            "(pass them again to keep them)", stacklevel=3)
 
 def _own_probes(probes) -> list:
@@ -194,9 +201,11 @@ def _own_probes(probes) -> list:
     probes = check_items('probes', probes, Probe, 'Probe objects (a subclass of `fastprofile.engine.core.Probe` with a `key`)')
     keys = [p.key for p in probes]
     for p in probes:
-        if p.key is None: raise ValueError(f"`probes`: {type(p).__name__} has no `key`: name what it measures (`key = 'h2d'`), so its facts have a place")
+        if p.key is None: raise ValueError(f"`probes`: {type(p).__name__} has no `key`: name what it measures (`key = 'h2d'`), so its "
+                                           f"facts have a place")
         register(type(p))
-    if len(set(keys)) < len(keys): raise ValueError(f"`probes`: two probes share a key ({', '.join(sorted(k for k in set(keys) if keys.count(k) > 1))}): each needs its own")
+    if len(set(keys)) < len(keys): raise ValueError(f"`probes`: two probes share a key "
+                                                    f"({', '.join(sorted(k for k in set(keys) if keys.count(k) > 1))}): each needs its own")
     return probes
 
 def _world_size() -> int:
@@ -207,23 +216,29 @@ def _world_size() -> int:
     except ValueError: return 1
 
 def made_probes(call:Call, own=()) -> list:
-    "The probes of `call`: one from each registered class's `make` (None: its options leave it off), and yours (`own`, which take the place of a registered class's under the same key), in `probe_order`"
+    """The probes of `call`: one from each registered class's `make` (None: its options leave it off), and yours (`own`, which take the
+    place of a registered class's under the same key), in `probe_order`"""
     mine = {p.key for p in own}
     made = [p for k,cls in list(PROBES.items()) if k not in mine for p in (cls.make(call),) if p is not None]
     probes = sorted([*made, *own], key=lambda p: p.probe_order)  # stable: equal orders keep the registry's, then yours
     per = [type(p).__name__ for p in probes if p.per_batch]
-    if len(per) > 1: raise ValueError(f"more than one probe asks to be called after every batch ({', '.join(per)}): at most one may (`Probe.per_batch`)")
+    if len(per) > 1: raise ValueError(f"more than one probe asks to be called after every batch ({', '.join(per)}): at most one may "
+                                      f"(`Probe.per_batch`)")
     return probes
 
 def _session(learn, opts:ProfileOptions, sink, csv_path, snapshot=None, own=()) -> Session:
-    "The session and its probes, in the order they start: the pair's first callback, the probes of the registry and yours (`made_probes`: the loaders, torch.compile, the callbacks or the breakdown, efficiency, the layer timer, telemetry, yours), the learner's facts, prefetch staging, the sinks, the probes past `probe_order` 100 (the memory snapshot), the pair's last"
+    """The session and its probes, in the order they start: the pair's first callback, the probes of the registry and yours (`made_probes`:
+    the loaders, torch.compile, the callbacks or the breakdown, efficiency, the layer timer, telemetry, yours), the learner's facts,
+    prefetch staging, the sinks, the probes past `probe_order` 100 (the memory snapshot), the pair's last"""
     probes = made_probes(Call(learn, opts, csv_path, snapshot), own)
-    prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS, gather=rank_gather(csv_path if opts.rank_csv else None,
+    prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS,
+                   gather=rank_gather(csv_path if opts.rank_csv else None,
                    opts.gather_timeout), csv_path=csv_path, on_batch=first(p for p in probes if p.per_batch))
     pre,post = SimpleProfilerCallback(prof),SimpleProfilerPostCallback(prof)
     order = [pre, *[p for p in probes if p.probe_order < 100], LearnerFacts(learn), PrefetchStaging(learn), *prof.sinks,
              *[p for p in probes if p.probe_order >= 100], post]
-    return Session(learn, prof, order, cbs=[pre, post] + [c for c in probes if isinstance(c, Callback)])  # a `ProbeCallback` (the breakdown, efficiency, yours) joins learn.cbs for the call
+    # a `ProbeCallback` (the breakdown, efficiency, yours) joins learn.cbs for the call
+    return Session(learn, prof, order, cbs=[pre, post] + [c for c in probes if isinstance(c, Callback)])
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da
 @patch
@@ -233,14 +248,21 @@ def profile(self:Learner,
     breakdown:bool=False, # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`)
     rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
     gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
-    efficiency:bool|str='auto', # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
+    # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
+    efficiency:bool|str='auto',
     peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
     layers:bool=True, # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
-    telemetry:bool|str='auto', # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU per phase on a CPU; True: the sampler on a CPU too; False: off
+    # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU
+    # per phase on a CPU; True: the sampler on a CPU too; False: off
+    telemetry:bool|str='auto',
     telemetry_every:float=TELEMETRY_EVERY, # Seconds between the sampler's samples
-    memory_snapshot:bool=False, # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's memory visualizer
-    probes=(), # Probes of your own (`Probe` objects with a `key`): told of the call like fastprofile's, their facts, section and scalars in the result
-    **kwargs # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second, events_every
+    # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's
+    # memory visualizer
+    memory_snapshot:bool=False,
+    # Probes of your own (`Probe` objects with a `key`): told of the call like fastprofile's, their facts, section and scalars in the result
+    probes=(),
+    # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second, events_every
+    **kwargs
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)
@@ -269,7 +291,8 @@ class _Profiling:
 @patch
 @delegates(Learner.profile)
 def profiling(self:Learner, **kwargs):
-    "A context manager: `with learn.profiling(**options): learn.fit(...)` profiles the block as one call (`profile`'s options, checked here)"
+    """A context manager: `with learn.profiling(**options): learn.fit(...)` profiles the block as one call (`profile`'s options, checked
+    here)"""
     return _Profiling(self, kwargs)
 
 # %% ../nbs/17_learner.ipynb #c9daebfc

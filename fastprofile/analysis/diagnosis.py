@@ -17,7 +17,8 @@ from ..engine.core import Facts, ProfileResult
 from ..engine.tokens import tokens_line
 from ..probes.batch_scaling import BatchScaling
 from ..probes.layers import fmt_share
-from ..probes.builtin import BUILTIN_PROBES  # noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`..., registered)
+# noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`..., registered)
+from ..probes.builtin import BUILTIN_PROBES
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
@@ -51,7 +52,8 @@ HOST_BOUND = ('host','input','callbacks','outside','optimizer')  # verdicts in w
 MOST_BATCH_GROWTH = 4  # the batch-size advice: a power of two at most this many times the batch (memory permitting)
 LAYER_LEAD = 10  # % of forward+backward from which a layer is named as the first thing to make cheaper
 BATCH_CLOSE = 1.1  # the batch size named: the smallest measured whose predicted time is within this factor of the best measured
-FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tensors; its cost is paid once a batch, so a larger batch pays it for more samples',
+FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tensors; its cost is paid once a batch, so a larger batch pays '
+               'it for more samples',
                'IntToFloatTensor':'it turns image bytes into floats; its cost grows with the pixels: smaller images (`Resize` in `item_tfms`), or on a GPU `learn.prefetch()` overlaps it'}  # batch transforms fastai adds itself: never advised to move; what the user can do instead
 
 @dataclass
@@ -77,7 +79,8 @@ class PhaseModel:
     def step(self) -> float: return self.input + self.main
 
     def step_with(self, main:float|None=None, workers:int|None=None, load:float|None=None, receive:float|None=None) -> float:
-        "Seconds per batch under the model, with the main process's work `main`, `workers`, `load` and `receive` changed (default: as measured)"
+        """Seconds per batch under the model, with the main process's work `main`, `workers`, `load` and `receive` changed (default: as
+        measured)"""
         M = self.main if main is None else main
         W = self.workers if workers is None else workers
         L = (self.load or 0.) if load is None else load
@@ -133,7 +136,8 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
         if lt is not None and not math.isnan(lt.receive): fastest = min(max(fastest, lt.receive), inp)
         if loader_bound: load,receive = W*step,fastest  # the workers set the pace
         else: load,receive = (None if pace is None else lt.seconds),inp
-    busy = sum(gpu(s) for s in steps) + copy if on_gpu else math.nan  # the spans hold the GPU's idle gaps too: an upper bound (the draw's span is the host's wait)
+    # the spans hold the GPU's idle gaps too: an upper bound (the draw's span is the host's wait)
+    busy = sum(gpu(s) for s in steps) + copy if on_gpu else math.nan
     return PhaseModel(p, n, inp, copy, sum(tfms.values()), compute, optimizer, max(other - staged, 0.), W, receive, load,
                       loader_bound, timed, on_gpu, tfms, send, take, busy)
 
@@ -153,7 +157,8 @@ class Finding:
     predicted_step:float=math.nan  # ... after the fix (NaN: a whole-fit bound)
     if_free:bool=False  # the speedup is the bound if the resource cost nothing
     covers:tuple=()  # resources whose fixes this finding's fix already lists (the diagnosis does not repeat them)
-    unit:str='batch'  # what `step` and `predicted_step` are the seconds of ('64 samples': the batch-size fix, per the fit's batch of samples)
+    # what `step` and `predicted_step` are the seconds of ('64 samples': the batch-size fix, per the fit's batch of samples)
+    unit:str='batch'
 
     @property
     def label(self) -> str: return CATEGORIES.get(self.resource, self.resource)
@@ -178,7 +183,8 @@ class Evidence:
 
     @cached_property
     def cost_rows(self) -> list:
-        "The rows of `costs.callback_costs()` as named tuples (phase, name, event, total, calls, per_batch), in its order: made once, read by the rules"
+        """The rows of `costs.callback_costs()` as named tuples (phase, name, event, total, calls, per_batch), in its order: made once, read
+        by the rules"""
         return [] if self.costs is None else _cost_table(self.costs)
     @property
     def batches(self) -> int: return sum(ph.n for ph in self.phases.values())
@@ -191,10 +197,12 @@ class Evidence:
 
     def finding(self, resource:str, fix:str|None, after, free=None, kind:str='model', change:dict|None=None, detail:str='',
                 share:float|None=None) -> Finding:
-        "A `Finding`: the fix takes each phase `ph` to `after(ph)` seconds per batch; `free(ph)` is the step if `resource` cost nothing (default: `after`)"
+        """A `Finding`: the fix takes each phase `ph` to `after(ph)` seconds per batch; `free(ph)` is the step if `resource` cost nothing
+        (default: `after`)"""
         saved = self.steady - self.after(free or after)
         t1 = self.after(after)
-        if kind == 'model' and any(ph.workers and ph.load is None for ph in self.phases.values()): kind = 'bound'  # the loader's pace unknown
+        # the loader's pace unknown
+        if kind == 'model' and any(ph.workers and ph.load is None for ph in self.phases.values()): kind = 'bound'
         return Finding(resource, self.shares.get(resource, 0.) if share is None else share, 100*max(saved, 0.)/self.fit, fix,
                        self.steady/t1 if t1 > 0 else math.inf, kind, change, detail, self.steady/self.batches, t1/self.batches,
                        if_free=kind == 'bound' and free is None)
@@ -243,7 +251,8 @@ def input_rule(ev:Evidence) -> list:
                    f"({fmt_time(L/W)} a batch together), the main process {fmt_time(M)}: the workers set the pace")
     out = []
     if W2 > W and (W == 0 or ph0.loader_bound) and sys.platform != 'darwin':  # fastai sets `num_workers=0` on macOS
-        f = ev.finding('input', f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): workers build batches while the model trains.",
+        f = ev.finding('input', f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): workers build batches while the model "
+                       f"trains.",
                        lambda ph: ph.step_with(workers=W2), free, change=dict(kind='num_workers', value=W2, before=W), detail=detail)
         if f.speedup >= MIN_GAIN: return [f]
         out.append(f)
@@ -253,7 +262,8 @@ def input_rule(ev:Evidence) -> list:
         if probed is not None and ph0.receive > 3*probed + 1e-3 and not ev.facts.on_gpu:  # not the taking: the CPU is shared
             fix = (f"the main process spends {fmt_time(ph0.receive)} per batch in the draw though its {W} workers keep up "
                    f"({fmt_time(L/W)} a batch) and taking a batch costs {fmt_time(probed)} (probed): the rest is waiting for a core, "
-                   f"which the workers and torch's {f'{ev.facts.threads} ' if ev.facts.threads else ''}threads share ({ev.cpus} CPUs): fewer workers, or fewer threads "
+                   f"which the workers and torch's {f'{ev.facts.threads} ' if ev.facts.threads else ''}threads share ({ev.cpus} CPUs): "
+                           f"fewer workers, or fewer threads "
                    "(`torch.set_num_threads`).")
         else:
             fix = (f"the main process spends {fmt_time(ph0.receive)} per batch taking each batch from the workers "
@@ -274,34 +284,40 @@ def _overlapped(ph:PhaseModel) -> float:
     return ph.step_with(main=max(x, ph.main - x))
 
 def pinned_ratio(ev:Evidence) -> tuple:
-    "The copy's time pinned over its time now (1 when the batches are pinned or nothing was measured), and whether the batches were pinned (None: unknown)"
+    """The copy's time pinned over its time now (1 when the batches are pinned or nothing was measured), and whether the batches were pinned
+    (None: unknown)"""
     x,ph0 = ev.facts.extra,ev.phases.get('train', next(iter(ev.phases.values())))
     pinned,p = x.get('batch_pinned'),x.get('pinned_copy_seconds')
-    if p is None and not pinned and ph0.copy > 0 and callable(x.get('pinned_copy')):  # measured now, once: only a diagnosis with a copy to model asks
+    # measured now, once: only a diagnosis with a copy to model asks
+    if p is None and not pinned and ph0.copy > 0 and callable(x.get('pinned_copy')):
         p = x.pop('pinned_copy')()
         if p is not None: x['pinned_copy_seconds'] = p
     if pinned or p is None or not ph0.copy > 0: return 1.,pinned
     return min(p/ph0.copy, 1.),pinned
 
 def copy_rule(ev:Evidence) -> list:
-    "The host-to-device copy (timed on the sampled batches or by a breakdown): pinned (`pinned_copy_seconds`, measured once on a batch) and overlapped by `learn.prefetch()`"
+    """The host-to-device copy (timed on the sampled batches or by a breakdown): pinned (`pinned_copy_seconds`, measured once on a batch)
+    and overlapped by `learn.prefetch()`"""
     if not any(ph.copy > 0 for ph in ev.phases.values()): return []
     r,pinned = pinned_ratio(ev)
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     both = lambda ph: ph.step_with(main=max(ph.copy*r + ph.batch_tfms, ph.main - ph.copy - ph.batch_tfms))  # pinned, on a side stream
-    detail = f"the copy to the device takes {fmt_time(ph0.copy)} per training batch, {fmt_pct(100*ph0.copy/ph0.step if ph0.step > 0 else 0.)} of the step"
+    detail = (f"the copy to the device takes {fmt_time(ph0.copy)} per training batch, "
+              f"{fmt_pct(100*ph0.copy/ph0.step if ph0.step > 0 else 0.)} of the step")
     if pinned: fix = "`learn.prefetch()` (`CudaPrefetchCallback`): the (pinned) copy overlaps compute."
     elif r < 1:
         pin = ev.steady/ev.after(lambda ph: ph.step_with(main=ph.main - ph.copy*(1 - r)))
         detail += f", from pageable memory; pinned it took {fmt_time(ph0.copy*r)} (one batch, measured once)"
         fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the pinned copy is "
-               f"{1/r:.1f}x faster, and overlaps compute" + (f"; `pin_memory=True` alone: {pin:.2f}x predicted." if pin >= MIN_GAIN else '.'))
+               f"{1/r:.1f}x faster, and overlaps compute" + (f"; `pin_memory=True` alone: {pin:.2f}x "
+                                                             f"predicted." if pin >= MIN_GAIN else '.'))
     else: fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy overlaps compute "
                  "(a pinned copy was not measured: predicted with the copy's time now).")
     return [ev.finding('copy', fix, both, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'), detail=detail)]
 
 def _into_workers(ev:Evidence, slow:str) -> tuple:
-    "The workers to build batch transform `slow` in, and the step of each phase with it moved there (its time leaves the main process's work for the workers' build)"
+    """The workers to build batch transform `slow` in, and the step of each phase with it moved there (its time leaves the main process's
+    work for the workers' build)"""
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     T = {p:ph.tfms.get(slow, 0.) for p,ph in ev.phases.items()}
     W,cap = ph0.workers,max(ev.cpus, 1)
@@ -311,7 +327,8 @@ def _into_workers(ev:Evidence, slow:str) -> tuple:
     return W2,lambda ph: ph.step_with(main=ph.main - T[ph.phase], load=(ph.load or 0.) + T[ph.phase], workers=W2)
 
 def batch_tfms_rule(ev:Evidence) -> list:
-    "The loader's batch transforms (`after_batch`, in the main process; timed on the sampled batches or by a breakdown): on a CPU built in the workers, on a GPU overlapped by `learn.prefetch()`"
+    """The loader's batch transforms (`after_batch`, in the main process; timed on the sampled batches or by a breakdown): on a CPU built in
+    the workers, on a GPU overlapped by `learn.prefetch()`"""
     tf = {}
     for ph in ev.phases.values():
         for k,v in ph.tfms.items(): tf[k] = tf.get(k, 0.) + ph.n*v
@@ -321,7 +338,8 @@ def batch_tfms_rule(ev:Evidence) -> list:
     if ev.facts.on_gpu:
         return [ev.finding('batch_tfms', f"`{slow}` is the costliest batch transform ({fmt_time(tf[slow]/ev.batches)} per batch): "
                            "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute" +
-                           ("." if own else "; if it is CPU work, build it in the loader's workers instead (`item_tfms` or `before_batch`)."),
+                           ("." if own else "; if it is CPU work, build it in the loader's workers instead (`item_tfms` or "
+                            "`before_batch`)."),
                            _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms), change=dict(kind='prefetch'))]
     if own:
         ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
@@ -329,14 +347,16 @@ def batch_tfms_rule(ev:Evidence) -> list:
         detail = (f"`{slow}` (the loader's `after_batch`, run in the main process) takes {fmt_time(t)} per training batch, "
                   f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step")
         return [ev.finding('batch_tfms', f"`{slow}` is fastai's own: fastai adds it to the loader's `after_batch` itself, so it cannot be "
-                           f"moved; {FASTAI_TFMS[slow]}.", lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), kind='bound', detail=detail)]
+                           f"moved; {FASTAI_TFMS[slow]}.", lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), kind='bound',
+                           detail=detail)]
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     W,(W2,after) = ph0.workers,_into_workers(ev, slow)
     t = ph0.tfms.get(slow, 0.)
     detail = (f"`{slow}` (the loader's `after_batch`, run in the main process) takes {fmt_time(t)} per training batch, "
               f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step" +
               (f"; the loader builds a batch in {fmt_time(ph0.load)}" if ph0.load is not None and ph0.load_timed else ''))
-    where = f"workers, with `num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs)" if W2 != W else f"{W} worker{'s' if W > 1 else ''}"
+    where = (f"workers, with `num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} "
+             f"CPUs)" if W2 != W else f"{W} worker{'s' if W > 1 else ''}")
     fix = (f"build `{slow}` in the loader's {where}: as an item transform (`item_tfms`, per item) or in `before_batch` "
            "(on the list of items, before collation), not in `after_batch`, which fastai runs in the main process.")
     return [ev.finding('batch_tfms', fix, after, lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), detail=detail,
@@ -369,13 +389,15 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
     if s >= MIN_GAIN and not measured_sizes(ev)[2]:  # measured: the batch-size finding prices it
         opts.append(f"a larger batch size{_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is per-batch work "
                     f"(optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the batch (up to {s:.2f}x; retune the learning rate)")
-    if f.model.get('conv2d') and not f.model.get('channels_last'): opts.append("`learn.model.to(memory_format=torch.channels_last)` (a conv net)")
+    if f.model.get('conv2d') and not f.model.get('channels_last'): opts.append("`learn.model.to(memory_format=torch.channels_last)` (a "
+                                                                               "conv net)")
     if not f.model.get('compiled'): opts.append("`learn.model = torch.compile(learn.model)`")
     opts.append("or train on a GPU (`learn.dls.to('cuda'); learn.model.cuda()`), then `learn.to_fp16()`")
     return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit))
 
 def layers_lead(facts:Facts|None, n:int=2) -> str|None:
-    "What the compute fix says of the model's layers (`facts.layers`, a `fastprofile.probes.layers.LayerTimes`): those that clearly lead (`LayerTimes.leaders`, at least `LAYER_LEAD`%), or that no single one dominates; None if not timed"
+    """What the compute fix says of the model's layers (`facts.layers`, a `fastprofile.probes.layers.LayerTimes`): those that clearly lead
+    (`LayerTimes.leaders`, at least `LAYER_LEAD`%), or that no single one dominates; None if not timed"""
     lay = getattr(facts, 'layers', None)
     if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None  # a model with no submodules: nothing to name
     k = lay.kept or lay.batches
@@ -397,7 +419,8 @@ def compute_rule(ev:Evidence) -> list:
     lead = layers_lead(ev.facts)
     lead = '' if lead is None else lead + '. For the whole model: '
     if ev.facts.on_gpu:
-        return [ev.finding('compute', lead + "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller model.",
+        return [ev.finding('compute', lead + "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller "
+                           "model.",
                            after, kind='bound')]
     f = ev.finding('compute', None, after, kind='bound')
     f.fix,s = _compute_on_cpu(ev, f.speedup)
@@ -467,10 +490,12 @@ def host_rule(ev:Evidence) -> list:
     if n:
         sc,bs,_ = measured_sizes(ev)
         opts.append(_Option(f"a larger batch, {batch_text(bs, n, g)}: the host's per-batch work is paid once for {n/bs:g}x the samples "
-                            "(batch sizes measured after the fit)", lambda ph: _at_size(ph, sc, n, bs), 'model', dict(kind='batch_size', value=n, before=bs)))
+                            "(batch sizes measured after the fit)", lambda ph: _at_size(ph, sc, n, bs), 'model',
+                            dict(kind='batch_size', value=n, before=bs)))
     elif b2:
         k = b2/f.batch_size  # per sample: the loader's work grows with the batch, the host's launches do not, the GPU's does
-        opts.append(_Option(f"a larger batch, {batch_text(f.batch_size, b2, g)}: the host's per-batch work is paid once for {k:g}x the samples",
+        opts.append(_Option(f"a larger batch, {batch_text(f.batch_size, b2, g)}: the host's per-batch work is paid once for {k:g}x the "
+                            f"samples",
                             lambda ph: ph.step_with(main=max(ph.main, k*G(ph)), load=k*(ph.load or 0.))/k, 'bound'))
     if not f.model.get('compiled'):
         opts.append(_Option("CUDA graphs, `learn.model = torch.compile(learn.model, mode='reduce-overhead')`: the step's kernels "
@@ -495,7 +520,8 @@ def host_rule(ev:Evidence) -> list:
 
 # %% ../../nbs/09_diagnosis.ipynb #f7031438
 def _at_size(ph:PhaseModel, sc:BatchScaling, n:int, bs:int) -> float:
-    "Seconds of phase `ph`'s step for `bs` samples at batch size `n`: each part scaled by its measured ratio (`BatchScaling.ratio`), the per-batch parts paid once for `n/bs` times the samples"
+    """Seconds of phase `ph`'s step for `bs` samples at batch size `n`: each part scaled by its measured ratio (`BatchScaling.ratio`), the
+    per-batch parts paid once for `n/bs` times the samples"""
     k = n/bs
     rc,rd = sc.ratio('train' if ph.phase == 'train' else 'valid', n),sc.ratio('draw', n)
     # not measured: taken as paid per sample (no gain predicted from it); measured: at least 1 (a larger batch never costs
@@ -505,7 +531,8 @@ def _at_size(ph:PhaseModel, sc:BatchScaling, n:int, bs:int) -> float:
     return ph.step_with(main=main, load=(ph.load or 0.)*rd, receive=ph.receive*rd)/k
 
 def measured_sizes(ev:Evidence) -> tuple:
-    "The `BatchScaling` of the run (measured now, once, if it was not), the fit's batch size and the larger sizes measured; `(None, bs, [])` without them"
+    """The `BatchScaling` of the run (measured now, once, if it was not), the fit's batch size and the larger sizes measured; `(None, bs,
+    [])` without them"""
     f = ev.facts
     bs,sc = f.batch_size,f.batch_scaling
     if not isinstance(sc, BatchScaling) or not bs: return None,bs,[]
@@ -514,7 +541,8 @@ def measured_sizes(ev:Evidence) -> tuple:
     return sc,bs,[n for n in sc.sizes[1:] if n > bs]
 
 def batch_choice(ev:Evidence) -> int|None:
-    "The batch size to name: the smallest measured whose predicted time is within `BATCH_CLOSE` of the best measured (the given change's, if any); None without measured sizes"
+    """The batch size to name: the smallest measured whose predicted time is within `BATCH_CLOSE` of the best measured (the given change's,
+    if any); None without measured sizes"""
     sc,bs,ns = measured_sizes(ev)
     if not ns: return None
     t = {n:ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns}
@@ -533,7 +561,8 @@ def _batch_detail(ev:Evidence, sc:BatchScaling, bs:int) -> tuple:
     return max(fixed, 0.),words + ')'
 
 def batch_rule(ev:Evidence) -> list:
-    "A larger batch, priced by the measured batch scaling (`batch_choice`): on a CPU, or on a GPU the host does not hold up (`host_rule` prices it there)"
+    """A larger batch, priced by the measured batch scaling (`batch_choice`): on a CPU, or on a GPU the host does not hold up (`host_rule`
+    prices it there)"""
     if _gpu_waits(ev) is not None: return []
     n = batch_choice(ev)
     if n is None: return []
@@ -543,7 +572,8 @@ def batch_rule(ev:Evidence) -> list:
     epoch = f"; {items//n:,} training batches an epoch" if items else ''
     more = '' if n == ns[-1] else f" (bs {ns[-1]}: {ev.steady/ev.after(lambda ph: _at_size(ph, sc, ns[-1], bs)):.2f}x, within {BATCH_CLOSE - 1:.0%} of it)"
     fix = (f"a larger batch, bs {n} ({k:g}x the batch of {bs}{epoch}): `bs={n}` where you build your DataLoaders, or "
-           f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): retune the learning rate "
+           f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): retune the learning "
+                   f"rate "
            "(`learn.lr_find()`).")
     f = ev.finding('per_batch', fix, lambda ph: _at_size(ph, sc, n, bs), change=dict(kind='batch_size', value=n, before=bs), detail=detail,
                    share=100*fixed/ev.fit)
@@ -583,7 +613,8 @@ def callbacks_rule(ev:Evidence) -> list:
     "Each timed callback or metric in the batch that costs enough to matter, by name; then fastai's own per-batch work"
     if ev.costs is None:
         return [ev.finding('callbacks', "a callback or metric inside the batch: profile with `learn.profile()` (it samples their "
-                           "costs) or `learn.profile(breakdown=True)` to name it.", lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
+                           "costs) or `learn.profile(breakdown=True)` to name "
+                                   "it.", lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
     out,named = [],{p:0. for p in ev.phases}
     for name,per in _per_batch(ev.cost_rows, ev.phases).items():
         if name in CORE_CBS + OWN_CBS: continue
@@ -591,7 +622,8 @@ def callbacks_rule(ev:Evidence) -> list:
         for p in c: named[p] += c[p]
         metric = name.startswith('metric ')
         who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.cost_rows, name)
-        parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch ({fmt_pct(100*c[p]/ev.phases[p].step)} of the step)"
+        parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch ({fmt_pct(100*c[p]/ev.phases[p].step)} of "
+                 f"the step)"
                  for p in ev.phases if per.get(p, 0.) > 0]
         detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
         if metric: fix,change = f"{detail}: drop it from `metrics=` and compute it once after fit (`learn.validate()`), or make it cheaper.",dict(kind='remove_metric', name=name[7:])
@@ -603,8 +635,10 @@ def callbacks_rule(ev:Evidence) -> list:
     rest = {p:max(ph.callbacks - named[p], 0.) for p,ph in ev.phases.items()}
     f = ev.finding('callbacks', f"a larger batch size{_now(ev.facts.batch_size)}: fastai's own callbacks (`Recorder`, "
                    "`TrainEvalCallback`...) and the Python between the timed steps cost the same per batch, whatever its size.",
-                   lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2), lambda ph: ph.step_with(main=ph.main - rest[ph.phase]), kind='bound',
-                   share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit, detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in fastai's own callbacks and between the timed steps")
+                   lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2), lambda ph: ph.step_with(main=ph.main - rest[ph.phase]),
+                   kind='bound',
+                   share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit,
+                   detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in fastai's own callbacks and between the timed steps")
     if f.speedup >= MIN_GAIN and not measured_sizes(ev)[2]: out.append(f)  # measured: the batch-size finding prices it
     return out
 
@@ -627,7 +661,8 @@ def outside_rule(ev:Evidence) -> list:
     return [Finding('outside', share, share, knob + '.', s, 'bound', step=ev.steady/ev.batches)]
 
 def throttle_rule(ev:Evidence) -> list:
-    "A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from `learn.profile(telemetry=...)`): its compute took longer"
+    """A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from `learn.profile(telemetry=...)`): its
+    compute took longer"""
     tel = getattr(ev.facts, 'telemetry', None)
     th = None if tel is None else tel.throttling()
     if th is None or not th.busy or not th.share >= THROTTLE_FINDING or not th.max_clock > 0: return []
@@ -640,7 +675,8 @@ def throttle_rule(ev:Evidence) -> list:
                        share=ev.shares.get('compute', 0.)*th.share)]
 
 def gpu_agreement(resource:str, tel) -> str|None:
-    "What the GPU's utilization in the training batches (NVML: a `fastprofile.probes.telemetry.Telemetry`) says about the verdict `resource`; None without readings"
+    """What the GPU's utilization in the training batches (NVML: a `fastprofile.probes.telemetry.Telemetry`) says about the verdict
+    `resource`; None without readings"""
     b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
     if t is None or math.isnan(t.util): return None
     u = b.util if b is not None and not math.isnan(b.util) else t.util
@@ -656,12 +692,14 @@ def gpu_agreement(resource:str, tel) -> str|None:
 
 # %% ../../nbs/09_diagnosis.ipynb #370361fb
 def _compile_pays(ev:Evidence, c) -> tuple:
-    "When compiling pays back, in words, and the fit's seconds without torch.compile if the uncompiled model is known to be faster (else None)"
+    """When compiling pays back, in words, and the fit's seconds without torch.compile if the uncompiled model is known to be faster (else
+    None)"""
     ph,b,T = ev.phases.get('train'),c.baseline,c.seconds
     if ph is None or b is None or b.batch_size != ev.facts.batch_size or b.device != ev.facts.device:
         return ("to know when it pays back, profile the model uncompiled first (`learn.model = learn.model._orig_mod`, then "
                 "`learn.profile().fit(1)`), then compiled: the diagnosis compares the two."),None
-    gain,vs = b.seconds - ph.step,f"{fmt_time(ph.step)} per training batch compiled against {fmt_time(b.seconds)} uncompiled (your earlier profile)"
+    gain,vs = (b.seconds - ph.step,f"{fmt_time(ph.step)} per training batch compiled against {fmt_time(b.seconds)} uncompiled (your "
+               f"earlier profile)")
     if gain <= 0:
         return (f"the compiled model is no faster: {vs}: compiling never pays back here; train it uncompiled "
                 "(`learn.model = learn.model._orig_mod`)."),ev.fit - T + ph.n*gain
@@ -705,7 +743,8 @@ def compile_rule(ev:Evidence) -> list:
     return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound', detail=detail,
                     step=ev.steady/ev.batches, if_free=True)]
 
-RULES = [host_rule, batch_rule, input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule, outside_rule, compile_rule]
+RULES = [host_rule, batch_rule, input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule,
+         outside_rule, compile_rule]
 
 # %% ../../nbs/09_diagnosis.ipynb #f6cef14f
 @dataclass
@@ -740,7 +779,8 @@ class Diagnosis:
         else: out.append("Fix: no change is predicted to gain 5% or more.")
         rest = [g for g in self.findings[1:] if g.fix and g.speedup >= MIN_GAIN and g.share >= MODERATELY_INPUT_BOUND]
         for i,g in enumerate(rest[:3]):
-            out.append(f"Next ({i+2}): {g.label}, {fmt_pct(g.share)} of the fit: {g.fix} {g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
+            out.append(f"Next ({i+2}): {g.label}, {fmt_pct(g.share)} of the fit: {g.fix} "
+                       f"{g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
         sh = {k:v for k,v in self.shares.items() if v > 0}
         out.append("Main-process time: " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
         out += self.details
@@ -787,7 +827,9 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
              facts:Facts|None=None, # What the run was (workers, device, loader timing, callback costs); default: the result's
              num_workers:int|None=None, # Loader workers during the fit, overriding `facts.num_workers`
              rules:list|None=None, # Functions `rule(Evidence) -> list[Finding]`; default `RULES`
-             change:dict|None=None, # A change to predict with its own values (e.g. `{'kind': 'num_workers', 'value': 16, ...}`, as `check_advice` applies the report's) instead of the values the rules would choose
+             # A change to predict with its own values (e.g. `{'kind': 'num_workers', 'value': 16, ...}`, as `check_advice` applies the
+             # report's) instead of the values the rules would choose
+             change:dict|None=None,
             ) -> Diagnosis:
     "What bounds the profiled run, the fastai knob to turn, and the speedup predicted by the pipeline model"
     if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
@@ -808,7 +850,8 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     tot = {k:sum(d.n*getattr(d, k) for d in ph.values()) for k in res}
     tot['outside'] = sum(st[Row(p,'other')].total for p in PHASES) + st[Row('fit','other')].total
     warm = sum(st[Row(p,'warmup')].total for p in PHASES)
-    comp = facts.compile.seconds if facts.compile is not None else 0.  # inside the warm-up (and the batches that compiled, set apart with it)
+    # inside the warm-up (and the batches that compiled, set apart with it)
+    comp = facts.compile.seconds if facts.compile is not None else 0.
     shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*max(warm - comp, 0.)/fit, 'compile':100*comp/fit}
     ev = Evidence(ph, shares, fit, tot['outside'], facts, facts.cpus or os.cpu_count() or 1,
                   facts.breakdown if facts.breakdown is not None else facts.callback_costs, change)

@@ -146,7 +146,8 @@ def put_optimizer(self:_LearnerState):
     if self.opt is None: return
     self.opt.load_state_dict(self.opt_state)
     d = self.opt.__dict__
-    for k,o in self.opt_parts.items():  # fastai's `Optimizer.load_state_dict` makes new `hypers` and `state`: the state goes back into the old ones
+    # fastai's `Optimizer.load_state_dict` makes new `hypers` and `state`: the state goes back into the old ones
+    for k,o in self.opt_parts.items():
         new = d.get(k)
         if new is o or type(new) is not type(o) and not (isinstance(o, dict) and isinstance(new, dict)): continue
         if isinstance(o, dict): o.clear(); o.update(new)
@@ -250,7 +251,8 @@ class BuiltInWorkers:
     def __repr__(self): return f"create_batch, then {self.tfm!r}"
 
 def move_to_workers(dl, name:str) -> bool:
-    "Take the batch transform `name` (as the breakdown names it) out of loader `dl`'s `after_batch` (a `Pipeline`, or a plain function given as `DataLoader(after_batch=fn)`) and run it after `create_batch`, in the workers; False if `dl` has none"
+    """Take the batch transform `name` (as the breakdown names it) out of loader `dl`'s `after_batch` (a `Pipeline`, or a plain function
+    given as `DataLoader(after_batch=fn)`) and run it after `create_batch`, in the workers; False if `dl` has none"""
     ab = getattr(dl, 'after_batch', None)
     if not isinstance(ab, Pipeline):
         if 'after_batch' not in dl.__dict__ or not callable(ab) or transform_names([ab]) != [name]: return False
@@ -287,7 +289,8 @@ def _apply(learn, change):
             if move_to_workers(dl, change['name']) and hasattr(dl, 'fake_l'): dl.fake_l.num_workers = change['workers']
     elif k == 'batch_size':  # the training and validation loaders, as `bs=` where the DataLoaders are built sets both
         for dl in _loaders(learn): dl.bs = change['value']
-    else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric', 'move_tfm', 'batch_size'")
+    else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric', 'move_tfm', "
+                           f"'batch_size'")
 
 def _finding(d, resource):
     "The first finding of the diagnosis `d` about `resource`"
@@ -296,7 +299,8 @@ def _finding(d, resource):
     raise ValueError(f"No advice for {resource!r}: valid resources are {', '.join(repr(f.resource) for f in d.findings)}")
 
 def _given(learn, resource):
-    "The finding the learner's last profile gave for `resource` (None: its verdict) with a change, as its report shows it: the change `check_advice` applies; None without one, or without a profile of the loaders as they are now"
+    """The finding the learner's last profile gave for `resource` (None: its verdict) with a change, as its report shows it: the change
+    `check_advice` applies; None without one, or without a profile of the loaders as they are now"""
     r = learn.__dict__.get('simple_profile')
     if r is None or not r.record.stats[Row('train','batch')].n: return None
     try: d = r.section('Diagnosis')

@@ -69,7 +69,8 @@ class ValidateOnceCallback(Callback):
         if self.running or hasattr(self.learn, 'lr_finder') or hasattr(self.learn, 'gather_preds'): return
         learn,rec = self.learn,self.learn.recorder
         # `validate` runs `before_fit` (the Recorder starts a new history) and `after_epoch`: the fit's history is put back
-        kept,final,mets = {k:getattr(rec, k) for k in Recorder._stateattrs + ('metric_names',)},getattr(learn, 'final_record', None),learn.metrics
+        kept,final,mets = {k:getattr(rec, k) for k in Recorder._stateattrs + ('metric_names',)},getattr(learn, 'final_record',
+                                                                                                        None),learn.metrics
         self.running,learn.metrics = True,L(mets) + self.once
         try: res = learn.validate()
         finally:
@@ -112,7 +113,8 @@ def _optimizer(learn, opt_func, trial):
 CHANGES = {'num_workers':_workers, 'batch_size':_batch_size, 'validate_once':_validate_once, 'remove_callback':_remove_callback,
            'move_tfm':_move_tfm, 'channels_last':_channels_last, 'optimizer':_optimizer, 'compile':_compile, 'prefetch':_prefetch,
            'to_fp16':_to_fp16}
-SAFE_CHANGES = ('num_workers','validate_once','move_tfm','channels_last','optimizer','compile','prefetch')  # the same training, faster: what `apply=True` keeps
+# the same training, faster: what `apply=True` keeps
+SAFE_CHANGES = ('num_workers','validate_once','move_tfm','channels_last','optimizer','compile','prefetch')
 
 def apply_change(learn:Learner, change:Change, trial:bool=False):
     "Make `change` on `learn` (`trial`: for a measuring window, inside `preserved`)"
@@ -143,7 +145,8 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
     if W is not None and sys.platform != 'darwin':  # fastai runs no workers on macOS
         adv = d.change['value'] if d.change and d.change['kind'] == 'num_workers' else None
         for w in _worker_counts(W, f.cpus or 1, adv):
-            out.append(Change('num_workers', w, f'num_workers={w}', _predict(ph, lambda p, w=w: p.step_with(workers=w)) if known() else math.nan))
+            out.append(Change('num_workers', w, f'num_workers={w}', _predict(ph, lambda p, w=w: p.step_with(workers=w)) if known()
+                              else math.nan))
     bs,dl = f.batch_size,learn.dls.train
     g = next((g for g in d.findings if (g.change or {}).get('kind') == 'batch_size'), None)  # the diagnosis' measured batch size
     if g is not None:
@@ -152,7 +155,8 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
     elif bs and len(getattr(dl, 'dataset', ())) >= 8*bs and (batch_growth is None or batch_growth >= 2):
         fixed = lambda p: p.optimizer + p.callbacks + p.receive  # per-batch work: paid once for twice the samples
         per = lambda p: (p.step - fixed(p)/2) if p.phase == 'train' else p.step
-        out.append(Change('batch_size', 2*bs, f'batch size {2*bs}', _predict(ph, per), 'it changes the optimisation: retune the learning rate'))
+        out.append(Change('batch_size', 2*bs, f'batch size {2*bs}', _predict(ph, per), 'it changes the optimisation: retune the learning '
+                                                                             'rate'))
     for g in d.findings:
         k = (g.change or {}).get('kind')
         if k == 'remove_metric' and g.speedup >= MIN_GAIN:
@@ -161,7 +165,8 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
         elif k == 'move_tfm' and g.speedup >= MIN_GAIN:
             out.append(Change('move_tfm', g.change, f"{g.change['name']} in {g.change['workers']} workers", g.speedup))
         elif k == 'remove_callback' and g.speedup >= MIN_GAIN:
-            out.append(Change('remove_callback', g.change['name'], f'without {g.change["name"]}', g.speedup, 'what the callback does is lost'))
+            out.append(Change('remove_callback', g.change['name'], f'without {g.change["name"]}', g.speedup,
+                              'what the callback does is lost'))
     if f.model.get('conv2d') and not f.model.get('channels_last'): out.append(Change('channels_last', True, 'channels_last'))
     opt = None if isinstance(learn.opt_func, OptimWrapper) else torch_optimizer(learn, gpu)
     if opt is not None:
@@ -172,12 +177,14 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
         out.append(Change('prefetch', True, 'learn.prefetch()', cp))
     if gpu and not any(isinstance(cb, MixedPrecision) for cb in learn.cbs):
         out.append(Change('to_fp16', True, 'to_fp16()', note='half precision: check the loss and metrics'))
-    if compile and not f.model.get('compiled'): out.append(Change('compile', True, 'torch.compile', note='the first batches compile the model'))
+    if compile and not f.model.get('compiled'): out.append(Change('compile', True, 'torch.compile',
+                                                                  note='the first batches compile the model'))
     return sorted(out, key=lambda c: -c.predicted if not math.isnan(c.predicted) else 0.)  # stable: unpredicted ones keep their order
 
 # %% ../../nbs/18a_tune.ipynb #70b93b9d
 def _settled(t:np.ndarray, k:int) -> int:
-    "Leading entries of `t` (seconds per sample, in order) still warming up: until a block of `k` takes at most 1.5 times the median block of the second half; at most half"
+    """Leading entries of `t` (seconds per sample, in order) still warming up: until a block of `k` takes at most 1.5 times the median block
+    of the second half; at most half"""
     if len(t) < 2*k: return 0
     half = t[len(t)//2:]
     ref = np.median([half[i:i+k].sum() for i in range(0, len(half) - k + 1, k)])
@@ -186,7 +193,8 @@ def _settled(t:np.ndarray, k:int) -> int:
     return i
 
 def per_sample(result:ProfileResult) -> dict:
-    "Per phase of a window: seconds per sample past the warm-up (draw + batch) and the samples; the median over blocks of consecutive batches"
+    """Per phase of a window: seconds per sample past the warm-up (draw + batch) and the samples; the median over blocks of consecutive
+    batches"""
     # A block of at least 4 batches and twice the loader's workers: workers that start together deliver batches in bursts (one
     # draw waits, the next finds its batch ready), which a block averages out; the median over blocks leaves out a burst of
     # other work on the machine (with fewer than 3 blocks: the mean of all). Leading batches still slower than the settled
@@ -224,7 +232,8 @@ def _mean(*pss) -> dict:
 
 @dataclass
 class Trial:
-    "One change (or several together) measured in a window: its speedup against the baseline windows beside it, samples/s before and after, and what trying it cost"
+    """One change (or several together) measured in a window: its speedup against the baseline windows beside it, samples/s before and
+    after, and what trying it cost"""
     changes:list  # the `Change`s made
     status:str='measured'  # 'measured', 'cut short' (by the budget), 'skipped' or 'failed'
     measured:float=math.nan  # speedup over the baseline windows measured before and after it, samples in the baseline's proportions
@@ -246,13 +255,15 @@ class Trial:
 
 # %% ../../nbs/18a_tune.ipynb #9da1cbcd
 def _warm_batches(learn:Learner, n_train:int) -> int:
-    "Batches of each phase a window runs before it is timed: its workers', 3 on a GPU (1 on a CPU), 2 more compiled; at most half of `n_train`, fewer than the loader holds"
+    """Batches of each phase a window runs before it is timed: its workers', 3 on a GPU (1 on a CPU), 2 more compiled; at most half of
+    `n_train`, fewer than the loader holds"""
     f = learner_facts(learn)
     w = (f.num_workers or 0) + (3 if f.on_gpu else 1) + (2 if f.model.get('compiled') else 0)
     return max(1, min(w, n_train//2, len(learn.dls.train) - 1))
 
 def _window(learn, n_train, n_valid, lr, deadline=None) -> tuple:
-    "Profile a fit of `n_train` training and `n_valid` validation batches past a warm-up of their own (cut at `deadline`): its `ProfileResult` and the warm-up"
+    """Profile a fit of `n_train` training and `n_valid` validation batches past a warm-up of their own (cut at `deadline`): its
+    `ProfileResult` and the warm-up"""
     warm = _warm_batches(learn, n_train)
     gc.collect()  # an earlier window's garbage is not collected inside this one
     learn.add_cb(_Window(n_train + warm, n_valid + warm, deadline))
@@ -265,13 +276,15 @@ def _window(learn, n_train, n_valid, lr, deadline=None) -> tuple:
     return learn.simple_profile,warm
 
 def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, deadline=None, base:dict|None=None) -> Trial:
-    "Make `changes` on `learn` inside `preserved` and profile a warmed-up window of `n_train` + `n_valid` batches (cut at `deadline`); its speedup over `base` (`per_sample`)"
+    """Make `changes` on `learn` inside `preserved` and profile a warmed-up window of `n_train` + `n_valid` batches (cut at `deadline`); its
+    speedup over `base` (`per_sample`)"""
     t0 = time.perf_counter()
     try:
         with preserved(learn):
             for c in changes: apply_change(learn, c, trial=True)
             r,warm = _window(learn, n_train, n_valid, lr, deadline)
-    except Exception as e: return Trial(changes, 'failed', cost=time.perf_counter() - t0, why=f'{type(e).__name__}: {e}'.split('\n')[0][:200])
+    except Exception as e: return Trial(changes, 'failed', cost=time.perf_counter() - t0,
+                                        why=f'{type(e).__name__}: {e}'.split('\n')[0][:200])
     ps,cost = per_sample(r),time.perf_counter() - t0
     tr = Trial(changes, cost=cost, profile=r, after=_rate(ps), samples=ps, warmup=warm)
     if base is not None: tr.measured,tr.before = speedup(base, ps),_rate(base)
@@ -283,12 +296,14 @@ def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, dead
 
 # %% ../../nbs/18a_tune.ipynb #b576ae24
 class TuneResult:
-    "What `tune` measured: each change's speedup in a window against the baseline windows beside it, ranked; what it kept (`apply`); before and after side by side"
+    """What `tune` measured: each change's speedup in a window against the baseline windows beside it, ranked; what it kept (`apply`);
+    before and after side by side"""
     def __init__(self, trials, baseline:Trial, diagnosis:Diagnosis|None, kept=(), combined:Trial|None=None, budget:float=math.nan,
                  elapsed:float=math.nan, windows:tuple=(), baselines:list|None=None):
         self.trials = sorted(trials, key=lambda t: (math.isnan(t.measured), -(0. if math.isnan(t.measured) else t.measured)))
         self.baseline,self.diagnosis,self.kept,self.combined = baseline,diagnosis,list(kept),combined
-        self.baselines = list(baselines) if baselines is not None else [baseline]  # every baseline window, in order: the first, then one after each change
+        # every baseline window, in order: the first, then one after each change
+        self.baselines = list(baselines) if baselines is not None else [baseline]
         self.budget,self.elapsed,self.windows = budget,elapsed,windows
 
     @property
@@ -310,14 +325,19 @@ class TuneResult:
 
     @property
     def table(self) -> pd.DataFrame:
-        "The ranked changes as numbers: predicted and measured speedups and how far apart (percent), samples/s before and after, seconds trying cost, status"
+        """The ranked changes as numbers: predicted and measured speedups and how far apart (percent), samples/s before and after, seconds
+        trying cost, status"""
         return pd.DataFrame([dict(Change=t.text, Kind=t.changes[0].kind, Predicted=t.changes[0].predicted, Measured=t.measured,
-                                  **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after, 'Cost':t.cost}, Status=t.status, Why=t.why)
-                             for t in self.trials], columns=['Change','Kind','Predicted','Measured','Off by','Samples/s before','Samples/s after','Cost','Status','Why'])
+                                  **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after, 'Cost':t.cost},
+                                  Status=t.status, Why=t.why)
+                             for t in self.trials],
+                             columns=['Change','Kind','Predicted','Measured','Off by','Samples/s before','Samples/s after','Cost','Status',
+                                      'Why'])
 
     @cached_property
     def comparison(self) -> Comparison|None:
-        "The baseline window and the window of what was kept (or of the best change), side by side (per sample where the batch sizes differ)"
+        """The baseline window and the window of what was kept (or of the best change), side by side (per sample where the batch sizes
+        differ)"""
         a = self.after
         if a is None or a.profile is None: return None
         return compare(self.baseline.profile, a.profile, names=('before', 'after'), rows='main')
@@ -335,14 +355,18 @@ def lines(self:TuneResult) -> list:
         out.append(f"Kept: {', '.join(f'`{k.text}`' for k in self.kept)}: {together}.")
     elif b is not None:
         pred = f" (predicted {fmt_speedup(b.changes[0].predicted)})" if not math.isnan(b.changes[0].predicted) else ''
-        out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep it with `tune(apply=True)` or by hand.")
+        out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep it with "
+                   f"`tune(apply=True)` or by hand.")
     else: out.append("No change measured 5% faster or more: the learner is as it was.")
-    if self.diagnosis is not None: out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the window.")
+    if self.diagnosis is not None: out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the "
+                                              f"window.")
     bs,dr = [t for t in self.baselines if t.samples],self.drift
     if len(bs) > 1:
-        out.append(f"Baseline windows, one before and after each change: {len(bs)}, {fmt_rate(bs[0].after)} -> {fmt_rate(bs[-1].after)} samples/s "
+        out.append(f"Baseline windows, one before and after each change: {len(bs)}, {fmt_rate(bs[0].after)} -> {fmt_rate(bs[-1].after)} "
+                   f"samples/s "
                    f"first to last ({fmt_change_pct(100*dr)}); each change is measured against the two beside it"
-                   + (": the machine's speed changed while tuning (other work on it?); measure again where it is quiet." if abs(dr) > DRIFT else '.'))
+                   + (": the machine's speed changed while tuning (other work on it?); measure again where it is "
+                      "quiet." if abs(dr) > DRIFT else '.'))
     for t in self.trials:
         if t.status != 'measured': out.append(f"`{t.text}`: {t.status}" + (f" ({t.why})" if t.why else '') + '.')
     for t in self.trials:
@@ -350,7 +374,8 @@ def lines(self:TuneResult) -> list:
     n,v = self.windows or ('?', '?')
     w = sorted({t.warmup for t in [*self.baselines, *self.trials] if t.profile is not None})
     warm = f" past {w[0]}{f'-{w[-1]}' if len(w) > 1 else ''} warm-up batches each" if w else ''
-    out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples in the baseline's "
+    out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples in the "
+               f"baseline's "
                f"proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} budget.")
     return out
 
@@ -358,11 +383,13 @@ def lines(self:TuneResult) -> list:
 def report(self:TuneResult) -> ProfileReport:
     "The ranked table and its lines as a `ProfileReport` (rich text, HTML, plain text, markdown)"
     rows = [dict(Phase='measured, fastest first' if t.status in ('measured',) else 'not measured', Action=t.text, Step='',
-                 Predicted=t.changes[0].predicted, Measured=t.measured, **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after}, Cost=t.cost)
+                 Predicted=t.changes[0].predicted, Measured=t.measured,
+                 **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after}, Cost=t.cost)
             for t in self.trials]
     df = pd.DataFrame(rows, columns=['Phase','Action','Step','Predicted','Measured','Off by','Samples/s before','Samples/s after','Cost'])
     df = df.iloc[df.Phase.map({'measured, fastest first':0, 'not measured':1}).argsort(kind='stable')].reset_index(drop=True)
-    fmts = dict(Predicted=fmt_speedup, Measured=fmt_speedup, **{'Off by':fmt_change_pct, 'Samples/s before':fmt_rate, 'Samples/s after':fmt_rate}, Cost=fmt_time)
+    fmts = dict(Predicted=fmt_speedup, Measured=fmt_speedup,
+                **{'Off by':fmt_change_pct, 'Samples/s before':fmt_rate, 'Samples/s after':fmt_rate}, Cost=fmt_time)
     return ProfileReport(df, [], [Section('Tune', self.lines(), self, headline=True)], title='Tune: changes measured', formats=fmts)
 
 # %% ../../nbs/18a_tune.ipynb #266bc070
@@ -412,7 +439,8 @@ def _keep(trials, kinds) -> list:
 @patch
 def tune(self:Learner,
     budget:float=60., # Seconds `tune` may take in all: what no longer fits is skipped, a window the time runs out in is cut short
-    apply:bool|list=False, # True: keep the best change of each kind in `SAFE_CHANGES` that gained 5% or more, measured together; or a list of kinds to keep
+    # True: keep the best change of each kind in `SAFE_CHANGES` that gained 5% or more, measured together; or a list of kinds to keep
+    apply:bool|list=False,
     n_batches:int=30, # Training batches in each window
     n_valid:int|None=None, # Validation batches in each window (default: in the loaders' proportion, at least 3)
     compile:bool=False, # Also try `torch.compile` (what compiling costs is what trying it cost)
@@ -422,15 +450,18 @@ def tune(self:Learner,
 ) -> TuneResult:
     "Measure the diagnosis' changes one by one in short windows, ranked; the learner is as it was unless `apply` keeps the best"
     budget = check_number('budget', budget, 0, lo_open=True)
-    if not isinstance(apply, bool): apply = [check_choice('apply', k, tuple(CHANGES)) for k in check_items('apply', apply, str, 'kinds of change')]
-    n_train,n_valid = _window_sizes(self, check_int('n_batches', n_batches, 2), None if n_valid is None else check_int('n_valid', n_valid, 1))
+    if not isinstance(apply, bool): apply = [check_choice('apply', k, tuple(CHANGES))
+                                             for k in check_items('apply', apply, str, 'kinds of change')]
+    n_train,n_valid = _window_sizes(self, check_int('n_batches', n_batches, 2), None if n_valid is None
+                                    else check_int('n_valid', n_valid, 1))
     check_bool('compile', compile); check_bool('progress', progress)
     if kinds is not None: kinds = [check_choice('kinds', k, tuple(CHANGES)) for k in check_items('kinds', kinds, str, 'kinds of change')]
     if lr is not None: check_number('lr', lr, 0, lo_open=True)
     keep_kinds = SAFE_CHANGES if apply is True else (apply or [])
     t0 = time.perf_counter()
     with preserved(self):  # what the windows need (no side effects, no bars, no logging), put back at the end
-        self.remove_cbs([cb for cb in self.cbs if type(cb).__name__ in SIDE_EFFECT_CBS or isinstance(cb, (TrackerCallback, ProgressCallback))])
+        self.remove_cbs([cb for cb in self.cbs if type(cb).__name__ in SIDE_EFFECT_CBS
+                         or isinstance(cb, (TrackerCallback, ProgressCallback))])
         self.logger = noop
         res = _tune(self, t0 + budget, n_train, n_valid, lr, compile, kinds, keep_kinds, progress)
     for c in res.kept: apply_change(self, c)  # outside `preserved`: kept
@@ -444,7 +475,8 @@ def _against(trial:Trial, before:Trial|None, after:Trial|None):
     if trial.samples and ps: trial.measured,trial.before = speedup(ps, trial.samples),_rate(ps)
 
 def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, progress) -> TuneResult:
-    "The baseline, then each candidate followed by the baseline again (A B A C A ...), then what to keep measured together; within `deadline`"
+    """The baseline, then each candidate followed by the baseline again (A B A C A ...), then what to keep measured together; within
+    `deadline`"""
     base = measure(learn, [], n_train, n_valid, lr, deadline)
     if not base.samples or base.status != 'measured': return TuneResult([], base, None)
     base.before = base.after
@@ -473,5 +505,6 @@ def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, pro
         again = measure(learn, [], n_train, n_valid, lr, deadline) if time.perf_counter() + base.cost < deadline else None
         _against(combined, baselines[-1], again if again is not None and again.status == 'measured' else None)
         if again is not None and again.status == 'measured': baselines.append(again)
-        if combined.status != 'measured' or combined.measured < kept[0].measured: kept,combined = kept[:1],kept[0]  # together no faster than the best alone
+        # together no faster than the best alone
+        if combined.status != 'measured' or combined.measured < kept[0].measured: kept,combined = kept[:1],kept[0]
     return TuneResult(trials, base, d, [t.changes[0] for t in kept], combined, baselines=baselines)

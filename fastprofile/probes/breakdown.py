@@ -13,7 +13,8 @@ from fastai.basics import *
 from fastai.callback.core import _events
 from ..lifecycle.session import ProbeCallback
 from ..engine.checks import check_bool
-from .costs import event_methods, stand_in, _phase, costs_state, costs_from, squares_state, squares_from, cost_spread, fmt_time_spread
+from .costs import (event_methods, stand_in, _phase, costs_state, costs_from, squares_state, squares_from, cost_spread,
+                                      fmt_time_spread)
 from ..engine.core import register
 from ..engine.plain import stats_state, stats_from
 from ..data.pipeline import timed_pipelines
@@ -59,7 +60,8 @@ class BreakdownCallback(ProbeCallback):
     def phase(self, s):
         "A phase starts: the pipelines that split its draws come at its first draw"
         self._phase = s.phase
-        if self.draw: self._phases.append(None)  # made at the phase's first draw, once the other callbacks set `learn.dl` up (a prefetcher wraps it)
+        # made at the phase's first draw, once the other callbacks set `learn.dl` up (a prefetcher wraps it)
+        if self.draw: self._phases.append(None)
     def end_phase(self, s): self._end_batch(); self._end_phase()
     def pause(self, s): self.active = False  # a `validate()` from a callback: not part of the fit's numbers
     def resume(self, s): self.active = True
@@ -76,14 +78,16 @@ class BreakdownCallback(ProbeCallback):
     def make(cls, call): return cls() if call.options.breakdown else None
     @classmethod
     def to_json(cls, b) -> dict:
-        return dict(draw={p:{k:stats_state(s) for k,s in parts.items()} for p,parts in b.draw.items()}, costs=costs_state(b.costs), batches=dict(b.batches),
+        return dict(draw={p:{k:stats_state(s) for k,s in parts.items()} for p,parts in b.draw.items()}, costs=costs_state(b.costs),
+                    batches=dict(b.batches),
                     squares=squares_state(b.squares), callback_squares=squares_state(b.callback_squares))
     @classmethod
     def from_json(cls, d:dict):
         b = Breakdown()
         for p,parts in d['draw'].items(): b.draw[p].update({k:stats_from(s) for k,s in parts.items()})
         b.costs = costs_from(d['costs'])
-        b.squares,b.callback_squares = squares_from(d.get('squares', [])),squares_from(d.get('callback_squares', []))  # none from fastprofile 0.2 or older
+        # none from fastprofile 0.2 or older
+        b.squares,b.callback_squares = squares_from(d.get('squares', [])),squares_from(d.get('callback_squares', []))
         b.batches.update(d['batches'])
         return b
 
@@ -158,7 +162,8 @@ class Breakdown:
         self.draw = defaultdict(_part_stats)  # phase -> part -> per-batch seconds
         self.costs = {}  # (phase, name, event) -> [total seconds, calls]
         self.batches = defaultdict(int)  # phase -> batches seen
-        self.squares = {}  # (phase, name, event) -> its seconds in each batch of the phase, squared and summed (train and valid: its spread)
+        # (phase, name, event) -> its seconds in each batch of the phase, squared and summed (train and valid: its spread)
+        self.squares = {}
         self.callback_squares = {}  # (phase, name) -> the same for a callback's or metric's events in a batch added up
 
     def __setstate__(self, d): self.__init__(); self.__dict__.update(d)  # pickled by fastprofile 0.2 or older: no squares
@@ -189,7 +194,8 @@ class Breakdown:
         return {k:2*math.sqrt(s.m2/(s.n - 1)/s.n) if s.n > 1 else math.nan for k,s in self.draw.get(phase, {}).items() if s.n}
 
     def spread(self, phase:str, name:str, event:str|None=None) -> float:
-        "How far the seconds per batch of `name`'s `event` (None: its events added up) in `phase` may be off: 2 standard errors; NaN for 'fit'"
+        """How far the seconds per batch of `name`'s `event` (None: its events added up) in `phase` may be off: 2 standard errors; NaN for
+        'fit'"""
         return cost_spread(self, phase, name, event)
 
     def callback_costs(self) -> pd.DataFrame:

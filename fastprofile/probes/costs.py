@@ -59,7 +59,8 @@ def metric_name(m) -> str:
     return f"metric {getattr(m, 'name', type(m).__name__)}"
 
 def event_methods(learn, events, skip=()) -> list:
-    "`(obj, attr, name)` for each event method of `events` that `learn`'s callbacks define (class or instance), and each metric's `accumulate`; callbacks of a class marked `_untimed` (fastprofile's own) or of a type in `skip` left out"
+    """`(obj, attr, name)` for each event method of `events` that `learn`'s callbacks define (class or instance), and each metric's
+    `accumulate`; callbacks of a class marked `_untimed` (fastprofile's own) or of a type in `skip` left out"""
     out = []
     for cb in learn.cbs:
         if getattr(type(cb), '_untimed', False) or isinstance(cb, skip): continue
@@ -99,7 +100,8 @@ def squares_from(rows) -> dict:
     return {tuple(r['key']):unplain_num(r['squares']) for r in rows}
 
 def mean_spread(total:float, squares:float, n:int) -> float:
-    "How far a mean of `n` batches' seconds may be off: 2·s/√n, `s` their standard deviation (from their `total` and `squares`); NaN for one"
+    """How far a mean of `n` batches' seconds may be off: 2·s/√n, `s` their standard deviation (from their `total` and `squares`); NaN for
+    one"""
     if n < 2: return math.nan
     return 2*math.sqrt(max(squares - total*total/n, 0.)/(n - 1)/n)
 
@@ -123,7 +125,8 @@ def fmt_time_spread(s:float, spread:float) -> str:
     return f"{t} ±{spread*u[0]:,.{u[1]}f}"
 
 class SampledCosts:
-    "What a `CostSampler` measured: each callback event's and metric's cost per sampled batch (and its spread), and every event between batches"
+    """What a `CostSampler` measured: each callback event's and metric's cost per sampled batch (and its spread), and every event between
+    batches"""
     def __init__(self):
         self.costs = {}  # (phase, name, event) -> [seconds, calls] over the sampled batches
         self.batches = defaultdict(int)  # phase -> batches sampled
@@ -131,7 +134,8 @@ class SampledCosts:
         self.draw = {}  # phase -> {part: seconds}: the copy to the device and each `after_batch` transform, over the sampled batches
         self.drawn = defaultdict(int)  # phase -> sampled batches whose draw was split
         self.squares = {}  # (phase, name, event) -> its seconds in each sampled batch, squared and summed (its spread)
-        self.callback_squares = {}  # (phase, name) -> the same for a callback's or metric's events in a batch added up (`before_draw` left out)
+        # (phase, name) -> the same for a callback's or metric's events in a batch added up (`before_draw` left out)
+        self.callback_squares = {}
         self.draw_squares = {}  # phase -> {part: its seconds in each split draw, squared and summed}
 
     def __setstate__(self, d): self.__init__(); self.__dict__.update(d)  # pickled by fastprofile 0.2 or older: no squares
@@ -154,12 +158,14 @@ class SampledCosts:
         for k,v in parts.items(): d[k] = d.get(k, 0.) + v; sq[k] = sq.get(k, 0.) + v*v
 
     def draw_parts(self, phase:str='train') -> dict:
-        "Mean seconds per sampled batch of `phase` of each part of `draw` run in the main process: `copy` (to the device) and each `after_batch` transform, by name"
+        """Mean seconds per sampled batch of `phase` of each part of `draw` run in the main process: `copy` (to the device) and each
+        `after_batch` transform, by name"""
         n = self.drawn.get(phase, 0)
         return {k:v/n for k,v in self.draw.get(phase, {}).items()} if n else {}
 
     def draw_spread(self, phase:str='train') -> dict:
-        "How far each of `draw_parts(phase)` may be off, in seconds: 2 standard errors of its mean over the split draws (NaN for fewer than 2)"
+        """How far each of `draw_parts(phase)` may be off, in seconds: 2 standard errors of its mean over the split draws (NaN for fewer
+        than 2)"""
         n,sq = self.drawn.get(phase, 0),self.draw_squares.get(phase, {})
         return {k:mean_spread(v, sq[k], n) if k in sq else math.nan for k,v in self.draw.get(phase, {}).items()} if n else {}
 
@@ -173,13 +179,15 @@ class SampledCosts:
         else: c[0] += dt; c[1] += 1
 
     def rows(self) -> list:
-        "The rows of `callback_costs`, in its order, as tuples (phase, name, event, total, calls, per_batch): no DataFrame (the diagnosis reads these)"
+        """The rows of `callback_costs`, in its order, as tuples (phase, name, event, total, calls, per_batch): no DataFrame (the diagnosis
+        reads these)"""
         rows = [(p, n, e, tot, c, tot/self.batches[p]) for (p,n,e),(tot,c) in self.costs.items() if self.batches.get(p)]
         rows += [('fit', n, e, tot, c, math.nan) for (n,e),(tot,c) in self.epoch.items()]
         return sorted(rows, key=lambda r: r[5] if r[5] == r[5] else r[3], reverse=True)  # stable: equal costs keep their order
 
     def callback_costs(self) -> pd.DataFrame:
-        "One row per (phase, callback or metric, event), as `Breakdown.callback_costs`: `per_batch` and its `spread`; between batches ('fit'): `total`"
+        """One row per (phase, callback or metric, event), as `Breakdown.callback_costs`: `per_batch` and its `spread`; between batches
+        ('fit'): `total`"""
         rows = [(*r, self.spread(*r[:3]) if r[0] != 'fit' else math.nan) for r in self.rows()]
         return pd.DataFrame(rows, columns=['phase','name','event','total','calls','per_batch','spread'])
 
@@ -199,11 +207,13 @@ class SampledCosts:
 
 # %% ../../nbs/08a_costs.ipynb #5ad0c013
 class CostSampler(Probe):
-    "A probe (and `Profile(on_batch=...)`): times every callback's batch events and metric's `accumulate` on sampled batches, and every event between batches"
+    """A probe (and `Profile(on_batch=...)`): times every callback's batch events and metric's `accumulate` on sampled batches, and every
+    event between batches"""
     def __init__(self,
         learn, # The `Learner` whose callbacks and metrics are timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up; at least 1)
-        first:int=3, # Batches sampled right after the warm-up, in each train and valid phase (at most one in 16 of its batches, at least one)
+        # Batches sampled right after the warm-up, in each train and valid phase (at most one in 16 of its batches, at least one)
+        first:int=3,
         every:int=32, # Then every `every`-th batch of the phase
     ):
         check_int('warmup', warmup, 0); check_int('first', first, 0); check_int('every', every, 1)
@@ -214,7 +224,8 @@ class CostSampler(Probe):
         self.costs,self._sample,self._target,self._next,self._seen = SampledCosts(),{},None,self._w,set()
 
     def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every})"
-    def __getstate__(self): return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None, '_pipes':[]}  # pickled with the learner
+    # pickled with the learner
+    def __getstate__(self): return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None, '_pipes':[]}
 
     # ---- the probe ----
     def start(self, s):
@@ -235,8 +246,10 @@ class CostSampler(Probe):
     def make(cls, call): return None if call.options.breakdown else cls(call.learn, warmup=call.options.warmup)
     @classmethod
     def to_json(cls, c:SampledCosts) -> dict:
-        return dict(costs=costs_state(c.costs), batches=dict(c.batches), epoch=costs_state(c.epoch), draw=to_plain(c.draw), drawn=dict(c.drawn),
-                    squares=squares_state(c.squares), callback_squares=squares_state(c.callback_squares), draw_squares=to_plain(c.draw_squares))
+        return dict(costs=costs_state(c.costs), batches=dict(c.batches), epoch=costs_state(c.epoch), draw=to_plain(c.draw),
+                    drawn=dict(c.drawn),
+                    squares=squares_state(c.squares), callback_squares=squares_state(c.callback_squares),
+                    draw_squares=to_plain(c.draw_squares))
     @classmethod
     def from_json(cls, d:dict) -> SampledCosts:
         c = SampledCosts()  # saved by fastprofile 0.2 or older: no squares (no spreads)
@@ -263,7 +276,8 @@ def _after(self:CostSampler, j:int) -> int:
 
 @patch
 def _step(self:CostSampler, i:int):
-    "After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled (the stand-ins stay on from one sampled batch to the next)"
+    """After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled (the stand-ins stay on from one
+    sampled batch to the next)"""
     j = i + 1
     sample = j >= self._next and j < getattr(self._learn, 'n_iter', j + 1)
     if self._target is not None:
@@ -275,7 +289,8 @@ def _step(self:CostSampler, i:int):
 
 @patch
 def _carry_on(self:CostSampler, j:int):
-    "Batch `j` is sampled right after the one that just ended: keep that one's sample, the stand-ins stay on, the pipelines time the next draw"
+    """Batch `j` is sampled right after the one that just ended: keep that one's sample, the stand-ins stay on, the pipelines time the next
+    draw"""
     training = self._learn.training
     self._keep(training, bool(self._pipes))
     self._next,self._target,self._sample,self._parts = self._after(j),(training, j),{},{}
@@ -314,7 +329,8 @@ def _keep(self:CostSampler, training:bool, split:bool):
 # %% ../../nbs/08a_costs.ipynb #7395b1aa
 @patch
 def _draw_pipes(self:CostSampler) -> list:
-    "A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each `after_batch` transform, timed at the next draw"
+    """A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each `after_batch` transform, timed at
+    the next draw"""
     return timed_pipelines(getattr(self._learn, 'dl', None), self._draw_part, self._patches)
 
 @patch
@@ -323,10 +339,12 @@ def _draw_part(self:CostSampler, name, t0, t1):
     self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
 
 # %% ../../nbs/08a_costs.ipynb #da0cd459
-_METHODS = weakref.WeakKeyDictionary()  # learner -> (key, its batch and epoch event methods, each object by weak reference: a callback holds its learner)
+# learner -> (key, its batch and epoch event methods, each object by weak reference: a callback holds its learner)
+_METHODS = weakref.WeakKeyDictionary()
 
 def _methods(learn) -> tuple:
-    "`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks (fastprofile's own, made for each call, aside), its metrics, or their instance or class attributes change"
+    """`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks (fastprofile's own, made
+    for each call, aside), its metrics, or their instance or class attributes change"""
     cbs,mets = [cb for cb in learn.cbs if not getattr(type(cb), '_untimed', False)],getattr(learn, 'metrics', [])
     # a method set on a callback instance adds an attribute; one added to its class (`@patch`) adds to the class's namespace
     key = (tuple(map(id, cbs)), tuple(len(cb.__dict__) for cb in cbs), tuple(len(type(cb).__dict__) for cb in cbs), tuple(map(id, mets)))

@@ -88,7 +88,8 @@ class LayerTimes:
     iters:list=field(default_factory=list)  # fastai's `train_iter` of each (its count of training batches in the fit)
     layers:dict=_FoldedOnRead()  # Module name -> `LayerTime` (None: empty)
     failure:str|None=None  # Why nothing was measured, if nothing was
-    stride:int=1  # One sampled batch in `stride` keeps its self times (`LayerTime.batch_times`): doubled when `_TIMES` are kept, so memory stays bounded
+    # One sampled batch in `stride` keeps its self times (`LayerTime.batch_times`): doubled when `_TIMES` are kept, so memory stays bounded
+    stride:int=1
     _raw = ()  # The marks of sampled batches not yet folded into `layers` (`LayerTimer` appends them)
     _dev = None  # The CUDA device index of the marks' events (on a GPU)
 
@@ -149,7 +150,8 @@ class LayerTimes:
         return sorted(self.layers.values(), key=lambda l: (-r[l.name][0] if r[l.name][0] == r[l.name][0] else math.inf, -l.total))[:n]
 
     def leaders(self, n:int=2) -> list:
-        "The modules that clearly lead, at most `n`: each one's share less its spread above the next one's plus its spread, and more self time than it in more than two thirds of the kept batches; [] if none does"
+        """The modules that clearly lead, at most `n`: each one's share less its spread above the next one's plus its spread, and more self
+        time than it in more than two thirds of the kept batches; [] if none does"""
         r,out,k = self.ranked(),[],self.kept
         top = self.top(n + 1)
         for a,b in zip(top, top[1:] + [None]):
@@ -177,13 +179,15 @@ def table(self:LayerTimes) -> pd.DataFrame:
     "One row per module, largest share first: seconds per sampled batch, share of forward+backward and its spread, FLOP/s where estimated"
     n,rows,r = max(self.batches, 1),[],self.ranked()
     for l in self.top(len(self.layers)):
-        rows.append({'module':l.name, 'kind':l.kind, 'forward':l.forward/n, 'backward':l.backward/n, 'total':l.total/n, 'share':r[l.name][0],
+        rows.append({'module':l.name, 'kind':l.kind, 'forward':l.forward/n, 'backward':l.backward/n, 'total':l.total/n,
+                     'share':r[l.name][0],
                      'spread':r[l.name][1], 'calls':l.calls/n, 'flops_per_second':l.flops/l.total if l.flops and l.total > 0 else math.nan})
     return pd.DataFrame(rows, columns=['module','kind','forward','backward','total','share','spread','calls','flops_per_second'])
 
 @patch
 def lines(self:LayerTimes, n:int=5) -> list:
-    "What the report says: the `n` modules with the largest share, each with its spread and its forward and backward self time per batch; whether one leads"
+    """What the report says: the `n` modules with the largest share, each with its spread and its forward and backward self time per batch;
+    whether one leads"""
     if not self.layers: return [f"Layers: {self.failure or 'no training batch was sampled'}."]
     k,kept,r = self.batches,self.kept,self.ranked()
     how = 'CUDA events' if self.timing == 'events' else 'wall clock'
@@ -194,14 +198,17 @@ def lines(self:LayerTimes, n:int=5) -> list:
         fl = f", {fmt_flops(l.flops/l.total)}" if l.flops and l.total > 0 else ''
         out.append(f"  {self.label(l)} {fmt_share(*r[l.name])}: forward {fmt_time(l.forward/k)}, backward {fmt_time(l.backward/k)}{fl}")
     if len(self.layers) > 1 and kept and not self.leaders(1):
-        out.append("  No single layer dominates (the top ones are within their spread, or the sampled batches disagree on the first)." if kept > 1 else
+        out.append("  No single layer dominates (the top ones are within their spread, or the sampled batches disagree on the "
+                   "first)." if kept > 1 else
                    "  One sampled batch: too few for a spread, so no layer is named as the one that dominates.")
     return out
 
 # %% ../../nbs/16f_layers.ipynb #f9f0a2aa
 _NOBODY = -1  # a mark's owner when the time from it is no module's (a hook's own time, the loss)
 _KEEP = 8  # sampled batches whose marks may wait unfolded for a read of `LayerTimes.layers`: more are folded at a training phase's end
-_TIMES = 32  # sampled batches whose self times each layer keeps (`LayerTime.batch_times`) before every other one is dropped (`LayerTimes.stride` doubles)
+# sampled batches whose self times each layer keeps (`LayerTime.batch_times`) before every other one is dropped (`LayerTimes.stride`
+# doubles)
+_TIMES = 32
 _ENGINE = torch.autograd.Variable._execution_engine  # autograd's engine: it runs a callback when a backward ends
 
 def _tensors(o, depth:int=0) -> list:
@@ -232,9 +239,11 @@ class LayerTimer(Probe):
     def __init__(self,
         learn, # The `Learner` whose model is timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up)
-        first:int=6, # Batches sampled first: the first past the warm-up, then one every `spacing` training batches, across the call's phases
+        # Batches sampled first: the first past the warm-up, then one every `spacing` training batches, across the call's phases
+        first:int=6,
         every:int=256, # Then one more at the start of a training phase, once this many training batches have passed since the last
-        spacing:int=SAMPLE_SHARE, # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first)
+        # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first)
+        spacing:int=SAMPLE_SHARE,
     ):
         check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1); check_int('spacing', spacing, 1)
         self.learn,self.warmup,self.first,self.every,self.spacing = learn,warmup,first,every,spacing
@@ -248,7 +257,8 @@ class LayerTimer(Probe):
     # on the registry: made for a call with `layers=True` (the default); its facts `facts.layers`, a `LayerTimes`
     key,options,probe_order = 'layers',('layers','warmup'),50
     @classmethod
-    def make(cls, call): return cls(call.learn, warmup=call.options.warmup) if call.options.layers else None  # hooks on the model only for a few sampled batches
+    # hooks on the model only for a few sampled batches
+    def make(cls, call): return cls(call.learn, warmup=call.options.warmup) if call.options.layers else None
     @classmethod
     def to_json(cls, t:LayerTimes) -> dict: return to_plain(asdict(t))
     @classmethod
@@ -465,13 +475,16 @@ def _fail(self:LayerTimer, e:Exception):
     self._want,self._marks = 0,None
     self._disarm()
     if strict_mode(): raise e
-    warnings.warn(f"fastprofile: timing the model's layers failed and is off for this call ({type(e).__name__}: {e}); training is unaffected")
+    warnings.warn(f"fastprofile: timing the model's layers failed and is off for this call ({type(e).__name__}: {e}); training is "
+                  f"unaffected")
 
 # %% ../../nbs/16f_layers.ipynb #1829e575
 def _fold(r:LayerTimes):
-    "Turn the marks of `r`'s sampled batches into self times: the time from a hook's end to the next hook's start is the owner's of the first"
+    """Turn the marks of `r`'s sampled batches into self times: the time from a hook's end to the next hook's start is the owner's of the
+    first"""
     raw,r._raw,layers = r._raw,(),r._layers
-    for j,(marks,calls,flops,names,kinds,cuda) in enumerate(raw, r.batches - len(raw)):  # `j`: the batch's index among the call's sampled ones
+    # `j`: the batch's index among the call's sampled ones
+    for j,(marks,calls,flops,names,kinds,cuda) in enumerate(raw, r.batches - len(raw)):
         n = len(names)
         own = [0.]*(2*n)  # forward self times, then backward ones
         if cuda:

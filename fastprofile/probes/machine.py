@@ -40,7 +40,8 @@ class MachineSpan(NamedTuple):
 
     @property
     def other(self) -> float:
-        "CPU seconds other processes kept the CPUs this process may use busy: `busy` less the process's and its children's (NaN: not measured)"
+        """CPU seconds other processes kept the CPUs this process may use busy: `busy` less the process's and its children's (NaN: not
+        measured)"""
         return max(self.busy - self.cpu - self.children, 0.) if self.busy == self.busy else math.nan
 
     def since(self, start:MachineSpan) -> MachineSpan:
@@ -99,13 +100,15 @@ def allowed_cpus() -> set:
 # %% ../../nbs/16i_machine.ipynb #7218230e
 @dataclass
 class MachineLoad:
-    "How busy the machine was during a profiled call (`facts.machine`): the main thread's run-queue wait, the process's CPU time, other processes' CPUs, per call and per phase"
+    """How busy the machine was during a profiled call (`facts.machine`): the main thread's run-queue wait, the process's CPU time, other
+    processes' CPUs, per call and per phase"""
     cpus:int|None=None # CPUs this process may use (`os.sched_getaffinity`)
     machine_cpus:int|None=None # CPUs of the machine (`os.cpu_count()`)
     call:MachineSpan=MachineSpan() # The whole call, from its first fit's start to its end
     phases:dict=field(default_factory=dict) # Phase ('train', 'valid') -> its `MachineSpan`, over all the call's fits
     threads:int=0 # Threads of the process at the call's end
-    threads_run:float=math.nan # CPU seconds of all the process's threads over the call (each one's schedstat; those that ended during it are missing)
+    # CPU seconds of all the process's threads over the call (each one's schedstat; those that ended during it are missing)
+    threads_run:float=math.nan
     threads_wait:float=math.nan # Seconds they waited on a run queue, together
     unmeasured:dict=field(default_factory=dict) # What was not measured ('wait', 'other', 'workers', 'switches', 'threads') -> why
 
@@ -142,7 +145,8 @@ class MachineLoad:
         return 'train' if s is not None and s.wall > 0 else None
 
     def busy(self) -> bool:
-        "Whether the machine was busy enough to distort the verdict: in the train phase, the main thread waited `WAIT_SHARE` of the time for a CPU while other processes kept `OTHER_CPUS` busy"
+        """Whether the machine was busy enough to distort the verdict: in the train phase, the main thread waited `WAIT_SHARE` of the time
+        for a CPU while other processes kept `OTHER_CPUS` busy"""
         p = self.judged
         o,w = self.other_cpus(p),self.wait_share(p)
         if o is None or o < OTHER_CPUS: return False  # no others seen (or not measured: not called busy)
@@ -151,20 +155,23 @@ class MachineLoad:
         return (s.cpu + s.children)/s.wall + o >= (self.cpus or 1) - OTHER_CPUS
 
     def line(self) -> str|None:
-        "The sentence the diagnosis prints first: a busy machine, and what it cost; what was not measured where /proc is missing; None on a quiet machine (or nothing measured)"
+        """The sentence the diagnosis prints first: a busy machine, and what it cost; what was not measured where /proc is missing; None on
+        a quiet machine (or nothing measured)"""
         c = self.call
         if not c.wall > 0: return None
         sw = '' if math.isnan(c.switches) else f"{fmt_count(c.switches)} involuntary context switches, {c.switches/c.wall:,.0f}/s"
         if self.wait_share() is None and self.other_cpus() is None:
             why = self.unmeasured.get('wait') or self.unmeasured.get('other') or 'unknown'
             return (f"Machine load not measured ({why}): the run-queue wait and other processes' CPU use are unknown. "
-                    f"The main thread ran {fmt_pct(100*self.cpu_share())} of the call's {fmt_time(c.wall)}" + (f", with {sw}" if sw else '') +
+                    f"The main thread ran {fmt_pct(100*self.cpu_share())} of the call's "
+                            f"{fmt_time(c.wall)}" + (f", with {sw}" if sw else '') +
                     "; if other processes held its CPUs, the times below include that wait.")
         if not self.busy(): return None
         p,ncpu = self.judged,self.cpus or self.machine_cpus
         o,w,st = self.other_cpus(p),self.wait_share(),self.steal_cpus(p)
         of = f"of the {ncpu} CPU{'s' if ncpu != 1 else ''} this process may use " if ncpu else ''
-        others = f"other processes kept {o:.1f} {of}busy" + (f", and a hypervisor took {st:.1f} (steal)" if st is not None and st >= STEAL_CPUS else '')
+        others = f"other processes kept {o:.1f} {of}busy" + (f", and a hypervisor took {st:.1f} "
+                                                             f"(steal)" if st is not None and st >= STEAL_CPUS else '')
         if w is None:
             mine = (self.span(p).cpu + self.span(p).children)/self.span(p).wall
             head = (f"Busy machine: {others} while this process and its workers used {mine:.1f} (/proc/stat); run-queue wait not measured "
@@ -172,12 +179,14 @@ class MachineLoad:
         else:
             cost = f": {fmt_pct(100*self.wait_share(p))} of the train phase's {fmt_time(self.span(p).wall)} went to that wait" if p else ''
             head = (f"Busy machine: the main thread waited for a CPU {fmt_pct(100*w)} of the call's {fmt_time(c.wall)} "
-                    f"(run-queue wait, {PROC}/self/task/<tid>/schedstat" + (f"; {sw}" if sw else '') + f"){cost}. {others[0].upper()}{others[1:]}.")
+                    f"(run-queue wait, "
+                            f"{PROC}/self/task/<tid>/schedstat" + (f"; {sw}" if sw else '') + f"){cost}. {others[0].upper()}{others[1:]}.")
         return head + " The times below include that wait: a quiet machine may give another verdict."
 
 # %% ../../nbs/16i_machine.ipynb #150a88a5
 class MachineProbe(Probe):
-    "How busy the machine is during the call: counters read at the call's and each phase's start and end (never per batch), into a `MachineLoad`"
+    """How busy the machine is during the call: counters read at the call's and each phase's start and end (never per batch), into a
+    `MachineLoad`"""
     def __init__(self): self.result,self._start,self._phase0,self._threads0,self._tid,self._cpus = None,None,None,None,None,set()
     def __repr__(self): return f"{type(self).__name__}()"
 
@@ -250,6 +259,7 @@ class MachineProbe(Probe):
     def scalars(cls, m:MachineLoad) -> dict:
         "The train phase's (else the call's) run-queue wait share and other processes' CPUs, for the loggers"
         p = m.judged
-        return {k:v for k,v in (('wait_share', m.wait_share(p)), ('other_cpus', m.other_cpus(p)), ('cpu_share', m.cpu_share(p))) if v is not None}
+        return {k:v for k,v in (('wait_share', m.wait_share(p)), ('other_cpus', m.other_cpus(p)), ('cpu_share', m.cpu_share(p)))
+                if v is not None}
 
 register(MachineProbe)
