@@ -1,5 +1,5 @@
 "`MachineProbe` (`facts.machine`) on real learners: processes spinning beside a fit make it a busy machine, named in one line; the verdicts from numbers; its facts read back as measured; where /proc is missing, what was not measured; training unchanged"
-import json, math, multiprocessing, subprocess, sys, time
+import json, math, multiprocessing, re, subprocess, sys, time
 from dataclasses import fields
 import pytest
 import torch
@@ -173,3 +173,20 @@ def _weights(machine_probe:bool) -> list:
 def test_it_never_changes_training():
     a,b = _weights(True),_weights(False)
     assert all(torch.equal(x, y) for x,y in zip(a, b))
+
+def test_a_busy_machine_is_a_warning_above_the_verdict_in_every_renderer():
+    "The verdict stays the headline (HTML, markdown, the terminal's bold line); the busy machine is said above it"
+    from fastprofile.engine.core import Facts, ProfileResult
+    from fastprofile.engine.record import ProfileRecord
+    from fastprofile.testing import FakeClock, drive_record
+    from fastprofile.analysis.diagnosis import diagnosis_section
+    from fastprofile.engine.tables import _html_section, _md_section
+    clock = FakeClock()
+    rec = drive_record(ProfileRecord(warmup=0, clock=clock), clock, n_train=10, n_valid=2)
+    for m,preface in ((_load(*MEASURED['2 spinners']), 1), (_load(*MEASURED['quiet']), 0)):
+        sec = diagnosis_section(ProfileResult(rec, Facts(num_workers=0, cpus=2, machine=m)))
+        assert sec.preface == preface and sec.lines[preface].startswith('Bound by: ')
+        h,md = _html_section(sec),_md_section(sec)
+        assert re.search(r'<p class="fp-headline">Bound by: ', h) and ('<p class="fp-warn">Busy machine: ' in h) == bool(preface)
+        assert re.search(r'\n\*\*Bound by: ', md) and ('> Busy machine: ' in md) == bool(preface)
+        if preface: assert h.index('fp-warn') < h.index('fp-headline') and md.index('> Busy machine') < md.index('**Bound by')

@@ -906,4 +906,4 @@ def diagnosis_section(result:ProfileResult) -> Section|None:
     "The report's *Diagnosis* section, or None when no training batch was profiled past the warm-up"
     if not result.record.stats[Row('train','batch')].n: return None
     d = diagnose(result)
-    return Section('Diagnosis', d.lines(), d)
+    return Section('Diagnosis', d.lines(), d, preface=int(bool(d.machine)))  # a busy machine is said before the verdict

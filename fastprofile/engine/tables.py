@@ -105,6 +105,7 @@ class Section:
     "A titled block of text after the table (the diagnosis, the ranks of a distributed run...), with the object it came from"
     title:str; lines:list; data:object=None
     headline:bool|None=None # The first line is the verdict, shown prominently (None: when `data` has a `verdict`, as a `Diagnosis` does)
+    preface:int=0 # Lines said before the verdict (a busy machine), shown as a warning above it: the headline is the line after them
     def __post_init__(self):
         if self.headline is None: self.headline = getattr(self.data, 'verdict', None) is not None
 
@@ -321,7 +322,7 @@ def _text(self:ProfileReport, width:int, plain:bool=False) -> list:
     for sec in self.sections:
         out += [Text(''), Text(f'{sec.title}:', style='' if plain else 'bold')]
         for k,l in enumerate(sec.lines):
-            style = 'bold' if sec.headline and k == 0 and not plain else ''
+            style = 'bold' if sec.headline and k == sec.preface and not plain else 'yellow' if k < sec.preface and not plain else ''
             i = _indent(l)  # an indented line keeps its indent when it wraps
             out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
     return out
@@ -330,6 +331,7 @@ def _text(self:ProfileReport, width:int, plain:bool=False) -> list:
 def _md_section(sec:Section) -> str:
     "A `Section` as markdown: title, verdict in bold, prose lines as a list (indented ones nested), aligned lines as a code block"
     lines,out = list(sec.lines),[f'**{sec.title}**']
+    out += [f'> {lines.pop(0)}' for _ in range(min(sec.preface, len(lines)))]  # a warning before the verdict
     if sec.headline and lines: out.append(f'**{lines.pop(0)}**')
     def item(l):
         sub,l = _indent(l) > 0,l.lstrip(' ')
@@ -410,6 +412,7 @@ _CSS = """
 .fastprofile-report p.fp-note{margin:.1em 0;text-align:left}
 .fastprofile-report .fp-section{margin:.9em 0 0}
 .fastprofile-report .fp-title{font-size:.8em;font-weight:600;letter-spacing:.06em;text-transform:uppercase;opacity:.7;margin:0 0 .2em}
+.fastprofile-report p.fp-warn{margin:0 0 .4em;padding:.2em .55em;border-left:3px solid #e0a800;background:rgba(224,168,0,.08)}
 .fastprofile-report p.fp-headline{font-size:1.25em;font-weight:600;margin:0 0 .4em;padding:.1em 0 .1em .55em;
  border-left:3px solid var(--jp-brand-color1,#1976d2)}
 .fastprofile-report ul.fp-lines{margin:0 0 .3em;padding-left:1.3em;list-style:disc}
@@ -451,6 +454,7 @@ def _html_section(sec:Section) -> str:
     """A `Section` as an HTML block: title, verdict first and prominent, prose as a list (indented lines as sub-points), aligned lines kept
     aligned"""
     lines,out = list(sec.lines),[f'<div class="fp-title">{_esc(sec.title)}</div>']
+    out += [f'<p class="fp-warn">{_html_inline(lines.pop(0))}</p>' for _ in range(min(sec.preface, len(lines)))]  # a warning before the verdict
     if sec.headline and lines: out.append(f'<p class="fp-headline">{_html_inline(lines.pop(0))}</p>')
     li = lambda l: f'<li class="fp-sub">{_html_line(l.lstrip(" "))}</li>' if _indent(l) else f'<li>{_html_line(l)}</li>'
     for aligned,ls in _blocks(lines):
