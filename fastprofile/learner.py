@@ -261,7 +261,7 @@ def profile(self:Learner,
     memory_snapshot:bool=False,
     # Probes of your own (`Probe` objects with a `key`): told of the call like fastprofile's, their facts, section and scalars in the result
     probes=(),
-    # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second, events_every
+    # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second, events_every, batch_sizes
     **kwargs
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"

@@ -12,6 +12,12 @@ from fastprofile.sinks.saving import load_profile
 from fastprofile.probes.batch_scaling import BatchScaling, BatchProbe, Measurement, budget_for, BUDGET, REPS
 from bench.batch import tabular
 
+@pytest.fixture
+def time_to_measure(monkeypatch):
+    "A measurement budget no busy machine runs out of (5-10 s): the tests below need the sizes measured to prove anything"
+    import fastprofile.probes.batch_scaling as bsm
+    monkeypatch.setattr(bsm, 'BUDGET', (5., .03, 10.))
+
 class Stateful(nn.Module):
     "BatchNorm (running statistics), dropout (random numbers) and a plain attribute set in forward, as an RNN keeps its hidden state"
     def __init__(self):
@@ -45,7 +51,7 @@ def _same(a, b):
     assert all((x is None) == (y is None) and (x is None or torch.equal(x, y)) for x,y in zip(a['grads'], b['grads']))
     assert np.array_equal(a['np'], b['np']) and torch.equal(a['torch'], b['torch'])
 
-def test_measuring_leaves_the_learner_as_it_was():
+def test_measuring_leaves_the_learner_as_it_was(time_to_measure):
     learn = stateful_learner()
     learn.profile(logger_callback=None, show_report=False).fit(1)
     sc = learn.simple_profile.facts.batch_scaling
@@ -60,7 +66,7 @@ def test_measuring_leaves_the_learner_as_it_was():
     sc.ensure(fit=10.)  # once only
     assert learn.model.calls == calls
 
-def test_the_fit_is_not_changed_by_the_probe():
+def test_the_fit_is_not_changed_by_the_probe(time_to_measure):
     "Two fits from one seed, profiled (the report measures the batch sizes) and not: the same weights"
     def run(profiled):
         set_seed(0, reproducible=True)
@@ -90,7 +96,7 @@ def test_what_cannot_be_measured_says_why():
     assert not sc.measured and 'compiled' in sc.failure
     assert 'compiled' in diagnose(learn).basis  # the report says it was not measured, and why
 
-def test_json_round_trip_field_by_field(tmp_path):
+def test_json_round_trip_field_by_field(tmp_path, time_to_measure):
     learn = stateful_learner()
     learn.profile(logger_callback=None, show_report=False).fit(1)
     res = learn.simple_profile
@@ -100,7 +106,7 @@ def test_json_round_trip_field_by_field(tmp_path):
     assert sc.measured and isinstance(back, BatchScaling)
     for f in ('sizes','train','valid','draw','reps','items','seconds','stopped','failure'): assert getattr(back, f) == getattr(sc, f), f
 
-def test_tabular_per_batch_work_is_priced_measured():
+def test_tabular_per_batch_work_is_priced_measured(time_to_measure):
     "fastai's tabular learner at bs 64: per-batch work dominates the step (5-6x faster per sample at bs 512, measured): the diagnosis names a larger batch with a measured prediction, and never advises moving fastai's own `ReadTabBatch`"
     learn = tabular(64)
     with learn.no_bar(), learn.no_logging(), warnings.catch_warnings():
@@ -116,7 +122,7 @@ def test_tabular_per_batch_work_is_priced_measured():
     for g in said: assert "fastai's own" in g.fix and 'cannot be moved' in g.fix and g.change is None, g.fix
     assert not any('SaveModelCallback' in (g.fix or '') for g in d.findings)  # a callback the learner does not have
 
-def test_check_advice_applies_the_batch_size_per_sample():
+def test_check_advice_applies_the_batch_size_per_sample(time_to_measure):
     learn = tabular(64)
     with learn.no_bar(), learn.no_logging(), warnings.catch_warnings():
         warnings.simplefilter('ignore')
@@ -142,3 +148,13 @@ def test_tune_tries_the_diagnosis_batch_size():
 def test_fastai_transforms_are_listed_with_what_the_user_can_do():
     assert set(FASTAI_TFMS) >= {'ReadTabBatch', 'IntToFloatTensor'}
     assert all('larger batch' in v or 'smaller images' in v for v in FASTAI_TFMS.values())
+
+def test_batch_sizes_false_leaves_the_probe_out():
+    "`learn.profile(batch_sizes=False)`: nothing measured after the fit, and the diagnosis prices no measured batch size"
+    learn = stateful_learner()
+    learn.profile(logger_callback=None, show_report=False, batch_sizes=False).fit(1)
+    f = learn.simple_profile.facts
+    assert f.batch_scaling is None and 'batch_scaling' not in f.extra
+    d = diagnose(learn)
+    assert 'batch_scaling' not in d.numbers and not any(g.resource == 'per_batch' for g in d.findings)
+    with pytest.raises(TypeError, match='batch_sizes. must be True or False'): learn.profile(batch_sizes='yes')

@@ -67,6 +67,8 @@ class ProfileOptions:
     efficiency:bool|str='auto' # FLOPs per sample, FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
     peak_flops:float|None=None # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
     layers:bool=True # Time each module's forward and backward on a few sampled training batches (`LayerTimer`)
+    # Time the step at larger batch sizes after the fit, when a diagnosis first reads it (`BatchProbe`): what a larger batch is priced with
+    batch_sizes:bool=True
     # GPU utilization, power, clocks, throttling (NVML sampler thread) and CPU utilization; 'auto': the sampler on a GPU
     telemetry:bool|str='auto'
     telemetry_every:float=TELEMETRY_EVERY # Seconds between the telemetry sampler's samples
@@ -81,7 +83,7 @@ class ProfileOptions:
         check_int('keep_batches', self.keep_batches, 1, MAX_KEEP_BATCHES)
         check_timing(self.timing)
         check_int('events_every', self.events_every, 1)
-        for n in ('breakdown','layers','memory_snapshot','rank_csv'): check_bool(n, getattr(self, n))
+        for n in ('breakdown','layers','batch_sizes','memory_snapshot','rank_csv'): check_bool(n, getattr(self, n))
         check_choice('efficiency', self.efficiency, ('auto', True, False))
         if self.peak_flops is not None: check_number('peak_flops', self.peak_flops, 0, lo_open=True)
         check_choice('telemetry', self.telemetry, ('auto', True, False))

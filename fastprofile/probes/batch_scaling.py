@@ -31,13 +31,11 @@ def budget_for(fit:float) -> float:
 # %% ../../nbs/16j_batch_scaling.ipynb #f842d42a
 @dataclass
 class BatchScaling:
-    """Seconds per batch of the step's parts at several batch sizes, measured after the fit on the learner's own model, loss and training
-    loader"""
+    "Seconds per batch of the step's parts at several batch sizes, measured after the fit on the learner's own model, loss and training loader"
     sizes:list=field(default_factory=list)  # Batch sizes measured; the first is the fit's
     train:list=field(default_factory=list)  # Seconds per batch of forward + loss + backward at each size (median of `reps`)
     valid:list=field(default_factory=list)  # Seconds per batch of forward + loss without gradients (the validation step)
-    # Seconds per batch of drawing a batch from the training loader in the main process (build, `after_batch`, copy); NaN: not measured
-    draw:list=field(default_factory=list)
+    draw:list=field(default_factory=list)  # Seconds per batch of drawing a batch from the training loader in the main process (build, `after_batch`, copy); NaN: not measured
     reps:int=0  # Timed repeats of each size
     items:int=0  # Samples in the training set (0: unknown)
     seconds:float=0.  # What measuring took
@@ -73,8 +71,7 @@ class BatchScaling:
         "What was measured, in words"
         if not self.measured: return [f"Batch sizes: {self.failure or 'not measured'}."]
         per = lambda v: ', '.join(f"bs {n}: {fmt_time(t)}" for n,t in zip(self.sizes, v) if not math.isnan(t))
-        out = [f"Batch sizes (measured after the fit in {fmt_time(self.seconds)}, median of {self.reps}): forward+loss+backward "
-               f"{per(self.train)}"]
+        out = [f"Batch sizes (measured after the fit in {fmt_time(self.seconds)}, median of {self.reps}): forward+loss+backward {per(self.train)}"]
         if any(not math.isnan(t) for t in self.draw): out.append(f"  drawing a batch {per(self.draw)}")
         if self.stopped: out.append(f"  {self.stopped}")
         return out
@@ -92,8 +89,7 @@ def _tensors(b) -> list:
     return []
 
 class _Kept:
-    """What measuring could change on the model and in the process, taken before and put back after: modes, buffers, plain attributes,
-    random states"""
+    "What measuring could change on the model and in the process, taken before and put back after: modes, buffers, plain attributes, random states"
     def __init__(self, model):
         self.modules = list(model.modules())
         self.modes = [m.training for m in self.modules]
@@ -188,10 +184,8 @@ class Measurement:
                     last = got[-1][3]
                     more = 2*last + 2*(tr[got[-1][0]][0] + va[got[-1][0]][0])*REPS + (REPS - 1)*sum(tr[m][0] + va[m][0] for m,*_ in got)
                     spent = time.perf_counter() - t0
-                    # twice the batch may take up to twice the budget: one larger size at least
-                    if spent + more > (budget if len(got) > 1 else 2*budget):
-                        why = (f"bs {n} and larger not measured: the measurement's time budget ({fmt_time(budget)}) was "
-                               f"spent" if len(got) > 1 else
+                    if spent + more > (budget if len(got) > 1 else 2*budget):  # twice the batch may take up to twice the budget: one larger size at least
+                        why = (f"bs {n} and larger not measured: the measurement's time budget ({fmt_time(budget)}) was spent" if len(got) > 1 else
                                f"the measurement's time budget ({fmt_time(budget)}) did not leave time for bs {n}"); break
                 try:
                     ts = time.perf_counter()
@@ -236,10 +230,10 @@ def _why_not(learn, bs) -> str|None:
 
 class BatchProbe(Probe):
     "A probe: at the end of each fit, what `BatchScaling` needs to measure the learner at larger batch sizes when a diagnosis asks"
-    key,options,probe_order = 'batch_scaling',(),65
+    key,options,probe_order = 'batch_scaling',('batch_sizes',),65
     def __init__(self, learn): self.learn,self.result = learn,None
     @classmethod
-    def make(cls, call): return cls(call.learn)
+    def make(cls, call): return cls(call.learn) if call.options.batch_sizes else None  # `learn.profile(batch_sizes=False)`: none
     def start(self, s): self.result = None
     def end_stage(self, s):
         learn = self.learn
