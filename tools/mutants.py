@@ -47,7 +47,7 @@ MUTATIONS = [
               'test_every_attribute_of_a_wall_record_is_state_or_transient', 'test_every_attribute_of_a_gpu_record_is_state_or_transient',
               'test_every_attribute_of_a_merged_record_is_state_or_transient')]),
     Mutation('drawn_not_saved', "a probe's facts read back are the facts saved (`drawn` dropped from the costs' JSON both ways)",
-             [('fastprofile/probes/costs.py', ", drawn=dict(c.drawn)", ""), ('fastprofile/probes/costs.py', "; c.drawn.update(d['drawn'])", "")],
+             [('fastprofile/probes/costs.py', "\n                    drawn=dict(c.drawn),", ""), ('fastprofile/probes/costs.py', "; c.drawn.update(d['drawn'])", "")],
              [_k('tests/test_registry.py', 'test_each_probe_saves_and_reads_its_own_facts[opts0]')]),  # the cost sampler: the default options
     Mutation('compare_after_twice', "`compare(a, b)` shows a's numbers before and b's after (it reads b for both)",
              [('fastprofile/fixes/compare.py', "return Comparison(as_profile(a, 'a'), as_profile(b, 'b')",
