@@ -192,9 +192,8 @@ def _replacing(old:Session|None, new:Session, how:str):
     if old is None: return
     was,now = _ASKED.get(old, {}),_ASKED.get(new, {})
     lost = [f"`{k}={v}`" for k,v in was.items() if now.get(k) != v]
-    if lost: warnings.warn(f"fastprofile: {how} replaces the profile armed earlier on this learner, whose options {', '.join(lost)} will "
-                           f"not apply "
-                           "(pass them again to keep them)", stacklevel=3)
+    if lost: warnings.warn(f"fastprofile: {how} replaces the profile armed earlier on this learner, whose options {', '.join(lost)} "
+                           "will not apply (pass them again to keep them)", stacklevel=3)
 
 def _own_probes(probes) -> list:
     "`probes` checked: `Probe` objects with a `key` each (their classes registered), keys all different"

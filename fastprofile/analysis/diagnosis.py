@@ -389,8 +389,8 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
     if s >= MIN_GAIN and not measured_sizes(ev)[2]:  # measured: the batch-size finding prices it
         opts.append(f"a larger batch size{_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is per-batch work "
                     f"(optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the batch (up to {s:.2f}x; retune the learning rate)")
-    if f.model.get('conv2d') and not f.model.get('channels_last'): opts.append("`learn.model.to(memory_format=torch.channels_last)` (a "
-                                                                               "conv net)")
+    if f.model.get('conv2d') and not f.model.get('channels_last'):
+        opts.append("`learn.model.to(memory_format=torch.channels_last)` (a conv net)")
     if not f.model.get('compiled'): opts.append("`learn.model = torch.compile(learn.model)`")
     opts.append("or train on a GPU (`learn.dls.to('cuda'); learn.model.cuda()`), then `learn.to_fp16()`")
     return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit))
@@ -572,9 +572,8 @@ def batch_rule(ev:Evidence) -> list:
     epoch = f"; {items//n:,} training batches an epoch" if items else ''
     more = '' if n == ns[-1] else f" (bs {ns[-1]}: {ev.steady/ev.after(lambda ph: _at_size(ph, sc, ns[-1], bs)):.2f}x, within {BATCH_CLOSE - 1:.0%} of it)"
     fix = (f"a larger batch, bs {n} ({k:g}x the batch of {bs}{epoch}): `bs={n}` where you build your DataLoaders, or "
-           f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): retune the learning "
-                   f"rate "
-           "(`learn.lr_find()`).")
+           f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): "
+           "retune the learning rate (`learn.lr_find()`).")
     f = ev.finding('per_batch', fix, lambda ph: _at_size(ph, sc, n, bs), change=dict(kind='batch_size', value=n, before=bs), detail=detail,
                    share=100*fixed/ev.fit)
     f.unit = f"{bs} samples"
@@ -622,9 +621,8 @@ def callbacks_rule(ev:Evidence) -> list:
         for p in c: named[p] += c[p]
         metric = name.startswith('metric ')
         who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.cost_rows, name)
-        parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch ({fmt_pct(100*c[p]/ev.phases[p].step)} of "
-                 f"the step)"
-                 for p in ev.phases if per.get(p, 0.) > 0]
+        parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch "
+                 f"({fmt_pct(100*c[p]/ev.phases[p].step)} of the step)" for p in ev.phases if per.get(p, 0.) > 0]
         detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
         if metric: fix,change = f"{detail}: drop it from `metrics=` and compute it once after fit (`learn.validate()`), or make it cheaper.",dict(kind='remove_metric', name=name[7:])
         else: fix,change = f"{detail}: remove it (`learn.remove_cb({name})`), or make it run less often.",dict(kind='remove_callback', name=name)

@@ -289,8 +289,8 @@ def _apply(learn, change):
             if move_to_workers(dl, change['name']) and hasattr(dl, 'fake_l'): dl.fake_l.num_workers = change['workers']
     elif k == 'batch_size':  # the training and validation loaders, as `bs=` where the DataLoaders are built sets both
         for dl in _loaders(learn): dl.bs = change['value']
-    else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric', 'move_tfm', "
-                           f"'batch_size'")
+    else: raise ValueError(f"Unknown change {k!r}: valid kinds are 'num_workers', 'remove_callback', 'remove_metric', "
+                           "'move_tfm', 'batch_size'")
 
 def _finding(d, resource):
     "The first finding of the diagnosis `d` about `resource`"

@@ -358,13 +358,12 @@ def lines(self:TuneResult) -> list:
         out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep it with "
                    f"`tune(apply=True)` or by hand.")
     else: out.append("No change measured 5% faster or more: the learner is as it was.")
-    if self.diagnosis is not None: out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the "
-                                              f"window.")
+    if self.diagnosis is not None:
+        out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the window.")
     bs,dr = [t for t in self.baselines if t.samples],self.drift
     if len(bs) > 1:
-        out.append(f"Baseline windows, one before and after each change: {len(bs)}, {fmt_rate(bs[0].after)} -> {fmt_rate(bs[-1].after)} "
-                   f"samples/s "
-                   f"first to last ({fmt_change_pct(100*dr)}); each change is measured against the two beside it"
+        out.append(f"Baseline windows, one before and after each change: {len(bs)}, {fmt_rate(bs[0].after)} -> "
+                   f"{fmt_rate(bs[-1].after)} samples/s first to last ({fmt_change_pct(100*dr)}); each change is measured against the two beside it"
                    + (": the machine's speed changed while tuning (other work on it?); measure again where it is "
                       "quiet." if abs(dr) > DRIFT else '.'))
     for t in self.trials:
@@ -374,9 +373,8 @@ def lines(self:TuneResult) -> list:
     n,v = self.windows or ('?', '?')
     w = sorted({t.warmup for t in [*self.baselines, *self.trials] if t.profile is not None})
     warm = f" past {w[0]}{f'-{w[-1]}' if len(w) > 1 else ''} warm-up batches each" if w else ''
-    out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples in the "
-               f"baseline's "
-               f"proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} budget.")
+    out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples "
+               f"in the baseline's proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} budget.")
     return out
 
 @patch(as_prop=True)
