@@ -82,12 +82,6 @@ class BatchScaling:
 def _sync(dev):
     if dev is not None and dev.type == 'cuda': torch.cuda.synchronize(dev)
 
-def _tensors(b) -> list:
-    if isinstance(b, torch.Tensor): return [b]
-    if isinstance(b, (tuple, list)): return [t for x in b for t in _tensors(x)]
-    if isinstance(b, dict): return [t for x in b.values() for t in _tensors(x)]
-    return []
-
 class _Kept:
     "What measuring could change on the model and in the process, taken before and put back after: modes, buffers, plain attributes, random states"
     def __init__(self, model):
