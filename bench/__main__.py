@@ -17,6 +17,9 @@ def main(argv=None):
     if args[:1] == ['gpu']:  # the GPU suite: its own options, its own exit status
         from .gpu.suite import main as gpu_main
         return gpu_main(args[1:])
+    if args[:1] == ['verdict']:  # the verdict as a person reads it (`bench.verdict`): its own options
+        from .verdict import main as verdict_main
+        return verdict_main(args[1:])
     ap = argparse.ArgumentParser(prog='python -m bench', description=__doc__.splitlines()[0])
     ap.add_argument('sections', nargs='*', help=f"any of {', '.join(SECTIONS)} (default: all)")
     ap.add_argument('--trials', type=int, default=None, help="overhead trials per variant (default: 5 for the MLP, 3 for the demo; applies to both)")

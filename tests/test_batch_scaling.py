@@ -86,7 +86,7 @@ def test_sizes_capped_by_the_training_set_and_memory():
     assert m.sizes() == ([16, 32, 64], "bs 128 and larger not measured: the training set (384 samples) would hold fewer than 4 batches")
     m.growth = 2.5
     assert m.sizes() == ([16, 32], "bs 64 and larger not measured: memory allows ~2.5x the batch")
-    assert budget_for(1.) == BUDGET[0] and budget_for(1e4) == BUDGET[2] and budget_for(20.) == pytest.approx(BUDGET[1]*20)
+    assert budget_for(1.) == max(BUDGET[0], BUDGET[1]) and budget_for(1e4) == BUDGET[2] and budget_for(20.) == pytest.approx(BUDGET[1]*20)
 
 def test_what_cannot_be_measured_says_why():
     learn = stateful_learner()

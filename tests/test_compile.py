@@ -73,7 +73,7 @@ def test_compile_time_kept_out_of_the_steady_state(compiled):
 def test_verdict_names_compilation(compiled):
     learn,plain,res,_ = compiled
     d = diagnose(learn)
-    assert d.verdict == 'compile' and d.head.startswith(f"Bound by: {CATEGORIES['compile']}"), d.lines()
+    assert d.verdict == 'compile' and d.statement.startswith(f"Bound by: {CATEGORIES['compile']}"), d.lines()
     assert d.shares['compile'] > 50  # out of `warmup`, where the compiles ran
     warm = sum(res.record.stats[Row(p,'warmup')].total for p in ('train','valid'))
     assert d.shares['warmup'] == pytest.approx(100*(warm - res.facts.compile.seconds)/res.record.fit_total)

@@ -46,7 +46,7 @@ def no_contradiction(d:Diagnosis):
     "One verdict, said once, that every other line agrees with (a busy machine is said before it)"
     lines = d.lines()
     if d.machine: assert lines[0] == d.machine and lines[0].startswith('Busy machine'); lines = lines[1:]
-    assert lines[0].startswith(f"Bound by: {CATEGORIES[d.verdict]}"), lines
+    assert lines[0] == d.head and lines[0].startswith(f"Bound by {d.first.label}: ") and len(lines[0]) <= 100, lines
     assert not any(l.startswith('Bound by') for l in lines[1:]), lines
     if d.verdict == 'host': assert not any(l.startswith('But ') or 'model compute' in l for l in lines), lines
     if d.verdict == 'compute': assert not any(re.search(r'busy \d+(\.\d+)?% .*launch-bound', l) for l in lines), lines
@@ -68,7 +68,7 @@ def test_launch_bound_is_host_bound_workers_first():
     d = diagnose(gpu_run(LAUNCH_HOST, LAUNCH_GPU), launch_bound_facts())
     no_contradiction(d)
     assert d.verdict == 'host', d
-    assert 'the GPU was busy 16%' in d.head and 'waits for the host' in d.head, d
+    assert 'the GPU was busy 16%' in d.statement and 'waits for the host' in d.statement, d
     assert d.gpu is None  # the verdict says it: no second GPU line
     # the first fix is the loader's workers, predicted by the pipeline model; then the others, each with its number
     assert d.change['kind'] == 'num_workers' and d.change['before'] == 0 and d.knob.startswith(f"(1) `num_workers={d.change['value']}`"), d
@@ -97,7 +97,7 @@ def test_gpu_spans_alone_show_the_gpu_waiting():
     gpu = dict(LAUNCH_GPU, forward=.003, backward=.004)
     facts = launch_bound_facts(telemetry=False); facts.loading = {'train': LoadTime(.0299, .0295, 40, 0)}
     d = diagnose(gpu_run(host, gpu), facts)
-    assert d.verdict == 'host' and 'the GPU\'s work spans at most' in d.head, d
+    assert d.verdict == 'host' and 'the GPU\'s work spans at most' in d.statement, d
     no_contradiction(d)
     # a GPU busy 95% of the time (NVML): compute, as before, and no host verdict
     busy = launch_bound_facts(); busy.telemetry = nvml(95)
@@ -140,7 +140,7 @@ def test_pageable_copy_predicted_with_the_pinned_copy():
     assert 'pin_memory=True' in d.knob and 'learn.prefetch()' in d.knob and '4.0x faster' in d.knob, d
     # the model's arithmetic: 101.9 ms -> 31.9 ms a batch (measured 3.25x; the pageable copy's time gave 1.34x)
     assert d.speedup_kind == 'model' and d.predicted_speedup == pytest.approx(.1019/.0319, rel=1e-9), d
-    assert 'pinned it took 17.50 ms' in d.head, d
+    assert 'pinned it took 17.50 ms' in d.statement, d
     # as a live profile leaves it: a `PinnedCopy` (here a stand-in) measured only when the diagnosis models the copy, once
     calls = []
     def probe(): calls.append(1); return .07/4
@@ -219,7 +219,7 @@ def test_plain_after_batch_function_named_and_moved():
     d = learn.simple_profile.section('Diagnosis')
     no_contradiction(d)
     assert d.verdict == 'batch_tfms', d
-    assert "`busy_after_batch` (the loader's `after_batch`, run in the main process)" in d.head, d
+    assert "`busy_after_batch` (the loader's `after_batch`, run in the main process)" in d.statement, d
     assert d.change['kind'] == 'move_tfm' and d.change['name'] == 'busy_after_batch' and d.change['workers'] >= 1, d
     assert d.speedup_kind == 'model' and d.predicted_speedup > 1.4 and 'no change is predicted' not in repr(d), d
     assert 'now ?' not in repr(d)

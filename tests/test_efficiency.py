@@ -502,8 +502,9 @@ def test_the_diagnosis_uses_the_measurements():
     res = ProfileResult(res.record, res.facts, sections=SECTIONS)
     d,e = res.report.section('Diagnosis'),res.report.section('Efficiency')
     assert d.data.verdict == 'compute'
-    fix = next(l for l in d.lines if l.startswith('Fix: '))
-    assert fix.startswith('Fix: MFU 4.7%') and 'to_fp16()' in fix and 'bs 256 (4x the batch of 64' in fix and 'channels_last' in fix
+    fix = d.data.knob  # in full in the evidence; the verdict's line says the first thing to paste
+    assert fix.startswith('MFU 4.7%') and 'to_fp16()' in fix and 'bs 256 (4x the batch of 64' in fix and 'channels_last' in fix
+    assert fix in '\n'.join(d.more) and next(l for l in d.lines if l.startswith('Fix: ')).startswith('Fix: `learn.to_fp16()`')
     assert not any('Try ' in l for l in e.lines) and any(l.startswith('MFU: 4.7%') for l in e.lines)
     # no efficiency measured: the diagnosis' own fix, unchanged
     plain = ProfileResult(res.record, Facts(device='cuda:0', batch_size=64), sections=SECTIONS)

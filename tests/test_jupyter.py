@@ -35,7 +35,7 @@ def test_report_is_html_in_jupyter(html_report):
     assert re.search(r'\d<span class="fp-u">&nbsp;(µs|ms|s)</span>', h)   # times carry units, set apart
     assert 'Timing: wall clock' in h
     # the diagnosis is a block of its own: verdict first, code as <code>, no literal backticks anywhere
-    assert re.search(r'<div class="fp-title">Diagnosis</div>(<p class="fp-warn">Busy machine: .*?</p>)?<p class="fp-headline">Bound by: ', h)  # a busy machine above it
+    assert re.search(r'<div class="fp-title">Diagnosis</div>(<p class="fp-warn">Busy machine: .*?</p>)?<p class="fp-headline">Bound by ', h)  # a busy machine above it
     assert '<code>' in h and '`' not in h
 
 @needs_chromium

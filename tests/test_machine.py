@@ -45,8 +45,11 @@ def test_two_spinning_processes_make_a_busy_machine_named_first():
     line = m.line()
     assert line.startswith('Busy machine: the main thread waited for a CPU ') and 'run-queue wait' in line and 'of the train phase' in line
     assert f"of the {len(allowed_cpus())} CPUs this process may use busy" in line and 'a quiet machine may give another verdict' in line
-    lines = diagnose(learn).lines()  # the diagnosis says it first, before its verdict
-    assert lines[0] == line and lines[1].startswith('Bound by: '), lines[:2]
+    d = diagnose(learn)
+    lines = d.lines()  # the diagnosis says it first, before its verdict, in two lines at most; in full in its evidence
+    assert lines[0] == d.machine and lines[0].startswith('Busy machine: the main thread waited for a CPU ') and len(lines[0]) <= 196
+    assert lines[1].startswith('Bound by '), lines[:2]
+    assert d.machine_detail == line and line in d.evidence()
 
 # The runs of the notebook's table (a tabular learner, 2 CPUs, 2 torch threads): wall s, the main thread's wait s, others' CPU s, own CPUs, switches
 MEASURED = {'quiet': (.98, .001, .01, 1.99, 33), '1 spinner': (3.46, 1.2, 2.5, 1.27, 718), '2 spinners': (9.83, 5., 9.8, .97, 2523),
@@ -132,7 +135,7 @@ def test_where_proc_is_missing_it_says_what_was_not_measured(monkeypatch, tmp_pa
     assert m.line().startswith(f"Machine load not measured (no {missing}): the run-queue wait and other processes' CPU use are unknown. "
                                "The main thread ran ") and 'involuntary context switches' in m.line()
     d = diagnose(learn)  # not a busy machine: said where the diagnosis says what it rests on, not before its verdict
-    assert d.machine is None and d.lines()[0].startswith('Bound by: ') and m.line() in d.basis, d.basis
+    assert d.machine is None and d.lines()[0].startswith('Bound by ') and m.line() in d.basis, d.basis
 
 def _burn(ready, seconds):
     "A child process that uses `seconds` of CPU, says so, and waits to be stopped"
@@ -185,8 +188,8 @@ def test_a_busy_machine_is_a_warning_above_the_verdict_in_every_renderer():
     rec = drive_record(ProfileRecord(warmup=0, clock=clock), clock, n_train=10, n_valid=2)
     for m,preface in ((_load(*MEASURED['2 spinners']), 1), (_load(*MEASURED['quiet']), 0)):
         sec = diagnosis_section(ProfileResult(rec, Facts(num_workers=0, cpus=2, machine=m)))
-        assert sec.preface == preface and sec.lines[preface].startswith('Bound by: ')
+        assert sec.preface == preface and sec.lines[preface].startswith('Bound by ')
         h,md = _html_section(sec),_md_section(sec)
-        assert re.search(r'<p class="fp-headline">Bound by: ', h) and ('<p class="fp-warn">Busy machine: ' in h) == bool(preface)
-        assert re.search(r'\n\*\*Bound by: ', md) and ('> Busy machine: ' in md) == bool(preface)
+        assert re.search(r'<p class="fp-headline">Bound by ', h) and ('<p class="fp-warn">Busy machine: ' in h) == bool(preface)
+        assert re.search(r'\n\*\*Bound by ', md) and ('> Busy machine: ' in md) == bool(preface)
         if preface: assert h.index('fp-warn') < h.index('fp-headline') and md.index('> Busy machine') < md.index('**Bound by')

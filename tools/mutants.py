@@ -105,6 +105,19 @@ MUTATIONS = [
     Mutation('training_changed', "README: the profile never changes training (a torch RNG draw at every mark)",
              [('fastprofile/lifecycle/callback.py', "rec.marks[h] = _perf()", "rec.marks[h] = _perf(); torch.rand(1)")],
              [_k('tests/test_lifecycle.py', 'test_each_training_method_is_one_call_and_leaves_the_learner_as_before[fit-default]')]),
+    Mutation('verdict_in_full', "the verdict is short: the first fix as code with its speedup (it prints the fix in full instead)",
+             [('fastprofile/analysis/diagnosis.py', 'out.append(f"Fix: {lead[0].short()}")', 'out.append(f"Fix: {lead[0].fix} {lead[0].speedup_text()}")')],
+             [_k('tests/test_verdict.py', f'test_the_verdict_reads_at_a_glance[{n}]') for n in ('input', 'metric', 'callback')]),
+    Mutation('ceiling_leads', "a ceiling does not lead a predicted fix unless clearly larger (a ceiling weighed as a prediction)",
+             [('fastprofile/engine/rules.py', "g /= (CEILING_LEAD if kind == 'bound' else 1.)*", "g /= 1.*")],
+             [_k('tests/test_diagnosis.py', 'test_a_ceiling_does_not_lead_a_measured_fix')]),
+    Mutation('own_rule_not_registered', "a rule of your own, registered, is applied (`register_rule` does not add it)",
+             [('fastprofile/engine/rules.py', "    RULES[r.name] = r\n", "")],
+             [_k('tests/test_verdict.py', 'test_a_rule_of_your_own_appears_in_the_report')]),
+    Mutation('covers_ignored', "what a rule covers is left out, once (`suppress` keeps every finding)",
+             [('fastprofile/engine/rules.py', "    return [f for f in found if not any(f.resource in cov(g) and g.rule != f.rule for g in found if g is not f)]",
+               "    return found")],
+             [_k('tests/test_verdict.py', 'test_a_rule_declares_what_it_covers')]),
 ]
 
 # ---------------------------------------------------------------- the copy

@@ -14,6 +14,8 @@ from ..engine.checks import check_int, check_type, check_items
 from ..engine.record import ProfileRecord, Row, STEPS, PHASES
 from ..engine.tables import Section, fmt_time, fmt_pct
 from ..engine.core import Facts, ProfileResult
+from ..engine.rules import (Finding, Rule, RULES, register_rule, rule, rank, tied, suppress, weigh, MIN_GAIN, LABELS,
+                                      CEILING_LEAD, OPTIMISATION_LEAD, TIE)
 from ..engine.tokens import tokens_line
 from ..probes.batch_scaling import BatchScaling
 from ..probes.layers import fmt_share
@@ -21,12 +23,13 @@ from ..probes.layers import fmt_share
 from ..probes.builtin import BUILTIN_PROBES
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'MIN_GAIN', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
-           'THROTTLE_FINDING', 'HOST_BOUND', 'MOST_BATCH_GROWTH', 'LAYER_LEAD', 'BATCH_CLOSE', 'FASTAI_TFMS', 'RULES',
-           'PhaseModel', 'Finding', 'Evidence', 'input_rule', 'pinned_ratio', 'copy_rule', 'batch_tfms_rule',
-           'optimizer_rule', 'layers_lead', 'compute_rule', 'larger_batch', 'batch_text', 'host_rule', 'measured_sizes',
-           'batch_choice', 'batch_rule', 'callback_costs', 'callbacks_rule', 'outside_rule', 'throttle_rule',
-           'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose', 'diagnosis_section']
+__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
+           'THROTTLE_FINDING', 'HOST_BOUND', 'MOST_BATCH_GROWTH', 'LAYER_LEAD', 'BATCH_CLOSE', 'FASTAI_TFMS',
+           'FASTAI_SAY', 'SHOWN', 'HEADLINE', 'PhaseModel', 'Evidence', 'input_rule', 'pinned_ratio', 'copy_rule',
+           'batch_tfms_rule', 'optimizer_rule', 'layers_lead', 'compute_rule', 'larger_batch', 'batch_text',
+           'host_rule', 'measured_sizes', 'batch_choice', 'batch_rule', 'callback_costs', 'callbacks_rule',
+           'outside_rule', 'throttle_rule', 'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose',
+           'diagnosis_section']
 
 # %% ../../nbs/09_diagnosis.ipynb #a5158f73
 CATEGORIES = {
@@ -43,7 +46,6 @@ CATEGORIES = {
     'throttling': 'GPU clock throttling (power or thermal limits)',
 }
 HIGHLY_INPUT_BOUND,MODERATELY_INPUT_BOUND = 20.,5.  # % of the training step waiting for input (TF profiler)
-MIN_GAIN = 1.05  # a fix predicted to gain less than 5% is not offered
 CORE_CBS = ('TrainEvalCallback','Recorder','CastToTensor')  # fastai's own: never advised away
 OWN_CBS = ('CudaPrefetchCallback','EfficiencyCallback','BreakdownCallback')  # fastprofile's (the prefetcher's staging is `input`)
 LOW_GPU_UTIL = 50  # % GPU utilization in the training batches (NVML, `telemetry`) below which the GPU counts as mostly waiting
@@ -55,6 +57,7 @@ BATCH_CLOSE = 1.1  # the batch size named: the smallest measured whose predicted
 FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tensors; its cost is paid once a batch, so a larger batch pays '
                'it for more samples',
                'IntToFloatTensor':'it turns image bytes into floats; its cost grows with the pixels: smaller images (`Resize` in `item_tfms`), or on a GPU `learn.prefetch()` overlaps it'}  # batch transforms fastai adds itself: never advised to move; what the user can do instead
+FASTAI_SAY = {'ReadTabBatch':"a larger batch: `ReadTabBatch` is paid once a batch", 'IntToFloatTensor':"smaller images: `Resize` in `item_tfms`"}
 
 @dataclass
 class PhaseModel:
@@ -143,33 +146,6 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a04
 @dataclass
-class Finding:
-    "A bottleneck of the run: its share of the fit, the fix, and what the fix is predicted to gain"
-    resource:str  # a key of `CATEGORIES`
-    share:float  # % of the fit the main process spends on it
-    saved:float  # % of the fit it would save if it cost nothing, under the pipeline model: the rank
-    fix:str|None  # what to change, in words; None: no change is predicted to gain 5% or more
-    speedup:float  # the fix's speedup: steady-state batches before over after (whole fit for `outside`)
-    kind:str  # 'model': predicted by the pipeline model from measured times; 'bound': at most
-    change:dict|None=None  # what `check_advice` applies: {'kind': 'num_workers'|'remove_metric'|'remove_callback'|'prefetch', ...}
-    detail:str=''  # what was measured, in words
-    step:float=math.nan  # seconds per batch (steady state) now
-    predicted_step:float=math.nan  # ... after the fix (NaN: a whole-fit bound)
-    if_free:bool=False  # the speedup is the bound if the resource cost nothing
-    covers:tuple=()  # resources whose fixes this finding's fix already lists (the diagnosis does not repeat them)
-    # what `step` and `predicted_step` are the seconds of ('64 samples': the batch-size fix, per the fit's batch of samples)
-    unit:str='batch'
-
-    @property
-    def label(self) -> str: return CATEGORIES.get(self.resource, self.resource)
-
-    def speedup_text(self) -> str:
-        "The predicted speedup, in words"
-        what = 'predicted' if self.kind == 'model' else 'at most, if it cost nothing' if self.if_free else 'at most'
-        if math.isnan(self.predicted_step): return f"{self.speedup:.2f}x {what}, for the whole fit"
-        return f"{self.speedup:.2f}x {what} ({fmt_time(self.step)} -> {fmt_time(self.predicted_step)} per {self.unit}, steady state)"
-
-@dataclass
 class Evidence:
     "What the rules read: the phases under the pipeline model, the shares of the fit, the facts and the callback costs"
     phases:dict  # phase -> `PhaseModel`
@@ -180,12 +156,17 @@ class Evidence:
     cpus:int  # CPUs the process may use
     costs:object=None  # a `Breakdown` or `SampledCosts` (callback and metric costs), if any
     given:dict|None=None  # a change whose values the rules predict instead of choosing their own (`check_advice`: the report's)
+    measure:bool=True  # a rule may measure what it reads after the fit (the batch sizes); `diagnose` allows it only where it could matter
 
     @cached_property
     def cost_rows(self) -> list:
         """The rows of `costs.callback_costs()` as named tuples (phase, name, event, total, calls, per_batch), in its order: made once, read
         by the rules"""
         return [] if self.costs is None else _cost_table(self.costs)
+    @property
+    def sizes_measured(self) -> bool:
+        "The batch sizes were measured after the fit (the batch-size rule prices a larger batch): measured now if `measure` allows"
+        return bool(measured_sizes(self)[2])
     @property
     def batches(self) -> int: return sum(ph.n for ph in self.phases.values())
     @property
@@ -195,17 +176,32 @@ class Evidence:
         "Seconds of the profiled batches if each phase `ph` took `f(ph)` seconds per batch"
         return sum(ph.n*f(ph) for ph in self.phases.values())
 
-    def finding(self, resource:str, fix:str|None, after, free=None, kind:str='model', change:dict|None=None, detail:str='',
-                share:float|None=None) -> Finding:
-        """A `Finding`: the fix takes each phase `ph` to `after(ph)` seconds per batch; `free(ph)` is the step if `resource` cost nothing
-        (default: `after`)"""
+    @property
+    def train(self) -> PhaseModel:
+        "The training phase's model (the first phase's, if no training batch was timed)"
+        return self.phases.get('train', next(iter(self.phases.values())))
+
+    def finding(self, resource:str, # What bounds the run
+                fix:str|None, # The fix in full (None: none predicted)
+                after, # `after(ph)`: seconds per batch of phase `ph` after the fix
+                free=None, # `free(ph)`: ... if `resource` cost nothing (default: `after`)
+                kind:str='model', # 'model' (predicted) or 'bound' (at most)
+                change:dict|None=None, # What `check_advice` applies
+                detail:str='', # What was measured, in words
+                share:float|None=None, # % of the fit (default: `shares[resource]`)
+                say:str='', # The fix, short: code and where
+                cause:str='', # Why, short, for the headline
+                optimises:bool=False, # It changes the optimisation
+               ) -> Finding:
+        "A `Finding` whose share, time saved and speedup come from the pipeline model of each phase"
         saved = self.steady - self.after(free or after)
         t1 = self.after(after)
         # the loader's pace unknown
         if kind == 'model' and any(ph.workers and ph.load is None for ph in self.phases.values()): kind = 'bound'
         return Finding(resource, self.shares.get(resource, 0.) if share is None else share, 100*max(saved, 0.)/self.fit, fix,
                        self.steady/t1 if t1 > 0 else math.inf, kind, change, detail, self.steady/self.batches, t1/self.batches,
-                       if_free=kind == 'bound' and free is None)
+                       if_free=kind == 'bound' and free is None, say=say, cause=cause, optimises=optimises,
+                       gain=100*(self.steady - t1)/self.fit)
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a06
 def _cpu_share(ev:Evidence) -> float|None:
@@ -242,6 +238,7 @@ def input_rule(ev:Evidence) -> list:
     L,M = ph0.load or 0.,ph0.receive + ph0.main
     W2 = _workers_wanted(ev)
     wait = 100*ph0.input/ph0.step if ph0.step > 0 else 0.
+    cause = f"the model waits {fmt_time(ph0.input)} a batch"
     detail = f"the main process waits {fmt_time(ph0.input)} per training batch for the next one, {fmt_pct(wait)} of the step"
     if not W and ph0.load_timed and ph0.receive > max(.5*ph0.input, .05*ph0.step):  # the loader built it faster than the wait
         detail += (f"; the loader builds a batch in {fmt_time(ph0.load)}: the other {fmt_time(ph0.receive)} is main-process work after the "
@@ -253,7 +250,8 @@ def input_rule(ev:Evidence) -> list:
     if W2 > W and (W == 0 or ph0.loader_bound) and sys.platform != 'darwin':  # fastai sets `num_workers=0` on macOS
         f = ev.finding('input', f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): workers build batches while the model "
                        f"trains.",
-                       lambda ph: ph.step_with(workers=W2), free, change=dict(kind='num_workers', value=W2, before=W), detail=detail)
+                       lambda ph: ph.step_with(workers=W2), free, change=dict(kind='num_workers', value=W2, before=W), detail=detail,
+                       say=f"`num_workers={W2}` in your DataLoaders (now {W})", cause=cause)
         if f.speedup >= MIN_GAIN: return [f]
         out.append(f)
     if W > 0 and not ph0.loader_bound and ph0.receive > .05*ph0.step:
@@ -269,12 +267,16 @@ def input_rule(ev:Evidence) -> list:
             fix = (f"the main process spends {fmt_time(ph0.receive)} per batch taking each batch from the workers "
                    "(each tensor crosses through shared memory): fewer tensors per batch (stack them), smaller dtypes "
                    "(uint8 images, normalised on the device), `pin_memory=True` on a GPU.")
-        return [ev.finding('input', fix, lambda ph: ph.step_with(receive=0.), free, kind='bound', detail=detail)]
+        say = ("fewer workers, or fewer threads (`torch.set_num_threads`)" if probed is not None and ph0.receive > 3*probed + 1e-3
+               and not ev.facts.on_gpu else "fewer, smaller tensors per batch (`pin_memory=True` on a GPU)")
+        return [ev.finding('input', fix, lambda ph: ph.step_with(receive=0.), free, kind='bound', detail=detail, say=say,
+                           cause=f"taking each batch costs the main process {fmt_time(ph0.receive)}")]
     f = ev.finding('input', (f"the loader already has {W} workers on {ev.cpus} CPUs: make items cheaper to load (decode/resize less, "
                    "cache decoded data, faster storage)." if W >= cap else
                    "make items cheaper to load (decode/resize less, cache decoded data, faster storage)" +
                    ("; fastai runs no loader workers on macOS." if sys.platform == 'darwin' else ".")) + _waiting_workers(ev, W),
-                   lambda ph: ph.step_with(load=0.), free, kind='bound', detail=detail)
+                   lambda ph: ph.step_with(load=0.), free, kind='bound', detail=detail,
+                   say="cheaper items to load: decode or resize less, cache decoded data", cause=cause)
     return [f] if f.speedup >= MIN_GAIN or not out else out
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a08
@@ -304,6 +306,7 @@ def copy_rule(ev:Evidence) -> list:
     both = lambda ph: ph.step_with(main=max(ph.copy*r + ph.batch_tfms, ph.main - ph.copy - ph.batch_tfms))  # pinned, on a side stream
     detail = (f"the copy to the device takes {fmt_time(ph0.copy)} per training batch, "
               f"{fmt_pct(100*ph0.copy/ph0.step if ph0.step > 0 else 0.)} of the step")
+    say = "`learn.prefetch()`: the copy overlaps compute" if pinned else "`pin_memory=True` in your DataLoaders, and `learn.prefetch()`"
     if pinned: fix = "`learn.prefetch()` (`CudaPrefetchCallback`): the (pinned) copy overlaps compute."
     elif r < 1:
         pin = ev.steady/ev.after(lambda ph: ph.step_with(main=ph.main - ph.copy*(1 - r)))
@@ -313,7 +316,8 @@ def copy_rule(ev:Evidence) -> list:
                                                              f"predicted." if pin >= MIN_GAIN else '.'))
     else: fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy overlaps compute "
                  "(a pinned copy was not measured: predicted with the copy's time now).")
-    return [ev.finding('copy', fix, both, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'), detail=detail)]
+    return [ev.finding('copy', fix, both, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'), detail=detail,
+                       say=say, cause=f"copying a batch to the device takes {fmt_time(ph0.copy)}")]
 
 def _into_workers(ev:Evidence, slow:str) -> tuple:
     """The workers to build batch transform `slow` in, and the step of each phase with it moved there (its time leaves the main process's
@@ -340,7 +344,8 @@ def batch_tfms_rule(ev:Evidence) -> list:
                            "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute" +
                            ("." if own else "; if it is CPU work, build it in the loader's workers instead (`item_tfms` or "
                             "`before_batch`)."),
-                           _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms), change=dict(kind='prefetch'))]
+                           _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms), change=dict(kind='prefetch'),
+                           say=f"`learn.prefetch()`: `{slow}` overlaps compute", cause=f"`{slow}` runs in the main process")]
     if own:
         ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
         t = ph0.tfms.get(slow, 0.)
@@ -348,7 +353,7 @@ def batch_tfms_rule(ev:Evidence) -> list:
                   f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step")
         return [ev.finding('batch_tfms', f"`{slow}` is fastai's own: fastai adds it to the loader's `after_batch` itself, so it cannot be "
                            f"moved; {FASTAI_TFMS[slow]}.", lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), kind='bound',
-                           detail=detail)]
+                           detail=detail, say=FASTAI_SAY[slow], cause=f"fastai's `{slow}` takes {fmt_time(t)} a batch")]
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     W,(W2,after) = ph0.workers,_into_workers(ev, slow)
     t = ph0.tfms.get(slow, 0.)
@@ -360,14 +365,17 @@ def batch_tfms_rule(ev:Evidence) -> list:
     fix = (f"build `{slow}` in the loader's {where}: as an item transform (`item_tfms`, per item) or in `before_batch` "
            "(on the list of items, before collation), not in `after_batch`, which fastai runs in the main process.")
     return [ev.finding('batch_tfms', fix, after, lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), detail=detail,
-                       change=dict(kind='move_tfm', name=slow, workers=W2, before=W))]
+                       change=dict(kind='move_tfm', name=slow, workers=W2, before=W),
+                       say=f"`{slow}` in `item_tfms` or `before_batch`, built in the workers" + (f" (`num_workers={W2}`)" if W2 != W else ''),
+                       cause=f"`{slow}` takes {fmt_time(t)} a batch in the main process")]
 
 def optimizer_rule(ev:Evidence) -> list:
     "The optimizer step: a fused or foreach optimizer, fewer steps (where the GPU waits for the host: in `host_rule`)"
-    if _gpu_waits(ev) is not None: return []
     return [ev.finding('optimizer', "a fused or foreach optimizer (e.g. `opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, "
                        "foreach=True)`), or a larger batch size: fewer steps per epoch.",
-                       lambda ph: ph.step_with(main=ph.main - ph.optimizer), kind='bound')]
+                       lambda ph: ph.step_with(main=ph.main - ph.optimizer), kind='bound',
+                       say="`opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, foreach=True)`",
+                       cause=f"the optimizer step takes {fmt_time(ev.train.optimizer)} a batch")]
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a10
 def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
@@ -386,14 +394,16 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
                     f"that waits for a core holds the others up); compare `torch.set_num_threads({max(C - math.ceil(busy), 1)})` or fewer workers")
     fixed = ph0.optimizer + ph0.callbacks + ph0.receive
     s = ph0.step/(ph0.step - fixed/2) if ph0.step > fixed/2 else 1.
-    if s >= MIN_GAIN and not measured_sizes(ev)[2]:  # measured: the batch-size finding prices it
+    if s >= MIN_GAIN and not ev.sizes_measured:  # measured: the batch-size finding prices it
         opts.append(f"a larger batch size{_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is per-batch work "
                     f"(optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the batch (up to {s:.2f}x; retune the learning rate)")
     if f.model.get('conv2d') and not f.model.get('channels_last'):
         opts.append("`learn.model.to(memory_format=torch.channels_last)` (a conv net)")
     if not f.model.get('compiled'): opts.append("`learn.model = torch.compile(learn.model)`")
     opts.append("or train on a GPU (`learn.dls.to('cuda'); learn.model.cuda()`), then `learn.to_fp16()`")
-    return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit))
+    say = (f"`torch.set_num_threads({C})` (torch uses {T} of {C} cores)" if best is not None else
+           "a cheaper model, or `learn.model = torch.compile(learn.model)`" if not f.model.get('compiled') else "a cheaper model, or a GPU")
+    return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit)),say
 
 def layers_lead(facts:Facts|None, n:int=2) -> str|None:
     """What the compute fix says of the model's layers (`facts.layers`, a `fastprofile.probes.layers.LayerTimes`): those that clearly lead
@@ -414,18 +424,21 @@ def layers_lead(facts:Facts|None, n:int=2) -> str|None:
 
 def compute_rule(ev:Evidence) -> list:
     "The model's forward, loss and backward: the costliest layers (where timed) first, then what speeds the model up as a whole"
-    if _gpu_waits(ev) is not None: return []  # the GPU waits for the host: faster GPU compute saves nothing (`host_rule`)
     after = lambda ph: ph.step_with(main=ph.main - ph.compute)
     lead = layers_lead(ev.facts)
+    ph0 = ev.train
+    cause = f"forward, loss and backward take {fmt_pct(100*ph0.compute/ph0.step if ph0.step > 0 else 0.)} of the step"
     lead = '' if lead is None else lead + '. For the whole model: '
     if ev.facts.on_gpu:
         return [ev.finding('compute', lead + "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller "
                            "model.",
-                           after, kind='bound')]
-    f = ev.finding('compute', None, after, kind='bound')
-    f.fix,s = _compute_on_cpu(ev, f.speedup)
+                           after, kind='bound', say="`learn.to_fp16()` (mixed precision), or a cheaper model", cause=cause)]
+    f = ev.finding('compute', None, after, kind='bound', cause=cause)
+    f.fix,s,f.say = _compute_on_cpu(ev, f.speedup)
     f.fix = lead + f.fix
-    if s < f.speedup: f.speedup,f.predicted_step,f.if_free = s,f.step/s,False
+    if s < f.speedup:  # more threads: predicted, less than compute at no cost
+        f.speedup,f.predicted_step,f.if_free = s,f.step/s,False
+        f.gain = 100*ev.batches*(f.step - f.predicted_step)/ev.fit
     return [f]
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a21
@@ -472,6 +485,8 @@ def _batch_growth(facts) -> float|None:
 class _Option(NamedTuple):
     "One fix of the host-bound verdict: its words, the step after it (`after(ph)`), 'model' or 'bound', and what `check_advice` applies"
     text:str; after:Callable; kind:str; change:dict|None=None
+    say:str=''  # short: code and where
+    optimises:bool=False  # it changes the optimisation (a batch size)
 
 def host_rule(ev:Evidence) -> list:
     "The GPU waits for the host (`_gpu_waits`): the host's fixes, ranked (measured predictions first, then bounds), each predicted"
@@ -484,29 +499,33 @@ def host_rule(ev:Evidence) -> list:
     if (W2 > W and ph0.input >= MODERATELY_INPUT_BOUND/100*ph0.step and (W == 0 or ph0.loader_bound) and sys.platform != 'darwin'):
         opts.append(_Option(f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): the draw is "
                             f"{fmt_pct(100*ph0.input/ph0.step)} of the step", lambda ph: ph.step_with(workers=W2), 'model',
-                            dict(kind='num_workers', value=W2, before=W)))
+                            dict(kind='num_workers', value=W2, before=W), f"`num_workers={W2}` in your DataLoaders (now {W})"))
     g,n = _batch_growth(f),batch_choice(ev)
     b2 = larger_batch(f.batch_size, g)
     if n:
         sc,bs,_ = measured_sizes(ev)
         opts.append(_Option(f"a larger batch, {batch_text(bs, n, g)}: the host's per-batch work is paid once for {n/bs:g}x the samples "
                             "(batch sizes measured after the fit)", lambda ph: _at_size(ph, sc, n, bs), 'model',
-                            dict(kind='batch_size', value=n, before=bs)))
+                            dict(kind='batch_size', value=n, before=bs), f"`bs={n}` in your DataLoaders (now {bs})", True))
     elif b2:
         k = b2/f.batch_size  # per sample: the loader's work grows with the batch, the host's launches do not, the GPU's does
         opts.append(_Option(f"a larger batch, {batch_text(f.batch_size, b2, g)}: the host's per-batch work is paid once for {k:g}x the "
                             f"samples",
-                            lambda ph: ph.step_with(main=max(ph.main, k*G(ph)), load=k*(ph.load or 0.))/k, 'bound'))
+                            lambda ph: ph.step_with(main=max(ph.main, k*G(ph)), load=k*(ph.load or 0.))/k, 'bound', None,
+                            f"a larger batch, `bs={b2}` (now {f.batch_size})", True))
     if not f.model.get('compiled'):
         opts.append(_Option("CUDA graphs, `learn.model = torch.compile(learn.model, mode='reduce-overhead')`: the step's kernels "
                             "launched as one graph", lambda ph: ph.step_with(main=ph.main - ph.compute - ph.optimizer +
-                                                                                min(ph.compute + ph.optimizer, G(ph))), 'bound'))
+                                                                                min(ph.compute + ph.optimizer, G(ph))), 'bound', None,
+                            "`learn.model = torch.compile(learn.model, mode='reduce-overhead')` (CUDA graphs)"))
     if ph0.main > 0 and ph0.optimizer >= .1*ph0.main:
         opts.append(_Option(f"a fused or foreach optimizer (`opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, fused=True)`): "
                             f"`opt_step` takes {fmt_time(ph0.optimizer)}, {fmt_pct(100*ph0.optimizer/ph0.main)} of the host's step",
-                            lambda ph: ph.step_with(main=ph.main - ph.optimizer), 'bound'))
+                            lambda ph: ph.step_with(main=ph.main - ph.optimizer), 'bound', None,
+                            "`opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, fused=True)`"))
     sp = lambda o: ev.steady/ev.after(o.after)
-    opts = sorted(opts, key=lambda o: (o.kind != 'model', -sp(o)))
+    # ranked as the diagnosis ranks fixes (`Finding.weight`): a ceiling counts for less, a change to the optimisation too
+    opts = sorted(opts, key=lambda o: -weigh(sp(o), o.kind, o.optimises))
     opts = [o for o in opts if sp(o) >= MIN_GAIN] or opts[:1]
     share = 100*sum(ph.n*max(ph.step - G(ph), 0.) for ph in ev.phases.values())/ev.fit
     if not opts: return [ev.finding('host', None, lambda ph: ph.step, G, kind='bound', detail=why, share=share)]
@@ -514,9 +533,9 @@ def host_rule(ev:Evidence) -> list:
     words = lambda o: f"{sp(o):.2f}x {'predicted' if o.kind == 'model' and timed else 'at most'}"
     fix = ' '.join(f"({i+1}) {o.text}: {words(o)}." for i,o in enumerate(opts))
     first = opts[0]
-    out = ev.finding('host', fix, first.after, G, kind=first.kind, change=first.change, detail=f"{why}: it waits for the host", share=share)
-    out.covers = ('input','compute','optimizer','per_batch')
-    return [out]
+    return [ev.finding('host', fix, first.after, G, kind=first.kind, change=first.change, detail=f"{why}: it waits for the host",
+                       share=share, say=first.say + (f" (and {len(opts) - 1} more)" if len(opts) > 1 else ''),
+                       optimises=first.optimises, cause=f"the GPU is busy {fmt_pct(100*u)} of a training step")]
 
 # %% ../../nbs/09_diagnosis.ipynb #f7031438
 def _at_size(ph:PhaseModel, sc:BatchScaling, n:int, bs:int) -> float:
@@ -536,7 +555,8 @@ def measured_sizes(ev:Evidence) -> tuple:
     f = ev.facts
     bs,sc = f.batch_size,f.batch_scaling
     if not isinstance(sc, BatchScaling) or not bs: return None,bs,[]
-    sc.ensure(ev.fit, _batch_growth(f))
+    if not ev.measure and not sc.measured: return None,bs,[]  # not measured (yet): the diagnosis decides whether it may be
+    sc.ensure(ev.fit, _batch_growth(f), ev.steady/ev.batches)
     if not sc.measured or sc.sizes[0] != bs: return None,bs,[]
     return sc,bs,[n for n in sc.sizes[1:] if n > bs]
 
@@ -563,7 +583,6 @@ def _batch_detail(ev:Evidence, sc:BatchScaling, bs:int) -> tuple:
 def batch_rule(ev:Evidence) -> list:
     """A larger batch, priced by the measured batch scaling (`batch_choice`): on a CPU, or on a GPU the host does not hold up (`host_rule`
     prices it there)"""
-    if _gpu_waits(ev) is not None: return []
     n = batch_choice(ev)
     if n is None: return []
     sc,bs,ns = measured_sizes(ev)
@@ -575,9 +594,10 @@ def batch_rule(ev:Evidence) -> list:
            f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): "
            "retune the learning rate (`learn.lr_find()`).")
     f = ev.finding('per_batch', fix, lambda ph: _at_size(ph, sc, n, bs), change=dict(kind='batch_size', value=n, before=bs), detail=detail,
-                   share=100*fixed/ev.fit)
+                   share=100*fixed/ev.fit, say=f"`bs={n}` in your DataLoaders (now {bs})", optimises=True,
+                   cause=f"{fmt_time(max(fixed, 0.)/ev.batches)} of each step is paid once a batch")
     f.unit = f"{bs} samples"
-    return [f] if f.speedup >= MIN_GAIN else []
+    return [f]
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a12
 class _CostRow(NamedTuple):
@@ -626,9 +646,12 @@ def callbacks_rule(ev:Evidence) -> list:
         detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
         if metric: fix,change = f"{detail}: drop it from `metrics=` and compute it once after fit (`learn.validate()`), or make it cheaper.",dict(kind='remove_metric', name=name[7:])
         else: fix,change = f"{detail}: remove it (`learn.remove_cb({name})`), or make it run less often.",dict(kind='remove_callback', name=name)
+        t = ev.phases[next(p for p in ev.phases if per.get(p, 0.) > 0)] if any(per.get(p, 0.) > 0 for p in ev.phases) else ev.train
+        say = (f"drop `{name[7:]}` from `metrics=`; compute it once with `learn.validate()`" if metric else
+               f"`learn.remove_cb({name})`, or run it less often")
+        cause = f"{who} costs {fmt_time(max(per.values()))} a {'training' if t.phase == 'train' else 'validation'} batch"
         out.append(ev.finding('callbacks', fix, lambda ph, c=c: ph.step_with(main=ph.main - c[ph.phase]), change=change, detail=detail,
-                              share=100*sum(ph.n*c[p] for p,ph in ev.phases.items())/ev.fit))
-    out = [f for f in out if f.speedup >= MIN_GAIN]
+                              share=100*sum(ph.n*c[p] for p,ph in ev.phases.items())/ev.fit, say=say, cause=cause))
     # what no removable callback or metric explains: fastai's own per-batch work, the same whatever the batch size
     rest = {p:max(ph.callbacks - named[p], 0.) for p,ph in ev.phases.items()}
     f = ev.finding('callbacks', f"a larger batch size{_now(ev.facts.batch_size)}: fastai's own callbacks (`Recorder`, "
@@ -636,8 +659,11 @@ def callbacks_rule(ev:Evidence) -> list:
                    lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2), lambda ph: ph.step_with(main=ph.main - rest[ph.phase]),
                    kind='bound',
                    share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit,
-                   detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in fastai's own callbacks and between the timed steps")
-    if f.speedup >= MIN_GAIN and not measured_sizes(ev)[2]: out.append(f)  # measured: the batch-size finding prices it
+                   detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in fastai's own callbacks and between the timed steps",
+                   say=f"a larger batch (now {ev.facts.batch_size}): fastai's own callbacks cost the same a batch" if ev.facts.batch_size else
+                       "a larger batch: fastai's own callbacks cost the same a batch", optimises=True,
+                   cause="fastai's own callbacks and the Python between the steps")
+    if not ev.sizes_measured: out.append(f)  # measured: the batch-size finding prices it
     return out
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a14
@@ -656,7 +682,10 @@ def outside_rule(ev:Evidence) -> list:
     if top and top[0][2] > .2*ev.outside: knob = f"`{top[0][0]}.{top[0][1]}` takes {fmt_time(top[0][2])} in all; " + knob
     share = 100*ev.outside/ev.fit
     s = ev.fit/(ev.fit - ev.outside) if ev.fit > ev.outside else math.inf
-    return [Finding('outside', share, share, knob + '.', s, 'bound', step=ev.steady/ev.batches)]
+    say = (f"a cheaper `{top[0][0]}.{top[0][1]}`" if top and top[0][2] > .2*ev.outside else
+           "`persistent_workers=True` in your DataLoaders" if W > 0 else "cheaper epoch-level callbacks and validation set-up")
+    return [Finding('outside', share, share, knob + '.', s, 'bound', step=ev.steady/ev.batches, say=say,
+                    cause=f"{fmt_time(ev.outside)} between batches")]
 
 def throttle_rule(ev:Evidence) -> list:
     """A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from `learn.profile(telemetry=...)`): its
@@ -670,6 +699,8 @@ def throttle_rule(ev:Evidence) -> list:
               f"at {th.clock:,.0f} MHz on average: {why}")
     return [ev.finding('throttling', f"{detail}: check its cooling and power limit (`nvidia-smi -q -d PERFORMANCE,POWER`); other work on "
                        "the GPU shares them.", lambda ph: ph.step_with(main=ph.main - ph.compute*slow), kind='bound', detail=detail,
+                       say="check the GPU's cooling and power limit: `nvidia-smi -q -d PERFORMANCE,POWER`",
+                       cause=f"the GPU ran at {th.clock:,.0f} of {th.max_clock:,.0f} MHz",
                        share=ev.shares.get('compute', 0.)*th.share)]
 
 def gpu_agreement(resource:str, tel) -> str|None:
@@ -735,57 +766,115 @@ def compile_rule(ev:Evidence) -> list:
         fix.append(f"{c.n_graph_breaks} graph break{'s' if c.n_graph_breaks > 1 else ''} split the model into more graphs "
                    f"(first reason: {r.strip()[:120]}): `torch.compile(model, fullgraph=True)` shows where.")
     share = 100*T/ev.fit
+    cause = f"compiling took {fmt_time(T)}"
     if without is not None:  # the uncompiled model was faster: dropping torch.compile is the fix, predicted
         return [Finding('compile', share, 100*(ev.fit - without)/ev.fit, ' '.join(fix), ev.fit/without, 'model', detail=detail,
-                        step=ev.steady/ev.batches)]
+                        step=ev.steady/ev.batches, say="train it uncompiled: `learn.model = learn.model._orig_mod`", cause=cause)]
+    say = ("`drop_last=True` in the training DataLoader (the last batch recompiled)" if rc('train', 'shape', True) else
+           "`torch.compile(model, dynamic=True)`: batch shapes vary" if any(x.kind == 'shape' for x in c.recompiles) else
+           "`torch.compile(model, fullgraph=True)` shows the graph breaks" if c.n_graph_breaks else
+           "compile only long runs; `diagnose(learn)` says when it pays back")
     return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound', detail=detail,
-                    step=ev.steady/ev.batches, if_free=True)]
+                    step=ev.steady/ev.batches, if_free=True, say=say, cause=cause)]
 
-RULES = [host_rule, batch_rule, input_rule, copy_rule, batch_tfms_rule, compute_rule, throttle_rule, optimizer_rule, callbacks_rule,
-         outside_rule, compile_rule]
+# %% ../../nbs/09_diagnosis.ipynb #7a11ce5e
+def _batch_most(ev) -> float:
+    """The largest speedup a larger batch could be predicted: the largest size it would measure over the fit's (a step never costs less
+    at a larger batch); 0 when there is nothing to measure"""
+    sc,bs = ev.facts.batch_scaling,ev.facts.batch_size
+    m = getattr(sc, '_pending', None)
+    if m is None or not bs: return math.inf if isinstance(sc, BatchScaling) and sc.measured else 0.
+    return m.sizes()[0][-1]/bs
+
+def _gpu_free(ev) -> bool: return _gpu_waits(ev) is None  # the GPU does not wait for the host: its compute and steps count
+
+for _r in [
+    Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_scaling'), covers=('input','compute','optimizer','per_batch'),
+         overlaps=('input','callbacks','optimizer','per_batch')),
+    Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_scaling'), applies=_gpu_free, costly=True, most=_batch_most,
+         overlaps=('callbacks','optimizer','compute','input')),
+    Rule('input', input_rule, 'input', ('phases', 'facts.loading')),
+    Rule('copy', copy_rule, 'copy', ('phases', 'facts.breakdown or facts.callback_costs'), applies=lambda ev: ev.facts.on_gpu),
+    Rule('batch_tfms', batch_tfms_rule, 'batch_tfms', ('phases', 'facts.breakdown or facts.callback_costs')),
+    Rule('compute', compute_rule, 'compute', ('phases', 'facts.layers', 'facts.model'), applies=_gpu_free),
+    Rule('throttling', throttle_rule, 'throttling', ('facts.telemetry',), overlaps=('compute',)),
+    Rule('optimizer', optimizer_rule, 'optimizer', ('phases',), applies=_gpu_free),
+    Rule('callbacks', callbacks_rule, 'callbacks', ('phases', 'facts.callback_costs or facts.breakdown')),
+    Rule('outside', outside_rule, 'outside', ('record',)),
+    Rule('compile', compile_rule, 'compile', ('facts.compile',)),
+]: register_rule(_r)
 
 # %% ../../nbs/09_diagnosis.ipynb #f6cef14f
+SHOWN = 4  # fixes the verdict says: the first (with its ties) and the next, one line each
+HEADLINE = 96  # characters of the headline at most: one line of a 100-column pipe, indented
+
 @dataclass
 class Diagnosis:
-    "The verdict of a profile: the ranked findings, the first one's fix and predicted speedup, and the numbers used"
+    "The verdict of a profile: what bounds the run, the fixes in their rank, and the evidence they rest on"
     verdict:str; knob:str; predicted_speedup:float; speedup_kind:str; shares:dict; numbers:dict; basis:str
     input_bound:str; findings:list; change:dict|None=None
-    details:list=field(default_factory=list)  # Further lines: the costliest layers, tokens/s and padding
-    gpu:str|None=None  # what the GPU's own readings (NVML, `telemetry`) say about the verdict
-    machine:str|None=None  # the machine was busy (other processes took the CPUs): said before the verdict, which it may have moved
+    details:list=field(default_factory=list)  # Evidence: the costliest layers, tokens/s and padding
+    gpu:str|None=None  # What the GPU's own readings (NVML, `telemetry`) say about the verdict
+    machine:str|None=None  # The machine was busy (other processes took the CPUs), short: said before the verdict, which it may have moved
+    machine_detail:str|None=None  # ... in full, with where it was read
+    overlaps:dict=field(default_factory=dict)  # rule name -> resources whose time its findings' share also counts
 
     @property
-    def label(self) -> str: return CATEGORIES.get(self.verdict, self.verdict)
+    def label(self) -> str: return self.first.label if self.findings else CATEGORIES.get(self.verdict, self.verdict)
     @property
     def first(self) -> Finding: return self.findings[0]
+    @property
+    def lead(self) -> list: return tied(self.findings)  # the first fix and those tied with it
+    @property
+    def fixes(self) -> list: return [f for f in self.findings if f.offered]
 
     @property
     def head(self) -> str:
-        "The verdict's line: 'Bound by: ...' (the first of `lines()`, after a busy machine's)"
+        "The headline: what bounds the run and its share of the fit (at most `HEADLINE` characters)"
         f = self.first
-        head = f"Bound by: {self.label}, {fmt_pct(f.share)} of the fit"
-        if f.detail: head += f": {f.detail}"
+        h = f"Bound by {f.label}: {fmt_pct(f.share)} of the fit"
+        ib = f" ({self.input_bound} input-bound)" if f.resource == 'input' and self.input_bound != 'not' else ''
+        for extra in (f"; {f.cause}{ib}", f"; {f.cause}", ib, ''):
+            if len(h) + len(extra) + 1 <= HEADLINE: return h + extra + '.'
+        return h[:HEADLINE - 1] + '.'
+
+    @property
+    def statement(self) -> str:
+        "The verdict in full: what bounds the run, its share and what was measured"
+        f = self.first
+        s = f"Bound by: {CATEGORIES.get(f.resource, f.label)}, {fmt_pct(f.share)} of the fit"
+        if f.detail: s += f": {f.detail}"
         if f.resource == 'input' and self.input_bound != 'not':
-            head += f": {self.input_bound} input-bound (TF's thresholds: highly >= {HIGHLY_INPUT_BOUND:.0f}%, moderately >= {MODERATELY_INPUT_BOUND:.0f}%)"
-        return head + '.'
+            s += f": {self.input_bound} input-bound (TF's thresholds: highly >= {HIGHLY_INPUT_BOUND:.0f}%, moderately >= {MODERATELY_INPUT_BOUND:.0f}%)"
+        return s + '.'
 
     def lines(self) -> list:
-        "The diagnosis as short text lines: a busy machine first, then the verdict"
-        f = self.first
-        out = ([self.machine] if self.machine else []) + [self.head] + ([self.gpu] if self.gpu else [])
-        if f.fix and f.speedup >= MIN_GAIN: out += [f"Fix: {f.fix}", f"Speedup: {f.speedup_text()}."]
-        else: out.append("Fix: no change is predicted to gain 5% or more.")
-        rest = [g for g in self.findings[1:] if g.fix and g.speedup >= MIN_GAIN and g.share >= MODERATELY_INPUT_BOUND]
-        for i,g in enumerate(rest[:3]):
-            out.append(f"Next ({i+2}): {g.label}, {fmt_pct(g.share)} of the fit: {g.fix} "
-                       f"{g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
+        "The verdict, short: a busy machine, the headline, the first fix (and its ties) as code with its speedup, at most three more"
+        out = ([self.machine] if self.machine else []) + [self.head]
+        lead = self.lead
+        if not lead or not lead[0].offered: return out + ["Fix: no change is predicted to gain 5% or more."]
+        out.append(f"Fix: {lead[0].short()}")
+        out += [f"Or, as good (a tie): {g.short()}" for g in lead[1:SHOWN]]
+        rest = [g for g in self.fixes if g not in lead and g.share >= MODERATELY_INPUT_BOUND]
+        return out + [f"Then: {g.short()}" for g in rest[:max(SHOWN - len(lead), 0)]]
+
+    def evidence(self) -> list:
+        "What the verdict rests on, in full: each fix with its reasons and the model's numbers, the shares, the layers, the sources"
+        out = [self.statement] + ([self.machine_detail] if self.machine_detail else []) + ([self.gpu] if self.gpu else [])
+        out.append(f"Fixes, ranked by the time each saves: a ceiling counted {1/CEILING_LEAD:.0%}, a change to the optimisation "
+                   f"{1/OPTIMISATION_LEAD:.0%}; within {TIE - 1:.0%} of the first: a tie.")
+        for i,g in enumerate(self.fixes):
+            ov = [r for r in self.overlaps.get(g.rule, ()) if self.shares.get(r, 0) > 0]
+            share = f"{fmt_pct(g.share)} of the fit" + (f" (it overlaps {', '.join(ov)})" if ov else '')
+            out.append(f"  {i+1}. {g.label}, {share}: {g.fix} {g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
+        if not self.fixes: out.append("  No change is predicted to gain 5% or more.")
         sh = {k:v for k,v in self.shares.items() if v > 0}
-        out.append("Main-process time: " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
+        out.append("Main-process time (disjoint): " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
         out += self.details
         out.append(f"Rests on: {self.basis}")
         return out
 
-    def __repr__(self): return '\n'.join(self.lines())
+    def __repr__(self): return '\n'.join(self.lines() + [''] + self.evidence())
 
 # %% ../../nbs/09_diagnosis.ipynb #69232b7d
 def _source(src, facts):
@@ -824,14 +913,16 @@ def _basis(ev:Evidence, W, known:bool) -> str:
 def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord`
              facts:Facts|None=None, # What the run was (workers, device, loader timing, callback costs); default: the result's
              num_workers:int|None=None, # Loader workers during the fit, overriding `facts.num_workers`
-             rules:list|None=None, # Functions `rule(Evidence) -> list[Finding]`; default `RULES`
+             rules:list|None=None, # `Rule`s (or functions `rule(ev) -> list[Finding]`) to apply; default: the registered, `RULES`
              # A change to predict with its own values (e.g. `{'kind': 'num_workers', 'value': 16, ...}`, as `check_advice` applies the
              # report's) instead of the values the rules would choose
              change:dict|None=None,
             ) -> Diagnosis:
     "What bounds the profiled run, the fastai knob to turn, and the speedup predicted by the pipeline model"
     if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
-    if rules is not None: rules = check_items('rules', rules, Callable, 'functions rule(Evidence) -> list of Finding')
+    if rules is not None:
+        rules = [r if isinstance(r, Rule) else Rule(getattr(r, '__name__', repr(r)), r, getattr(r, '__name__', '?'))
+                 for r in check_items('rules', rules, Callable, 'Rules or functions rule(Evidence) -> list of Finding')]
     if change is not None: check_type('change', change, dict, "a dict such as {'kind': 'num_workers', 'value': 4} or None")
     rec,facts = _source(src, facts)
     if facts is None: facts = Facts()
@@ -853,9 +944,9 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*max(warm - comp, 0.)/fit, 'compile':100*comp/fit}
     ev = Evidence(ph, shares, fit, tot['outside'], facts, facts.cpus or os.cpu_count() or 1,
                   facts.breakdown if facts.breakdown is not None else facts.callback_costs, change)
-    found = [f for rule in (RULES if rules is None else rules) for f in rule(ev)]
-    found = [f for f in found if not any(f.resource in g.covers for g in found if g is not f)]  # listed in another's fix already
-    found.sort(key=lambda f: -f.saved)
+    rs = list(RULES.values()) if rules is None else rules
+    found = _apply(ev, rs)
+    if _worth_measuring(ev, found, rs): ev.measure = True; found = _apply(ev, rs)  # a costly rule could rank first: measure, again
     best = found[0]
     tds = st[Row('train','draw')]
     trs = tds.total + st[Row('train','batch')].total
@@ -864,7 +955,7 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     ib = 'highly' if draw_share >= HIGHLY_INPUT_BOUND else 'moderately' if draw_share >= MODERATELY_INPUT_BOUND else 'not'
     numbers = dict(fit=fit, step=best.step, predicted_step=best.predicted_step, train_draw_share=draw_share, num_workers=W,
                    cpus=ev.cpus, warmup=warm, totals=tot, phases={p:{**asdict(d), 'step':d.step, 'main':d.main} for p,d in ph.items()})
-    ok = best.fix is not None and best.speedup >= MIN_GAIN
+    ok = best.offered
     details = _details(rec, facts, numbers)
     sc,bs,ns = measured_sizes(ev)
     if sc is not None:  # what was measured, and the speedup the model predicts at each size
@@ -872,12 +963,36 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
                                         predicted={n:ev.steady/ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns})
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares, numbers,
                      _basis(ev, W, known), ib, found, best.change if ok else None, details, gpu_agreement(best.resource, facts.telemetry),
-                     _busy(facts))
+                     _busy_short(facts), _busy(facts), {r.name:r.overlaps for r in rs})
+
+def _apply(ev:Evidence, rules:list) -> list:
+    "The findings of `rules` on `ev`: each rule where it applies, those another covers left out, in their rank (`rank`)"
+    found = rank(suppress([f for r in rules for f in r(ev)], rules))
+    if not found: raise ValueError("no rule found anything to say about this profile (`rules` holds none that applies)")
+    return found
+
+def _worth_measuring(ev:Evidence, found:list, rules:list) -> bool:
+    """Whether a costly rule (`Rule.costly`: the batch sizes, measured after the fit) could change the verdict's first fixes: its largest
+    possible speedup (`Rule.most`) weighs more than the last of the fixes the verdict says"""
+    costly = [r for r in rules if r.costly and (r.applies is None or r.applies(ev))]
+    if not costly: return False
+    said = sorted((f.weight for f in found if f.offered), reverse=True)[:SHOWN]
+    if len(said) < SHOWN: return True
+    return any((r.most(ev) if r.most is not None else math.inf)/OPTIMISATION_LEAD > said[-1] for r in costly)
 
 def _load(facts:Facts):
     "The machine's load during the run (`facts.machine`, a `fastprofile.probes.machine.MachineLoad`), or None"
     try: return facts.machine
     except AttributeError: return None  # no probe of the machine's load registered
+
+def _busy_short(facts:Facts) -> str|None:
+    "The busy machine in at most two lines, before the verdict; None on a quiet machine"
+    m = _load(facts)
+    if m is None or not m.busy(): return None
+    p,w,o = m.judged,m.wait_share(m.judged),m.other_cpus(m.judged)
+    waited = f"the main thread waited for a CPU {fmt_pct(100*w)} of training" if w is not None else "this process shared its CPUs"
+    return (f"Busy machine: {waited}; other processes kept {o:.1f} CPUs busy. The times include that wait: a quiet machine may give "
+            "another verdict.")
 
 def _busy(facts:Facts) -> str|None:
     "What the machine's load says before the verdict: a line when it was busy (other processes held its CPUs), else None"
@@ -904,4 +1019,6 @@ def diagnosis_section(result:ProfileResult) -> Section|None:
     "The report's *Diagnosis* section, or None when no training batch was profiled past the warm-up"
     if not result.record.stats[Row('train','batch')].n: return None
     d = diagnose(result)
-    return Section('Diagnosis', d.lines(), d, preface=int(bool(d.machine)))  # a busy machine is said before the verdict
+    # a busy machine is said before the verdict; the evidence one step away (collapsed in HTML, `diagnose(learn)` in a terminal)
+    return Section('Diagnosis', d.lines(), d, preface=int(bool(d.machine)), more=d.evidence(),
+                   hint="Evidence: `diagnose(learn)` prints what this rests on.")

@@ -170,7 +170,8 @@ def diagnosis_with_efficiency(result:ProfileResult) -> Section|None:
     if fix is None: return sec
     d,lead = sec.data,layers_lead(result.facts)
     d.first.fix = d.knob = fix if lead is None else f"{lead}. For the whole model: {fix}"
-    return Section('Diagnosis', d.lines(), d, preface=int(bool(d.machine)))  # a busy machine is said before the verdict
+    sec.lines,sec.more = d.lines(),d.evidence()  # the fix in full in the evidence; the verdict's line stays short
+    return sec
 
 # %% ../../nbs/16b_efficiency_report.ipynb #9fe891ca
 def efficiency_section(result:ProfileResult,

@@ -402,12 +402,12 @@ class ProfileResult:
     @cached_property
     def report(self) -> ProfileReport:
         "The report: the results table, its notes, and a section from each of `sections` that has something to say"
-        rep = ProfileReport(self.results, report_notes(self))
+        secs = []  # the sections first: what they measure (the diagnosis' batch sizes) is in the notes' cost line
         # the probes' own, where the list puts them (else last)
         for f in self.sections if probe_sections in self.sections else [*self.sections, probe_sections]:
             sec = guarded(f"the report section {getattr(f, '__name__', f)}", f, self)
-            if sec is not None: rep.sections += sec if isinstance(sec, list) else [sec]
-        return rep
+            if sec is not None: secs += sec if isinstance(sec, list) else [sec]
+        return ProfileReport(self.results, report_notes(self), secs)
 
     def section(self, title:str):
         "The object behind the report's section `title` (e.g. the `Diagnosis`), or None"

@@ -68,6 +68,10 @@ def _cost_note(result) -> str|None:
         parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself in isolation (from outside a fit, "
                      f"BENCHMARKS.md measures 1-10x that)")
     if result.own_cost: parts.append(f"{fmt_time(result.own_cost)} set-up and closing")
+    for v in (getattr(result.facts, 'extra', None) or {}).values():  # what a probe measured after the fit (the batch sizes)
+        c = getattr(v, 'after_fit_cost', None)
+        got = c() if callable(c) else None
+        if got: parts.append(f"{fmt_time(got[0])} {got[1]}")
     return f"Profiler's cost: {'; '.join(parts)}." if parts else None
 
 def _prefetch_note(facts) -> str|None:

@@ -7,7 +7,7 @@ Docs: https://fastprofile.github.io/fastprofile/report.html.md"""
 # %% ../../nbs/05_report.ipynb #f76d62b9
 from __future__ import annotations
 import html, io, math, os, re, tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 import numpy as np, pandas as pd
@@ -106,6 +106,8 @@ class Section:
     title:str; lines:list; data:object=None
     headline:bool|None=None # The first line is the verdict, shown prominently (None: when `data` has a `verdict`, as a `Diagnosis` does)
     preface:int=0 # Lines said before the verdict (a busy machine), shown as a warning above it: the headline is the line after them
+    more:list=field(default_factory=list) # Lines one step away (the evidence): collapsed in HTML and markdown, left out of the text
+    hint:str='' # The line the text renderers show in place of `more` (where to read it)
     def __post_init__(self):
         if self.headline is None: self.headline = getattr(self.data, 'verdict', None) is not None
 
@@ -325,6 +327,7 @@ def _text(self:ProfileReport, width:int, plain:bool=False) -> list:
             style = 'bold' if sec.headline and k == sec.preface and not plain else 'yellow' if k < sec.preface and not plain else ''
             i = _indent(l)  # an indented line keeps its indent when it wraps
             out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
+        if sec.more and sec.hint: out.append(Padding(_text_line(sec.hint, plain, 'dim'), (0,0,0,2)))
     return out
 
 # %% ../../nbs/05_report.ipynb #5c305658
@@ -337,8 +340,9 @@ def _md_section(sec:Section) -> str:
         sub,l = _indent(l) > 0,l.lstrip(' ')
         m = _LABEL.match(l)
         return ('  - ' if sub else '- ') + (f'**{m[1]}:** {l[m.end():]}' if m else l)
-    for aligned,ls in _blocks(lines):
-        out.append('```\n' + '\n'.join(ls) + '\n```' if aligned else '\n'.join(map(item, ls)))
+    body = lambda ls: ['```\n' + '\n'.join(b) + '\n```' if aligned else '\n'.join(map(item, b)) for aligned,b in _blocks(ls)]
+    out += body(lines)
+    if sec.more: out += ['<details><summary>Evidence</summary>', *body(sec.more), '</details>']
     return '\n\n'.join(out)
 
 @patch
@@ -415,6 +419,8 @@ _CSS = """
 .fastprofile-report p.fp-warn{margin:0 0 .4em;padding:.2em .55em;border-left:3px solid #e0a800;background:rgba(224,168,0,.08)}
 .fastprofile-report p.fp-headline{font-size:1.25em;font-weight:600;margin:0 0 .4em;padding:.1em 0 .1em .55em;
  border-left:3px solid var(--jp-brand-color1,#1976d2)}
+.fastprofile-report details.fp-more{margin:.3em 0 0;font-size:.92em}
+.fastprofile-report details.fp-more>summary{cursor:pointer;opacity:.75}
 .fastprofile-report ul.fp-lines{margin:0 0 .3em;padding-left:1.3em;list-style:disc}
 .fastprofile-report ul.fp-lines li{margin:.12em 0}
 .fastprofile-report ul.fp-lines li.fp-sub{margin-left:1.3em;list-style-type:circle}
@@ -457,9 +463,12 @@ def _html_section(sec:Section) -> str:
     out += [f'<p class="fp-warn">{_html_inline(lines.pop(0))}</p>' for _ in range(min(sec.preface, len(lines)))]  # a warning before the verdict
     if sec.headline and lines: out.append(f'<p class="fp-headline">{_html_inline(lines.pop(0))}</p>')
     li = lambda l: f'<li class="fp-sub">{_html_line(l.lstrip(" "))}</li>' if _indent(l) else f'<li>{_html_line(l)}</li>'
-    for aligned,ls in _blocks(lines):
-        if aligned: out.append(f'<pre class="fp-pre">{_esc(chr(10).join(ls))}</pre>')
-        else: out.append('<ul class="fp-lines">' + ''.join(map(li, ls)) + '</ul>')
+    def body(ls):
+        for aligned,b in _blocks(ls):
+            yield f'<pre class="fp-pre">{_esc(chr(10).join(b))}</pre>' if aligned else '<ul class="fp-lines">' + ''.join(map(li, b)) + '</ul>'
+    out += body(lines)
+    if sec.more:  # the evidence, one click away
+        out.append(f'<details class="fp-more"><summary>Evidence</summary>{"".join(body(sec.more))}</details>')
     return f'<div class="fp-section">{"".join(out)}</div>'
 
 # %% ../../nbs/05_report.ipynb #b0cb069e

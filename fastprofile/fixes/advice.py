@@ -309,7 +309,7 @@ def _given(learn, resource):
     W = dls[0].fake_l.num_workers if dls and hasattr(dls[0], 'fake_l') else None
     if not isinstance(d, Diagnosis) or W != d.numbers.get('num_workers'): return None  # the loaders changed since
     if dls and r.facts is not None and getattr(dls[0], 'bs', None) != r.facts.batch_size: return None  # ... or their batch size
-    f = d.first if resource is None else next((f for f in d.findings if f.resource == resource and f.change is not None), None)
+    f = d.first if resource is None else next((f for f in d.findings if f.resource == resource and f.change is not None and f.offered), None)
     return f if f is not None and f.change is not None else None  # nothing to apply: the window's own finding
 
 # %% ../../nbs/18_advice.ipynb #378de43d

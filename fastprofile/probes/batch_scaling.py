@@ -21,7 +21,7 @@ GROWTH = (2, 4, 8)  # the larger batch sizes measured, as multiples of the fit's
 MIN_BATCHES = 4  # a size is measured only if an epoch of the training set still holds this many batches of it
 REPS = 7  # timed repeats of each size's steps, interleaved (the median is kept; 3 left a 2x conv step's ratio anywhere in 1.3-2.2 on a CPU)
 DRAWS = 3  # timed draws of each size (the median is kept): drawing is slow where it matters (decoding), and steadier
-BUDGET = (.4, .03, 2.)  # seconds the measurement may take: at least the first, else this share of the fit, at most the last
+BUDGET = (0., .03, 2.)  # seconds the measurement may take: at least the first, else this share of the fit, at most the last
 
 def budget_for(fit:float) -> float:
     "Seconds the measurement may take after a fit of `fit` seconds (`BUDGET`)"
@@ -48,15 +48,24 @@ class BatchScaling:
     @property
     def measured(self) -> bool: return len(self.sizes) > 1 and self.failure is None
 
+    def after_fit_cost(self) -> tuple|None:
+        "What measuring cost after the fit, for the report's cost line: (seconds, what), or None if nothing ran"
+        return (self.seconds, "timing batch sizes after the fit") if self.seconds > 0 else None
+
     def ensure(self,
         fit:float=0., # Seconds of the profiled fit: the measurement may take `budget_for(fit)`
         growth:float|None=None, # How many times the batch memory allows (on a GPU), if known
+        step:float=0., # Seconds of a training step in the fit: where the budget cannot hold two sizes' repeats, nothing is measured
     ) -> BatchScaling:
         "Measure now if not measured yet; self"
         m,self._pending = self._pending,None
         if m is not None:
-            m.growth = growth
-            got = m(budget_for(fit))
+            m.growth,b = growth,budget_for(fit)
+            if step > 0 and (REPS + 1)*3*step > 2*b:  # the fit's size and twice it, each repeat a step or two: more than the budget allows
+                self.failure = (f"not measured: a step takes {fmt_time(step)}; this fit ({fmt_time(fit)}) leaves {fmt_time(b)} to time larger "
+                                "ones in")
+                return self
+            got = m(b)
             for f in fields(self): setattr(self, f.name, getattr(got, f.name))
         return self
 

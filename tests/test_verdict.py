@@ -1,0 +1,76 @@
+"The verdict as a person reads it: printed into a real pipe at 100 columns, short, the fix first; a rule of your own in it"
+import re
+import pytest
+from fastai.basics import *
+from fastai.callback.progress import ProgressCallback
+from fastai.test_utils import synth_learner
+from fastprofile.learner import *
+from fastprofile.engine.rules import RULES, Finding, rule
+from bench.verdict import measure, met, GOALS, SCENARIOS
+
+@pytest.fixture(scope='module')
+def printed():
+    "Each scenario fitted in one child process whose stdout is a pipe, `COLUMNS=100`, its report shown (the default)"
+    return {r['name']: r for r in measure(SCENARIOS, timeout=900)}
+
+@pytest.mark.parametrize('name', SCENARIOS)
+def test_the_verdict_reads_at_a_glance(printed, name):
+    r = printed[name]
+    show = '\n'.join(r['printed'])
+    assert r['lines'] <= GOALS['lines'], show  # the section, as wrapped at 100 columns, with its title and the evidence hint
+    assert r['share'] and r['headline'] <= GOALS['headline'], show
+    assert r['busy'] <= GOALS['busy'], show
+    if r['kind'] == 'model': assert r['code_line'] is not None and r['code_line'] <= 2, show  # the fix's code: line 2 or 3
+    assert r['speedup_shown'], show  # on the Fix line or the next
+    assert r['longest'] <= GOALS['sentence'] and r['repeated'] == 0, show
+    assert r['html'] <= GOALS['html'], r
+    assert met(r)
+    assert r['printed'][-1].strip() == "Evidence: `diagnose(learn)` prints what this rests on.", show
+
+def test_goals_fail_a_long_verdict():
+    "The checks catch what they guard: a verdict of the old length (the fix in full on its line) fails them"
+    r = dict(lines=23, headline=282, share=True, busy=4, code_line=5, speedup_shown=True, longest=650, repeated=1, html=2500, knob='x',
+             kind='model')
+    assert not met(r)
+    for k,v in dict(lines=12, headline=96, busy=2, code_line=1, longest=150, repeated=0, html=800).items():
+        assert not met(r); r[k] = v
+    assert met(r)
+
+def _learner():
+    learn = synth_learner(n_trn=8)
+    learn.remove_cb(ProgressCallback) if any(isinstance(c, ProgressCallback) for c in learn.cbs) else None
+    return learn
+
+def test_a_rule_of_your_own_appears_in_the_report():
+    "A rule registered in a few lines: its finding is priced with the pipeline model, ranked with the others and said in the verdict"
+    @rule('loss', label='the loss function', name='test_slow_loss', reads=('phases',))
+    def slow_loss(ev):
+        return [ev.finding('loss', "the loss takes most of the step: a cheaper one (made up, for the test).", lambda ph: ph.step/5,
+                           say='`loss_func=MSELossFlat()`', cause='the loss takes 80% of the step', share=80.)]
+    try:
+        learn = _learner()
+        learn.profile(show_report=False, logger_callback=None, batch_sizes=False).fit(1)
+        d = learn.simple_profile.section('Diagnosis')
+        assert d.verdict == 'loss' and d.first.rule == 'test_slow_loss' and d.predicted_speedup == pytest.approx(5)
+        txt = learn.simple_profile.report.plain(100)
+        assert 'Bound by the loss function: 80% of the fit; the loss takes 80% of the step.' in txt, txt
+        assert 'Fix: `loss_func=MSELossFlat()`: 5.00x predicted.' in txt, txt
+        assert 'the loss takes most of the step' in '\n'.join(d.evidence())  # the fix in full, one step away
+    finally: RULES.pop('test_slow_loss', None)
+    learn = _learner()
+    learn.profile(show_report=False, logger_callback=None, batch_sizes=False).fit(1)
+    assert learn.simple_profile.section('Diagnosis').verdict != 'loss'  # unregistered: gone
+
+def test_a_rule_declares_what_it_covers():
+    "Suppression is declared on the rule: a finding whose resource another rule's finding covers is left out, once, in `diagnose`"
+    @rule('host', name='test_covers', covers=('compute',))
+    def covering(ev): return [ev.finding('host', 'made up', lambda ph: ph.step/1.2, say='`x`')]
+    try:
+        learn = _learner()
+        learn.profile(show_report=False, logger_callback=None, batch_sizes=False).fit(1)
+        d = learn.simple_profile.section('Diagnosis')
+        assert not any(f.resource == 'compute' for f in d.findings) and any(f.rule == 'test_covers' for f in d.findings)
+    finally: RULES.pop('test_covers', None)
+    learn = _learner()
+    learn.profile(show_report=False, logger_callback=None, batch_sizes=False).fit(1)
+    assert any(f.resource == 'compute' for f in learn.simple_profile.section('Diagnosis').findings)
