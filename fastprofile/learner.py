@@ -10,7 +10,8 @@ import os, warnings, weakref
 from pathlib import Path
 from fastai.basics import *
 from .engine.checks import check_path, check_written_beside, check_items
-from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe, register, PROBES, Call
+from typing import Sequence
+from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe, register, PROBES, Call, takes_options
 from .engine.gpu_timing import resolve_timing
 from .lifecycle.session import Session, train_device
 from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallback
@@ -241,33 +242,18 @@ def _session(learn, opts:ProfileOptions, sink, csv_path, snapshot=None, own=()) 
 
 # %% ../nbs/17_learner.ipynb #a7b8c9da
 @patch
+@takes_options
 def profile(self:Learner,
-    logger_callback=_Default('wandb'), # 'wandb', 'tensorboard' (a name in `LOGGERS`), a `Sink`, or None for no logging
+    logger_callback:str|Sink|None=_Default('wandb'), # 'wandb', 'tensorboard' (a name in `LOGGERS`), a `Sink`, or None for no logging
     csv_name:str|Path=_Default('simple_profile.csv'), # CSV file name for `save_csv=True`, relative to `learn.path`
-    breakdown:bool=False, # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`)
-    rank_csv:bool=False, # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
-    gather_timeout:float=GATHER_TIMEOUT, # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
-    # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
-    efficiency:bool|str='auto',
-    peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
-    layers:bool=True, # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
-    # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU
-    # per phase on a CPU; True: the sampler on a CPU too; False: off
-    telemetry:bool|str='auto',
-    telemetry_every:float=TELEMETRY_EVERY, # Seconds between the sampler's samples
-    # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's
-    # memory visualizer
-    memory_snapshot:bool=False,
     # Probes of your own (`Probe` objects with a `key`): told of the call like fastprofile's, their facts, section and scalars in the result
-    probes=(),
-    # `ProfileOptions`: show_report, plain, markdown, save_csv, log_every, warmup, keep_batches, timing, samples_per_second, events_every, batch_sizes
-    **kwargs
+    probes:Sequence[Probe]=(),
+    # and every `ProfileOptions` field, keyword-only: `takes_options` lists them in this signature, with their types and comments
+    **options
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)
-    s = session_for(self, logger_callback, csv_name, probes, breakdown=breakdown, rank_csv=rank_csv, gather_timeout=gather_timeout,
-                    efficiency=efficiency, peak_flops=peak_flops, layers=layers, telemetry=telemetry, telemetry_every=telemetry_every,
-                    memory_snapshot=memory_snapshot, **kwargs)  # all of them one `ProfileOptions`, checked, handed to every probe
+    s = session_for(self, logger_callback, csv_name, probes, **options)  # one `ProfileOptions`, checked, handed to every probe
     _replacing(old, s, '`learn.profile()`')  # a cell run again: the profile it armed before, never run, goes
     if old is not None: old.disarm()
     s.arm()

@@ -8,7 +8,6 @@ Docs: https://fastprofile.github.io/fastprofile/testing.html.md"""
 from __future__ import annotations
 import inspect, pickle, threading, time, types
 import torch, torch.cuda.memory
-from fastcore.basics import patch
 from .engine.record import ProfileRecord, Slot
 
 # %% auto #0
@@ -148,32 +147,27 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle): self._log('nvmlDeviceGetName'); return 'Fake GPU (fastprofile.testing)'
     def nvmlDeviceGetMaxClockInfo(self, handle, type): self._log('nvmlDeviceGetMaxClockInfo'); return self.max_clock
 
-# %% ../nbs/90_testing.ipynb #d68f6bb3
-@patch
-def nvmlDeviceGetUtilizationRates(self:FakeNvml, handle):
-    r = self._call('nvmlDeviceGetUtilizationRates')
-    return types.SimpleNamespace(gpu=int(r['util']), memory=int(r['mem_util']))
-@patch
-def nvmlDeviceGetPowerUsage(self:FakeNvml, handle): return int(round(self._call('nvmlDeviceGetPowerUsage')['power']*1000))  # mW
-@patch
-def nvmlDeviceGetClockInfo(self:FakeNvml, handle, type): return int(self._call('nvmlDeviceGetClockInfo')['clock'])
-@patch
-def nvmlDeviceGetTemperature(self:FakeNvml, handle, sensor): return int(self._call('nvmlDeviceGetTemperature')['temp'])
-@patch
-def nvmlDeviceGetCurrentClocksThrottleReasons(self:FakeNvml,
-                                              handle): return int(self._call('nvmlDeviceGetCurrentClocksThrottleReasons')['reasons'])
-@patch
-def nvmlDeviceGetCurrentClocksEventReasons(self:FakeNvml,
-                                           handle): return int(self._call('nvmlDeviceGetCurrentClocksEventReasons')['reasons'])
-@patch
-def nvmlDeviceGetTotalEnergyConsumption(self:FakeNvml, handle):
-    "Millijoules since the counter started: its power integrated exactly for a power linear in time (trapezoids between calls)"
-    t,p = self.clock(),self._call('nvmlDeviceGetTotalEnergyConsumption')['power']
-    if self._energy is None: self._energy = (t, p, 123_456_789.)  # the real counter starts when the driver loads
-    else:
-        t0,p0,e = self._energy
-        self._energy = (t, p, e + (p0 + p)/2*(t - t0)*1e3)
-    return int(round(self._energy[2]))
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        r = self._call('nvmlDeviceGetUtilizationRates')
+        return types.SimpleNamespace(gpu=int(r['util']), memory=int(r['mem_util']))
+    def nvmlDeviceGetPowerUsage(self, handle): return int(round(self._call('nvmlDeviceGetPowerUsage')['power']*1000))  # mW
+    def nvmlDeviceGetClockInfo(self, handle, type): return int(self._call('nvmlDeviceGetClockInfo')['clock'])
+    def nvmlDeviceGetTemperature(self, handle, sensor): return int(self._call('nvmlDeviceGetTemperature')['temp'])
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self,
+                                                  handle): return int(self._call('nvmlDeviceGetCurrentClocksThrottleReasons')['reasons'])
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self,
+                                               handle): return int(self._call('nvmlDeviceGetCurrentClocksEventReasons')['reasons'])
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        "Millijoules since the counter started: its power integrated exactly for a power linear in time (trapezoids between calls)"
+        t,p = self.clock(),self._call('nvmlDeviceGetTotalEnergyConsumption')['power']
+        if self._energy is None: self._energy = (t, p, 123_456_789.)  # the real counter starts when the driver loads
+        else:
+            t0,p0,e = self._energy
+            self._energy = (t, p, e + (p0 + p)/2*(t - t0)*1e3)
+        return int(round(self._energy[2]))
 
 # %% ../nbs/90_testing.ipynb #b3f0b342
 # torch's own, kept before any stand-in replaces them

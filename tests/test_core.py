@@ -551,12 +551,25 @@ def test_marks_inlined_only_for_the_plain_record():
     assert not learn2.simple_profile_results['Total Time'].isna().any()
     assert fcb._wall(learn2.simple_profile.record) is learn2.simple_profile.record and fcb._wall(learn.simple_profile.record) is None
 
-def test_profile_defaults_are_the_options_defaults():
-    "`Learner.profile` spells out its probe options for the reader; each default is `ProfileOptions`' own (one place decides a default)"
-    import inspect, dataclasses
+def test_profile_lists_every_option():
+    """`ProfileOptions` is the one list of `learn.profile()`'s options: each field is in the signatures of `Learner.profile` and
+    `Learner.profiling` with its default and its type as a reader writes it, and in their docments with the field's own comment"""
+    import inspect, dataclasses, typing
+    from fastcore.docments import docments
     from fastprofile.engine.core import ProfileOptions
-    sig = inspect.signature(Learner.profile).parameters
-    fields = {f.name:f.default for f in dataclasses.fields(ProfileOptions)}
-    shared = [n for n in sig if n in fields]
-    assert len(shared) >= 9, shared  # breakdown, rank_csv, gather_timeout, efficiency, peak_flops, layers, telemetry, ...
-    assert {n:sig[n].default for n in shared} == {n:fields[n] for n in shared}
+    hints, own = typing.get_type_hints(ProfileOptions), docments(ProfileOptions)
+    for f in (Learner.profile, Learner.profiling):
+        sig, docs = inspect.signature(f).parameters, docments(f)
+        assert not [p for p in sig.values() if p.kind == p.VAR_KEYWORD], f'{f.__name__}: an option reachable only through **kwargs'
+        for o in dataclasses.fields(ProfileOptions):
+            assert o.name in sig, f'{f.__name__} does not list {o.name}'
+            p = sig[o.name]
+            assert (p.default, p.annotation, p.kind) == (o.default, hints[o.name], p.KEYWORD_ONLY), (f.__name__, o.name, p)
+            assert own[o.name], f'ProfileOptions.{o.name} has no comment to document it'
+            assert docs[o.name] == own[o.name], (f.__name__, o.name, docs[o.name])
+        for n,t in [('logger_callback', str|Sink|None), ('csv_name', str|Path), ('probes', typing.Sequence[Probe])]:
+            assert (sig[n].annotation, bool(docs[n])) == (t, True), (f.__name__, n, sig[n])
+        # what a reader sees: real types (`bool | str`), never a string annotation nor the private default marker's class
+        assert not [p for p in sig.values() if isinstance(p.annotation, str) and p.name != 'self'], f.__name__
+        assert '_Default' not in str(inspect.signature(f)), f.__name__
+    assert docments(Learner.profile)['return'] is None  # the **options comment does not leak into the return's

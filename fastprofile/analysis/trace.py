@@ -180,28 +180,24 @@ class RecordFunctionCallback(Callback):
     def before_batch(self): self('before_batch')
     def after_batch(self): self('after_batch')
 
-# %% ../../nbs/15_trace.ipynb #f9108717
-@patch
-def _push(self:RecordFunctionCallback, name):
-    "Open the range `{prefix}.{name}`"
-    name = f'{self.prefix}.{name}'
-    rf = torch.autograd.profiler.record_function(name)
-    rf.__enter__()
-    if self.nvtx: torch.cuda.nvtx.range_push(name)
-    self._stack.append(rf)
+    def _push(self, name):
+        "Open the range `{prefix}.{name}`"
+        name = f'{self.prefix}.{name}'
+        rf = torch.autograd.profiler.record_function(name)
+        rf.__enter__()
+        if self.nvtx: torch.cuda.nvtx.range_push(name)
+        self._stack.append(rf)
 
-@patch
-def _pop(self:RecordFunctionCallback, n=1):
-    "Close the `n` innermost open ranges"
-    for _ in range(min(n, len(self._stack))):
-        rf = self._stack.pop()
-        if self.nvtx: torch.cuda.nvtx.range_pop()
-        rf.__exit__(None, None, None)
+    def _pop(self, n=1):
+        "Close the `n` innermost open ranges"
+        for _ in range(min(n, len(self._stack))):
+            rf = self._stack.pop()
+            if self.nvtx: torch.cuda.nvtx.range_pop()
+            rf.__exit__(None, None, None)
 
-@patch
-def _pop_to(self:RecordFunctionCallback, depth):
-    "Close ranges until `depth` are open"
-    self._pop(len(self._stack) - depth)
+    def _pop_to(self, depth):
+        "Close ranges until `depth` are open"
+        self._pop(len(self._stack) - depth)
 
 # %% ../../nbs/15_trace.ipynb #c60129c1
 @patch

@@ -77,6 +77,24 @@ class TimedPipeline(Pipeline):
             return o
         finally: self.off()
 
+    @property
+    def names(self) -> list:
+        "A name per transform (`transform_names`); a plain function's as one"
+        fs = self.fs if isinstance(self.pipe, Pipeline) else [self.pipe]
+        if self._key != (id(fs), len(fs)): self._names,self._key = transform_names(fs),(id(fs), len(fs))
+        return self._names
+
+    def on(self):
+        "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
+        if self.loader is None or self._on is not None: return
+        ps = self.patches
+        self._on = [ps.set(self.loader, 'after_batch', self)] + ([ps.set(self.loader, '_device', None)] if self.device is not None else [])
+
+    def off(self):
+        "Put the loader's `after_batch` and copy back as they were"
+        on,self._on = self._on,None
+        for p in reversed(on or []): self.patches.undo(p)
+
 # %% ../../nbs/07b_pipeline.ipynb #918526ca
 def _fn_name(f) -> str:
     "A plain callable's name: its function's (through `functools.partial`), its class's for a callable object; `after_batch` for a lambda"
@@ -91,26 +109,6 @@ def transform_names(fs) -> list:
     ns = [lam(getattr(f, 'name', 'Transform')) if type(f) is Transform else type(f).__name__ if isinstance(f, Transform) else _fn_name(f)
           for f in fs]
     return [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)]
-
-@patch(as_prop=True)
-def names(self:TimedPipeline) -> list:
-    "A name per transform (`transform_names`); a plain function's as one"
-    fs = self.fs if isinstance(self.pipe, Pipeline) else [self.pipe]
-    if self._key != (id(fs), len(fs)): self._names,self._key = transform_names(fs),(id(fs), len(fs))
-    return self._names
-
-@patch
-def on(self:TimedPipeline):
-    "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
-    if self.loader is None or self._on is not None: return
-    ps = self.patches
-    self._on = [ps.set(self.loader, 'after_batch', self)] + ([ps.set(self.loader, '_device', None)] if self.device is not None else [])
-
-@patch
-def off(self:TimedPipeline):
-    "Put the loader's `after_batch` and copy back as they were"
-    on,self._on = self._on,None
-    for p in reversed(on or []): self.patches.undo(p)
 
 # %% ../../nbs/07b_pipeline.ipynb #8e2e2869
 def draw_clock(device=None):

@@ -288,38 +288,33 @@ class CudaPrefetchCallback(Callback):
     def after_cancel_epoch(self): self._unwrap()
     def after_fit(self): self._unwrap()
 
-# %% ../../nbs/10_prefetch.ipynb #4c02b38a
-@patch
-def _ops_for(self:CudaPrefetchCallback, device):
-    "The staging operations for `device` (created once per device), or None to pass batches through"
-    if self.ops is not None: return self.ops
-    if device is None or device.type!='cuda':
-        self._warn('device', f"CudaPrefetchCallback: batches are made on {getattr(device,'type',None) or 'the CPU'} "
-                   "(the loaders' device), so they pass through unchanged; prefetching needs loaders on a CUDA device "
-                   "(`dls.to('cuda')`), where fastai runs the batch transforms")
-        return None
-    if device not in self._ops_by_device: self._ops_by_device[device] = CudaStreamOps(device)
-    return self._ops_by_device[device]
+    def _ops_for(self, device):
+        "The staging operations for `device` (created once per device), or None to pass batches through"
+        if self.ops is not None: return self.ops
+        if device is None or device.type!='cuda':
+            self._warn('device', f"CudaPrefetchCallback: batches are made on {getattr(device,'type',None) or 'the CPU'} "
+                       "(the loaders' device), so they pass through unchanged; prefetching needs loaders on a CUDA device "
+                       "(`dls.to('cuda')`), where fastai runs the batch transforms")
+            return None
+        if device not in self._ops_by_device: self._ops_by_device[device] = CudaStreamOps(device)
+        return self._ops_by_device[device]
 
-@patch
-def _warn(self:CudaPrefetchCallback, key, msg):
-    "Warn with `msg`, once per `key`"
-    if key in self._warned: return
-    self._warned.add(key)
-    warnings.warn(msg, stacklevel=2)
+    def _warn(self, key, msg):
+        "Warn with `msg`, once per `key`"
+        if key in self._warned: return
+        self._warned.add(key)
+        warnings.warn(msg, stacklevel=2)
 
-@patch
-def _warn_unpinned(self:CudaPrefetchCallback):
-    self._warn('pinned', "CudaPrefetchCallback: batches are not in pinned memory, so their copy to the GPU "
-               "cannot overlap compute; use fastai `DataLoader`s (they pin with `pin=True`) or `pin_memory=True`")
+    def _warn_unpinned(self):
+        self._warn('pinned', "CudaPrefetchCallback: batches are not in pinned memory, so their copy to the GPU "
+                   "cannot overlap compute; use fastai `DataLoader`s (they pin with `pin=True`) or `pin_memory=True`")
 
-@patch
-def _staging_device(self:CudaPrefetchCallback):
-    "Where fastai runs this loader's batch transforms: a fastai loader's `device`; for another loader, the model's"
-    if hasattr(self.dl, 'after_batch') and hasattr(self.dl, 'device'):
-        return None if self.dl.device is None else torch.device(self.dl.device)
-    p = next(self.model.parameters(), None)
-    return None if p is None else p.device
+    def _staging_device(self):
+        "Where fastai runs this loader's batch transforms: a fastai loader's `device`; for another loader, the model's"
+        if hasattr(self.dl, 'after_batch') and hasattr(self.dl, 'device'):
+            return None if self.dl.device is None else torch.device(self.dl.device)
+        p = next(self.model.parameters(), None)
+        return None if p is None else p.device
 
 # %% ../../nbs/10_prefetch.ipynb #1a3ed157
 @patch

@@ -6,12 +6,11 @@ Docs: https://fastprofile.github.io/fastprofile/core.html.md"""
 
 # %% ../../nbs/06_core.ipynb #2c3e4f51
 from __future__ import annotations
-import math, os, time, warnings
-from dataclasses import dataclass, field
+import math, os, time, warnings, inspect, typing
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import NamedTuple, Callable
 import numpy as np, pandas as pd
-from fastcore.basics import patch
 from .checks import check_int, check_bool, check_type, check_items, check_callable, check_path, check_choice, check_number
 from .record import ProfileRecord, Row, batch_durations, result_row, MAX_KEEP_BATCHES
 from .gpu_timing import check_timing, resolve_timing, make_record, GPU_EVERY
@@ -21,10 +20,10 @@ from .plain import to_plain, from_plain
 
 # %% auto #0
 __all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'EXTRA_KEYS', 'PROBES', 'SAMPLE_SHARE', 'TRAIN_ACTIONS',
-           'strict_mode', 'guarded', 'ProfileOptions', 'LoadTime', 'Staging', 'Facts', 'Probe', 'Call', 'register',
-           'probe_sections', 'probe_scalars', 'first_samples', 'Sink', 'rolling_samples_per_second',
-           'train_samples_per_second', 'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second',
-           'ProfileResult', 'Profile']
+           'strict_mode', 'guarded', 'ProfileOptions', 'option_params', 'takes_options', 'LoadTime', 'Staging', 'Facts',
+           'Probe', 'Call', 'register', 'probe_sections', 'probe_scalars', 'first_samples', 'Sink',
+           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'fit_tokens_per_second',
+           'row_flops_per_second', 'ProfileResult', 'Profile']
 
 # %% ../../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -50,10 +49,14 @@ GATHER_TIMEOUT = 10.  # seconds rank 0 waits at the end of a call for the profil
 class ProfileOptions:
     """What a profiled call was asked for, every option of `Learner.profile` but where it logs and writes: one object from the call to every
     probe; checked on creation (what depends on the learner, its device and its loaders is checked by `session_for`)"""
+    # the report, the CSV
+
     show_report:bool=True # Display the report after the call
     plain:bool=False # Print a plain-text report (also in Jupyter)
     markdown:bool=False # Print the report as markdown
-    save_csv:bool=False # Save the raw results as CSV
+    save_csv:bool=False # Save the raw results as CSV (`csv_name`)
+    # the timing
+
     log_every:int=10 # Log samples/second every `log_every` training batches
     warmup:int=1 # Batches at the start of each train/valid phase reported as `warmup`, not in the statistics
     keep_batches:int=1000 # Most recent batches kept for plots and traces
@@ -62,18 +65,24 @@ class ProfileOptions:
     # With CUDA events (`timing='events'`): record them on one batch in this many past the warm-up (1: every batch)
     events_every:int=GPU_EVERY
     # what the probes measure
-    # Split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`) instead of sampling callback costs
+
+    # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`) instead of sampling callback costs
     breakdown:bool=False
-    efficiency:bool|str='auto' # FLOPs per sample, FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
+    # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
+    efficiency:bool|str='auto'
     peak_flops:float|None=None # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
-    layers:bool=True # Time each module's forward and backward on a few sampled training batches (`LayerTimer`)
+    layers:bool=True # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
     # Time the step at larger batch sizes after the fit, when a diagnosis first reads it (`BatchProbe`): what a larger batch is priced with
     batch_sizes:bool=True
-    # GPU utilization, power, clocks, throttling (NVML sampler thread) and CPU utilization; 'auto': the sampler on a GPU
+    # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU
+    # per phase on a CPU; True: the sampler on a CPU too; False: off
     telemetry:bool|str='auto'
     telemetry_every:float=TELEMETRY_EVERY # Seconds between the telemetry sampler's samples
-    memory_snapshot:bool=False # GPU only: CUDA's allocator history during the call, a snapshot next to the CSV if a fit runs out of memory
+    # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's
+    # memory visualizer
+    memory_snapshot:bool=False
     # distributed runs
+
     rank_csv:bool=False # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
     gather_timeout:float=GATHER_TIMEOUT # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
     def __post_init__(self):
@@ -89,6 +98,23 @@ class ProfileOptions:
         check_choice('telemetry', self.telemetry, ('auto', True, False))
         self.telemetry_every = check_number('telemetry_every', self.telemetry_every, *EVERY_RANGE)
         self.gather_timeout = check_number('gather_timeout', self.gather_timeout, 0, lo_open=True)
+
+# %% ../../nbs/06_core.ipynb #e53a7981
+def option_params() -> list:
+    """The `ProfileOptions` fields as keyword-only `inspect.Parameter`s: each with its default and its type, resolved (`bool | str`, not
+    a string)"""
+    hints = typing.get_type_hints(ProfileOptions)
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+            for f in fields(ProfileOptions)]
+
+def takes_options(f:Callable) -> Callable:
+    """`f(..., **options)` documented as taking every `ProfileOptions` field: its signature lists them after its own parameters (which keep
+    their resolved types), and `docments(f)` reads their comments from `ProfileOptions`"""
+    sig = inspect.signature(f, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
+    f.__signature__ = sig.replace(parameters=[*own, *option_params()])
+    f.__delwrap__ = ProfileOptions  # where `fastcore.docments` goes on for the parameters `f`'s own source does not document
+    return f
 
 # %% ../../nbs/06_core.ipynb #7ed928cb
 class LoadTime:
@@ -452,81 +478,71 @@ class Profile:
     def __repr__(self): return f"Profile({self.options}, sinks={self.sinks})"  # what fastai's WandbCallback logs as config
     def __getstate__(self): return {**self.__dict__, 'session': None}  # pickled with its callbacks (`learn.export()`): not the live call
 
+    def start_stage(self, device='cpu', overhead=None) -> ProfileRecord:
+        """A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started;
+        `overhead`: the pair's cost per batch, or a function measuring it"""
+        t0 = self.clock()
+        if self.record is None:
+            o = self.options
+            self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches,
+                                      warmup=o.warmup, events_every=o.events_every, lazy=True)  # folded when the result is read
+        if overhead is not None: self.record.overhead_per_batch = overhead  # a function: measured when first asked for
+        self.own_cost += self.clock() - t0
+        self.record.start_stage()
+        return self.record
+
+    def log_batch(self, step:int):
+        "Send the rolling numbers to each sink; a sink that fails warns and is dropped for the rest of the call"
+        for s in list(self.sinks):
+            try: s.log_batch(self.record, step, self.options.log_every)
+            except Exception as e:
+                self.sinks.remove(s)
+                warnings.warn(f"fastprofile: logging to {s.name!r} failed and is now off for this call: {type(e).__name__}: {e}")
+
+    def end_stage(self, bs:int=0):
+        "The fastai fit ended (`after_fit`): close it in the record"
+        if self.record is not None: self.record.end_stage(bs)
+
+    def conclude(self, interrupted:BaseException|None=None, facts:Facts|None=None) -> tuple:
+        """Close → gather → result: `(ProfileResult, is_main)`, or `(None, True)` if nothing was profiled; the profile is then ready for
+        another call"""
+        rec,self.held = self.record,None
+        if rec is None: return None,True
+        t0 = self.clock()
+        self.record = None
+        self._hold('closing the record', rec.close, interrupted=interrupted is not None)
+        main = True
+        if self.gather is not None:
+            got = self._hold('gathering the ranks', self.gather, rec, interrupted is not None)
+            if got is not None: rec,main = got
+        why = None if interrupted is None else (type(interrupted).__name__ + (f": {interrupted}" if str(interrupted) else ''))
+        res = ProfileResult(rec, facts, self.sections, why, self.own_cost + self.clock() - t0)
+        self.own_cost = 0.
+        return res,main
+
+    def _hold(self, what, f, *args, **kwargs):
+        "A step of `conclude`: `guarded`, and an interrupt (Ctrl-C) in it held as `held`, so that the result is still made"
+        try: return guarded(what, f, *args, **kwargs)
+        except BaseException as e:
+            if self.held is None: self.held = e
+            return None
+
+    def output(self, res:ProfileResult, main:bool=True):
+        "Save the CSV, log to each sink, show the report: on the main process (rank 0), after a call that was not interrupted"
+        if not main or res.interrupted: return
+        o = self.options
+        if o.save_csv and self.csv_path is not None:
+            guarded(f'saving {self.csv_path}', atomic_write_csv, res.results, self.csv_path, expected=(OSError,))
+        for s in self.sinks: guarded(f'logging to {s.name!r}', s.log_fit, res, expected=(Exception,))
+        if o.show_report: guarded('showing the report', res.report.show, plain=o.plain, markdown=o.markdown)
+
+    def finish(self, interrupted:BaseException|None=None, facts:Facts|None=None) -> ProfileResult|None:
+        "The fit-end pipeline of a `Profile` used on its own: conclude → publish → output; None if nothing was profiled"
+        res,main = self.conclude(interrupted, facts)
+        if res is None: return None
+        if self.publish is not None: self.publish(res)  # the result is kept before any output step: an interrupt there keeps it
+        if self.held is not None: raise self.held  # an interrupt while closing: kept, and raised once the result is out
+        self.output(res, main)
+        return res
 
 def _options(o): return ProfileOptions() if o is None else check_type('options', o, ProfileOptions, 'a ProfileOptions')
-
-# %% ../../nbs/06_core.ipynb #15ee6e49
-@patch
-def start_stage(self:Profile, device='cpu', overhead=None) -> ProfileRecord:
-    """A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started;
-    `overhead`: the pair's cost per batch, or a function measuring it"""
-    t0 = self.clock()
-    if self.record is None:
-        o = self.options
-        self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches, warmup=o.warmup,
-                                  events_every=o.events_every, lazy=True)  # folded when the result is read
-    if overhead is not None: self.record.overhead_per_batch = overhead  # a function: measured when first asked for
-    self.own_cost += self.clock() - t0
-    self.record.start_stage()
-    return self.record
-
-@patch
-def log_batch(self:Profile, step:int):
-    "Send the rolling numbers to each sink; a sink that fails warns and is dropped for the rest of the call"
-    for s in list(self.sinks):
-        try: s.log_batch(self.record, step, self.options.log_every)
-        except Exception as e:
-            self.sinks.remove(s)
-            warnings.warn(f"fastprofile: logging to {s.name!r} failed and is now off for this call: {type(e).__name__}: {e}")
-
-@patch
-def end_stage(self:Profile, bs:int=0):
-    "The fastai fit ended (`after_fit`): close it in the record"
-    if self.record is not None: self.record.end_stage(bs)
-
-# %% ../../nbs/06_core.ipynb #3f9c7755
-@patch
-def conclude(self:Profile, interrupted:BaseException|None=None, facts:Facts|None=None) -> tuple:
-    """Close → gather → result: `(ProfileResult, is_main)`, or `(None, True)` if nothing was profiled; the profile is then ready for another
-    call"""
-    rec,self.held = self.record,None
-    if rec is None: return None,True
-    t0 = self.clock()
-    self.record = None
-    self._hold('closing the record', rec.close, interrupted=interrupted is not None)
-    main = True
-    if self.gather is not None:
-        got = self._hold('gathering the ranks', self.gather, rec, interrupted is not None)
-        if got is not None: rec,main = got
-    why = None if interrupted is None else (type(interrupted).__name__ + (f": {interrupted}" if str(interrupted) else ''))
-    res = ProfileResult(rec, facts, self.sections, why, self.own_cost + self.clock() - t0)
-    self.own_cost = 0.
-    return res,main
-
-@patch
-def _hold(self:Profile, what, f, *args, **kwargs):
-    "A step of `conclude`: `guarded`, and an interrupt (Ctrl-C) in it held as `held`, so that the result is still made"
-    try: return guarded(what, f, *args, **kwargs)
-    except BaseException as e:
-        if self.held is None: self.held = e
-        return None
-
-@patch
-def output(self:Profile, res:ProfileResult, main:bool=True):
-    "Save the CSV, log to each sink, show the report: on the main process (rank 0), after a call that was not interrupted"
-    if not main or res.interrupted: return
-    o = self.options
-    if o.save_csv and self.csv_path is not None:
-        guarded(f'saving {self.csv_path}', atomic_write_csv, res.results, self.csv_path, expected=(OSError,))
-    for s in self.sinks: guarded(f'logging to {s.name!r}', s.log_fit, res, expected=(Exception,))
-    if o.show_report: guarded('showing the report', res.report.show, plain=o.plain, markdown=o.markdown)
-
-@patch
-def finish(self:Profile, interrupted:BaseException|None=None, facts:Facts|None=None) -> ProfileResult|None:
-    "The fit-end pipeline of a `Profile` used on its own: conclude → publish → output; None if nothing was profiled"
-    res,main = self.conclude(interrupted, facts)
-    if res is None: return None
-    if self.publish is not None: self.publish(res)  # the result is kept before any output step: an interrupt there keeps it
-    if self.held is not None: raise self.held  # an interrupt while closing: kept, and raised once the result is out
-    self.output(res, main)
-    return res

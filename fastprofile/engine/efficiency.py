@@ -9,7 +9,6 @@ from __future__ import annotations
 import math, os, sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from fastcore.basics import patch
 from .flops import mixed_peak
 from .record import Row
 
@@ -74,79 +73,69 @@ class Efficiency:
     maxrss_end:int|None=None # The same at the end of the call
     mem_available:int|None=None # The machine's available memory at the end of the call (`MemAvailable`)
 
-# %% ../../nbs/16_efficiency.ipynb #59323b9e
-@patch
-def _weights(self:Efficiency, stages):
-    "Each stage's weight: its training batches (all alike if none were counted)"
-    w = [s.train_batches for s in stages]
-    return w if sum(w) > 0 else [1]*len(stages)
+    def _weights(self, stages):
+        "Each stage's weight: its training batches (all alike if none were counted)"
+        w = [s.train_batches for s in stages]
+        return w if sum(w) > 0 else [1]*len(stages)
 
-@patch
-def flops_per_sample(self:Efficiency) -> dict:
-    "The call's FLOPs per sample of 'forward', 'loss', 'backward', 'train' and 'predict' (None where unknown)"
-    out = {}
-    for k in ('forward','loss','backward','train','predict'):
-        st = [s for s in self.stages if getattr(s, k) is not None]
-        if self.failure is not None or not st: out[k] = None; continue
-        w = self._weights(st)
-        out[k] = sum(getattr(s, k)*x for s,x in zip(st, w))/sum(w)
-    return out
+    def flops_per_sample(self) -> dict:
+        "The call's FLOPs per sample of 'forward', 'loss', 'backward', 'train' and 'predict' (None where unknown)"
+        out = {}
+        for k in ('forward','loss','backward','train','predict'):
+            st = [s for s in self.stages if getattr(s, k) is not None]
+            if self.failure is not None or not st: out[k] = None; continue
+            w = self._weights(st)
+            out[k] = sum(getattr(s, k)*x for s,x in zip(st, w))/sum(w)
+        return out
 
-@patch
-def dtype_flops(self:Efficiency) -> dict:
-    "FLOPs of the counted training batches per compute dtype"
-    d = defaultdict(int)
-    for s in self.stages:
-        for k,n in s.dtypes.items(): d[k] += n
-    return dict(d)
+    def dtype_flops(self) -> dict:
+        "FLOPs of the counted training batches per compute dtype"
+        d = defaultdict(int)
+        for s in self.stages:
+            for k,n in s.dtypes.items(): d[k] += n
+        return dict(d)
 
-@patch
-def family_flops(self:Efficiency) -> dict:
-    "FLOPs of the counted training batches per op family"
-    d = defaultdict(int)
-    for s in self.stages:
-        for k,n in s.families.items(): d[k] += n
-    return dict(d)
+    def family_flops(self) -> dict:
+        "FLOPs of the counted training batches per op family"
+        d = defaultdict(int)
+        for s in self.stages:
+            for k,n in s.families.items(): d[k] += n
+        return dict(d)
 
-@patch(as_prop=True)
-def dtype(self:Efficiency) -> str|None:
-    "The compute dtype of most counted FLOPs"
-    d = self.dtype_flops()
-    return max(d, key=d.get) if d else None
+    @property
+    def dtype(self) -> str|None:
+        "The compute dtype of most counted FLOPs"
+        d = self.dtype_flops()
+        return max(d, key=d.get) if d else None
 
-@patch
-def peak(self:Efficiency) -> tuple:
-    "(peak FLOP/s, where it came from: 'given' or 'table'), or (None, None)"
-    if self.peak_flops is not None: return self.peak_flops,'given'
-    p = mixed_peak(self.device_name, self.dtype_flops())
-    return (p,'table') if p is not None else (None,None)
+    def peak(self) -> tuple:
+        "(peak FLOP/s, where it came from: 'given' or 'table'), or (None, None)"
+        if self.peak_flops is not None: return self.peak_flops,'given'
+        p = mixed_peak(self.device_name, self.dtype_flops())
+        return (p,'table') if p is not None else (None,None)
 
-@patch
-def row_flops(self:Efficiency) -> dict:
-    "FLOPs per sample of each results row they apply to, for `Facts.flops` (the `FLOP/s` column)"
-    f,rows = self.flops_per_sample(),{}
-    if f['forward'] is not None: rows[Row('train','batch','forward')] = f['forward']
-    if f['backward'] is not None: rows[Row('train','batch','backward')] = f['backward']
-    if f['train'] is not None: rows[Row('train','batch')] = rows[Row('fit','train')] = f['train']
-    if f['predict'] is not None:
-        rows[Row('valid','batch','predict')] = rows[Row('valid','batch')] = rows[Row('fit','valid')] = f['predict']
-    return rows
+    def row_flops(self) -> dict:
+        "FLOPs per sample of each results row they apply to, for `Facts.flops` (the `FLOP/s` column)"
+        f,rows = self.flops_per_sample(),{}
+        if f['forward'] is not None: rows[Row('train','batch','forward')] = f['forward']
+        if f['backward'] is not None: rows[Row('train','batch','backward')] = f['backward']
+        if f['train'] is not None: rows[Row('train','batch')] = rows[Row('fit','train')] = f['train']
+        if f['predict'] is not None:
+            rows[Row('valid','batch','predict')] = rows[Row('valid','batch')] = rows[Row('fit','valid')] = f['predict']
+        return rows
 
-# %% ../../nbs/16_efficiency.ipynb #29ffcf8d
-@patch
-def batch_growth(self:Efficiency) -> float|None:
-    "CUDA: how many times the batch could grow before the device is full, if activations grow with it (10% kept back)"
-    peak = max(self.memory.values(), default=None)
-    if peak is None or self.device_usable is None or self.memory_base is None or peak <= self.memory_base: return None
-    return (.9*self.device_usable - self.memory_base)/(peak - self.memory_base)
+    def batch_growth(self) -> float|None:
+        "CUDA: how many times the batch could grow before the device is full, if activations grow with it (10% kept back)"
+        peak = max(self.memory.values(), default=None)
+        if peak is None or self.device_usable is None or self.memory_base is None or peak <= self.memory_base: return None
+        return (.9*self.device_usable - self.memory_base)/(peak - self.memory_base)
 
-@patch
-def peak_rss(self:Efficiency) -> tuple:
-    "The process's peak resident memory during the call as (bytes, exact): exact when the call set the process's peak"
-    if self.maxrss_end is not None and self.maxrss_start is not None and self.maxrss_end > self.maxrss_start:
-        return self.maxrss_end,True
-    seen = [v for v in (self.rss_start, self.rss_seen, self.rss_end) if v is not None]
-    return (max(seen) if seen else None),False
+    def peak_rss(self) -> tuple:
+        "The process's peak resident memory during the call as (bytes, exact): exact when the call set the process's peak"
+        if self.maxrss_end is not None and self.maxrss_start is not None and self.maxrss_end > self.maxrss_start:
+            return self.maxrss_end,True
+        seen = [v for v in (self.rss_start, self.rss_seen, self.rss_end) if v is not None]
+        return (max(seen) if seen else None),False
 
 # %% ../../nbs/16_efficiency.ipynb #5df54e59
 def rss_bytes() -> int|None:

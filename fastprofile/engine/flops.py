@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib, re, time
 from collections import defaultdict
 import torch
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for', 'compute_dtype', 'mixed_peak', 'FlopCount', 'is_compiled',
@@ -165,25 +164,22 @@ class FlopCount:
     def __enter__(self): return self.start()
     def __exit__(self, *args): self.stop()
 
-# %% ../../nbs/15a_flops.ipynb #986a0f27
-@patch(as_prop=True)
-def total(self:FlopCount) -> int:
-    "FLOPs counted so far"
-    return int(self.mode.get_total_flops())
+    @property
+    def total(self) -> int:
+        "FLOPs counted so far"
+        return int(self.mode.get_total_flops())
 
-@patch
-def dtypes(self:FlopCount) -> dict:
-    "FLOPs per compute dtype"
-    d = defaultdict(int)
-    for (dt,_),n in self.by.items(): d[dt] += n
-    return dict(d)
+    def dtypes(self) -> dict:
+        "FLOPs per compute dtype"
+        d = defaultdict(int)
+        for (dt,_),n in self.by.items(): d[dt] += n
+        return dict(d)
 
-@patch
-def families(self:FlopCount) -> dict:
-    "FLOPs per op family"
-    d = defaultdict(int)
-    for (_,fam),n in self.by.items(): d[fam] += n
-    return dict(d)
+    def families(self) -> dict:
+        "FLOPs per op family"
+        d = defaultdict(int)
+        for (_,fam),n in self.by.items(): d[fam] += n
+        return dict(d)
 
 # %% ../../nbs/15a_flops.ipynb #578a7b7b
 def is_compiled(model) -> bool:

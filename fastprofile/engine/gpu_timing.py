@@ -15,7 +15,6 @@ from .stats import StreamingStats
 from .checks import check_choice, check_int
 from .record import ProfileRecord, Row, Slot, STEPS, PHASES, GPU_COLS, N_MARKS
 from .cuda_events import take_event, give_back
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['TIMINGS', 'GPU_EVERY', 'check_timing', 'resolve_timing', 'EventPool', 'PendingBatch', 'GpuProfileRecord',
@@ -148,83 +147,76 @@ class GpuProfileRecord(ProfileRecord):
         self._resolve(block_all=True)
         return super().state()
 
-# %% ../../nbs/04_gpu_timing.ipynb #b88b28dc
-@patch
-def _sample(self:GpuProfileRecord, i:int):
-    "Whether batch `i` of the phase (-1: none) records events: one in `gpu_every` past the warm-up; it takes a row of the pool if so"
-    on = i >= self.warmup and (i - self.warmup) % self.gpu_every == 0
-    if on and self._row is None: self._take_row()
-    elif not on and self._row is not None: self.pool.give(self._row); self._row = None
-    self.evs = self.pool.rows[self._row] if on else None
+    def _sample(self, i:int):
+        "Whether batch `i` of the phase (-1: none) records events: one in `gpu_every` past the warm-up; it takes a row of the pool if so"
+        on = i >= self.warmup and (i - self.warmup) % self.gpu_every == 0
+        if on and self._row is None: self._take_row()
+        elif not on and self._row is not None: self.pool.give(self._row); self._row = None
+        self.evs = self.pool.rows[self._row] if on else None
 
-@patch
-def _take_row(self:GpuProfileRecord):
-    "Take a free row of events for the next batch, resolving (and if need be waiting for) finished ones"
-    row = self.pool.take()
-    if row is None:  # every row in flight: resolve what has completed, else wait for the oldest
-        self._resolve()
+    def _take_row(self):
+        "Take a free row of events for the next batch, resolving (and if need be waiting for) finished ones"
         row = self.pool.take()
-    if row is None:
-        self.n_waits += 1
-        self._resolve(block_oldest=True)
-        row = self.pool.take()
-    self._row = row
+        if row is None:  # every row in flight: resolve what has completed, else wait for the oldest
+            self._resolve()
+            row = self.pool.take()
+        if row is None:
+            self.n_waits += 1
+            self._resolve(block_oldest=True)
+            row = self.pool.take()
+        self._row = row
 
-@patch
-def _resolve(self:GpuProfileRecord, block_oldest=False, block_all=False, most:int|None=None):
-    "Resolve pending rows whose last recorded event has completed, oldest first (at most `most` of them)"
-    n = 0
-    while self._pending and (most is None or n < most):
-        b = self._pending[0]
-        evs = self.pool.rows[b.row]
-        if block_all or block_oldest: evs[Slot.BATCH_END].synchronize(); block_oldest = False
-        elif not evs[Slot.BATCH_END].query(): break
-        self._pending.popleft()
-        self._add_gpu(evs, b)
-        self.pool.give(b.row)
-        n += 1
-    if len(self._gpu_buf) >= 64 or (block_all and self._gpu_buf): self._flush_gpu()
-    if block_all: self._clear_ring(self._batch_no)
+    def _resolve(self, block_oldest=False, block_all=False, most:int|None=None):
+        "Resolve pending rows whose last recorded event has completed, oldest first (at most `most` of them)"
+        n = 0
+        while self._pending and (most is None or n < most):
+            b = self._pending[0]
+            evs = self.pool.rows[b.row]
+            if block_all or block_oldest: evs[Slot.BATCH_END].synchronize(); block_oldest = False
+            elif not evs[Slot.BATCH_END].query(): break
+            self._pending.popleft()
+            self._add_gpu(evs, b)
+            self.pool.give(b.row)
+            n += 1
+        if len(self._gpu_buf) >= 64 or (block_all and self._gpu_buf): self._flush_gpu()
+        if block_all: self._clear_ring(self._batch_no)
 
-@patch
-def _clear_ring(self:GpuProfileRecord, upto:int):
-    "NaN in the GPU ring's rows of batches `_cleared`..`upto - 1`: batches that recorded no events (the ring's rows are reused)"
-    k,a = self.keep_batches,self._cleared
-    if upto - a >= k: self.gpu_ring[:] = math.nan
-    elif upto > a:
-        i,j = a % k,upto % k
-        if i < j: self.gpu_ring[i:j] = math.nan
-        else: self.gpu_ring[i:] = math.nan; self.gpu_ring[:j] = math.nan
-    self._cleared = max(a, upto)
+    def _clear_ring(self, upto:int):
+        "NaN in the GPU ring's rows of batches `_cleared`..`upto - 1`: batches that recorded no events (the ring's rows are reused)"
+        k,a = self.keep_batches,self._cleared
+        if upto - a >= k: self.gpu_ring[:] = math.nan
+        elif upto > a:
+            i,j = a % k,upto % k
+            if i < j: self.gpu_ring[i:j] = math.nan
+            else: self.gpu_ring[i:] = math.nan; self.gpu_ring[:j] = math.nan
+        self._cleared = max(a, upto)
 
-@patch
-def _add_gpu(self:GpuProfileRecord, evs, b:PendingBatch):
-    "GPU durations (seconds) of one batch's phases into the ring, and queued for the statistics"
-    marks = b.marks
-    def el(a, z):
-        # a slot with no wall mark was not reached in this batch: its event holds an older batch's time
-        if math.isnan(marks[a]) or math.isnan(marks[z]): return math.nan
-        return evs[a].elapsed_time(evs[z])/1e3
-    d = {'draw': el(Slot.DRAW_START, Slot.BATCH_START), 'batch': el(Slot.BATCH_START, Slot.BATCH_END)}
-    for s in STEPS[b.phase]: d[s.name] = el(s.start, s.end)
-    named = [d[s.name] for s in STEPS[b.phase] if not math.isnan(d[s.name])]
-    d['other'] = d['batch'] - sum(named) if not math.isnan(d['batch']) else math.nan
-    row = [d.get(c, math.nan) for c in GPU_COLS]
-    self._clear_ring(b.no)  # the batches since the last sampled one have no GPU times
-    self.gpu_ring[b.no % self.keep_batches] = row
-    self._cleared = b.no + 1
-    if not b.warmup: self._gpu_buf.append((b.phase, row))
+    def _add_gpu(self, evs, b:PendingBatch):
+        "GPU durations (seconds) of one batch's phases into the ring, and queued for the statistics"
+        marks = b.marks
+        def el(a, z):
+            # a slot with no wall mark was not reached in this batch: its event holds an older batch's time
+            if math.isnan(marks[a]) or math.isnan(marks[z]): return math.nan
+            return evs[a].elapsed_time(evs[z])/1e3
+        d = {'draw': el(Slot.DRAW_START, Slot.BATCH_START), 'batch': el(Slot.BATCH_START, Slot.BATCH_END)}
+        for s in STEPS[b.phase]: d[s.name] = el(s.start, s.end)
+        named = [d[s.name] for s in STEPS[b.phase] if not math.isnan(d[s.name])]
+        d['other'] = d['batch'] - sum(named) if not math.isnan(d['batch']) else math.nan
+        row = [d.get(c, math.nan) for c in GPU_COLS]
+        self._clear_ring(b.no)  # the batches since the last sampled one have no GPU times
+        self.gpu_ring[b.no % self.keep_batches] = row
+        self._cleared = b.no + 1
+        if not b.warmup: self._gpu_buf.append((b.phase, row))
 
-@patch
-def _flush_gpu(self:GpuProfileRecord):
-    "Fold the queued GPU durations into the statistics, one array per row of the report"
-    for p in PHASES:
-        rows = np.array([r for ph,r in self._gpu_buf if ph == p], dtype=np.float64).reshape(-1, len(GPU_COLS))
-        if not len(rows): continue
-        for i,c in enumerate(GPU_COLS):
-            row = Row.part(p, c)  # a step of the other phase (`predict` in train) is no row of this one
-            if row in self.gpu_stats: self.gpu_stats[row].update(rows[:,i])
-    self._gpu_buf = []
+    def _flush_gpu(self):
+        "Fold the queued GPU durations into the statistics, one array per row of the report"
+        for p in PHASES:
+            rows = np.array([r for ph,r in self._gpu_buf if ph == p], dtype=np.float64).reshape(-1, len(GPU_COLS))
+            if not len(rows): continue
+            for i,c in enumerate(GPU_COLS):
+                row = Row.part(p, c)  # a step of the other phase (`predict` in train) is no row of this one
+                if row in self.gpu_stats: self.gpu_stats[row].update(rows[:,i])
+        self._gpu_buf = []
 
 # %% ../../nbs/04_gpu_timing.ipynb #5f1e0a77
 def sync_clock(device, clock=time.perf_counter):

@@ -8,7 +8,6 @@ Docs: https://fastprofile.github.io/fastprofile/patches.html.md"""
 from __future__ import annotations
 import os, warnings
 from typing import Callable
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['Patch', 'Patches']
@@ -34,51 +33,47 @@ class Patches:
     def __iter__(self): return iter(list(self._stack))
     def __repr__(self): return f"Patches({len(self)} change{'s' if len(self) != 1 else ''})"
 
+    def set(self, obj, attr:str, value) -> Patch:
+        "Set `obj.attr = value` on the instance, remembering what its `__dict__` had (or that it had nothing)"
+        d = obj.__dict__
+        p = Patch(obj, attr, value, d.get(attr, _MISSING))
+        d[attr] = value
+        self._stack.append(p)
+        return p
+
+    def call(self, undo:Callable, *args, **kwargs) -> Patch:
+        "Remember to run `undo(*args, **kwargs)` at `restore()`: for a change that is not an attribute (callbacks added to a learner)"
+        p = Patch(undo=lambda: undo(*args, **kwargs))
+        p.undo.__name__ = getattr(undo, '__name__', 'undo')
+        self._stack.append(p)
+        return p
+
+    def undo(self, p:Patch):
+        "Put back one change now, if it is still on the stack; the changes made after it stay"
+        i = next((i for i in range(len(self._stack)-1, -1, -1) if self._stack[i] is p), None)
+        if i is None: return
+        del self._stack[i]
+        if p.undo is not None: return p.undo()
+        later = next((q for q in self._stack[i:] if q.obj is p.obj and q.attr == p.attr and q.prev is p.value), None)
+        if later is not None: later.prev = p.prev  # a later change sits on top of this one: it will put back what was under it
+        else: _put_back(p)
+
+    def restore(self):
+        "Put everything back, last change first; an undo that fails does not stop the others (it warns; in strict mode it raises after)"
+        errors = []
+        while self._stack:
+            p = self._stack.pop()
+            try:
+                if p.undo is not None: p.undo()
+                else: _put_back(p)
+            except Exception as e: errors.append((p, e))
+        for p,e in errors: warnings.warn(f"fastprofile: putting back {p!r} failed ({type(e).__name__}: {e})")
+        if errors and _strict(): raise errors[0][1]
+
 # %% ../../nbs/02a_patches.ipynb #af2e59bc
-@patch
-def set(self:Patches, obj, attr:str, value) -> Patch:
-    "Set `obj.attr = value` on the instance, remembering what its `__dict__` had (or that it had nothing)"
-    d = obj.__dict__
-    p = Patch(obj, attr, value, d.get(attr, _MISSING))
-    d[attr] = value
-    self._stack.append(p)
-    return p
-
-@patch
-def call(self:Patches, undo:Callable, *args, **kwargs) -> Patch:
-    "Remember to run `undo(*args, **kwargs)` at `restore()`: for a change that is not an attribute (callbacks added to a learner)"
-    p = Patch(undo=lambda: undo(*args, **kwargs))
-    p.undo.__name__ = getattr(undo, '__name__', 'undo')
-    self._stack.append(p)
-    return p
-
-@patch
-def undo(self:Patches, p:Patch):
-    "Put back one change now, if it is still on the stack; the changes made after it stay"
-    i = next((i for i in range(len(self._stack)-1, -1, -1) if self._stack[i] is p), None)
-    if i is None: return
-    del self._stack[i]
-    if p.undo is not None: return p.undo()
-    later = next((q for q in self._stack[i:] if q.obj is p.obj and q.attr == p.attr and q.prev is p.value), None)
-    if later is not None: later.prev = p.prev  # a later change sits on top of this one: it will put back what was under it
-    else: _put_back(p)
-
 def _put_back(p:Patch):
     "Put `p.prev` back on `p.obj.attr`, unless something else took `p.value`'s place since (then that stays)"
     d = p.obj.__dict__
     if d.get(p.attr, _MISSING) is not p.value: return
     if p.prev is _MISSING: del d[p.attr]
     else: d[p.attr] = p.prev
-
-@patch
-def restore(self:Patches):
-    "Put everything back, last change first; an undo that fails does not stop the others (it warns; in strict mode it raises after)"
-    errors = []
-    while self._stack:
-        p = self._stack.pop()
-        try:
-            if p.undo is not None: p.undo()
-            else: _put_back(p)
-        except Exception as e: errors.append((p, e))
-    for p,e in errors: warnings.warn(f"fastprofile: putting back {p!r} failed ({type(e).__name__}: {e})")
-    if errors and _strict(): raise errors[0][1]

@@ -14,7 +14,6 @@ from typing import NamedTuple
 import numpy as np, pandas as pd
 from .stats import StreamingStats, update_columns
 from .checks import check_int, check_callable
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['N_MARKS', 'SLOTS', 'TRAIN_STEPS', 'VALID_STEPS', 'STEPS', 'PHASES', 'FIT_ACTIONS', 'PHASE_ACTIONS', 'ROW_KEYS',
@@ -362,169 +361,179 @@ class ProfileRecord:
         if callable(v): self._overhead_fn = v
         else: self._overhead_fn,self._overhead = None,float(v)
 
+    def _seal(self):
+        """Close the queue of the phase in flight into a segment: its bookkeeping now (batches, span, warm-up, set apart); its
+        statistics and ring rows when `fold`ed"""
+        if not self._queue: return
+        p,queue,bss = self.phase,self._queue,self._queue_bs
+        self._queue,self._queue_bs = [],[]
+        n,i0 = len(queue),self._phase_batches
+        toks,self._queue_tokens = self._queue_tokens,{}  # token counts of the batches that have them, by position in the queue
+        tok = [toks.get(i, 0) for i in range(n)] if toks else None
+        warm = [i0 + i < self.warmup for i in range(n)]
+        if self._apart:  # batches set apart (they compiled): with the warm-up
+            apart = [any(a is q for a in self._apart) for q in queue]
+            late = sum(a and not w for a,w in zip(apart, warm))
+            if late: self.n_apart[p] = self.n_apart.get(p, 0) + late
+            warm = [a or w for a,w in zip(apart, warm)]
+            self._apart = [a for a in self._apart if not any(a is q for q in queue)]
+        self._phase_batches += n
+        DS,BE = Slot.DRAW_START,Slot.BATCH_END
+        span = [m[BE] - m[DS] for m in queue]
+        self._phase_span += math.fsum(x for x in span if x == x)
+        sec = self._epoch_totals.seconds if self._epoch_totals is not None else {}
+        self._sealed.append((p, self.stage, self.epoch, i0, queue, bss, tok, warm, span, sec))
+        self._n_sealed += n
+
+    def fold(self):
+        "Fold queued batches into the statistics and the ring of recent batches"
+        self._seal()
+        sealed,self._sealed,self._n_sealed = self._sealed,[],0
+        for seg in sealed: self._fold_segment(*seg)
+        later,self._later = self._later,[]
+        for k,v in later: self.stats[k].update(v)
+
+    @property
+    def pending(self) -> bool:
+        "Whether a `fold` has work: batches queued or sealed, or totals of ended phases, epochs and fits (`_stat`)"
+        return bool(self._queue or self._sealed or self._later)
+
+    def _stat(self, k:Row, v:float):
+        """Add `v` seconds to row `k`: at once, or, in a lazy record, at its next fold (a fit ends sooner: each path it runs then costs
+        tens of µs, caches cold)"""
+        if not self.lazy: return self.stats[k].update(v)
+        self._later.append((k, v))
+        if len(self._later) > 256: self.fold()  # phases without batches fold nothing: bounded all the same
+
+    def _fold_segment(self, p, stage, epoch, i0, queue, bss, tok, warm, span, sec):
+        "A sealed segment's batches into the statistics, the samples and tokens of their rows, their epoch's seconds and the ring"
+        # plain Python: in a fit, each numpy call costs 10-20 µs (cold caches), a phase's fold a few dozen of them
+        n = len(queue)
+        if any(warm):
+            k,w = Row(p,'warmup'),[x for x,wm in zip(span, warm) if wm]
+            self.stats[k].update(w)
+            self.samples[k] += sum(b for b,wm in zip(bss, warm) if wm)
+            if tok is not None: self.tokens[k] += sum(t for t,wm in zip(tok, warm) if wm)
+            sec[k] = sec.get(k, 0.) + math.fsum(x for x in w if x == x)
+        kept = [i for i in range(n) if not warm[i]]
+        if kept:  # every part of the kept batches at once: rows of (draw, batch, steps..., other), one `update_columns`
+            pairs = list(zip(*_PART_SLOTS[p]))
+            rows = []
+            for i in kept:
+                m = queue[i]
+                d = [m[e] - m[a] for a,e in pairs]
+                d.append(d[1] - math.fsum(x for x in d[2:] if x == x))
+                rows.append(d)
+            keys = _PART_ROWS[p]
+            tot = update_columns([self.stats[k] for k in keys], rows)
+            for j,k in enumerate(keys):
+                every = j < 2  # 'draw' and 'batch' count every kept batch's samples (and tokens); a step, the batches it ran in
+                self.samples[k] += sum(bss[i] for r,i in zip(rows, kept) if every or r[j] == r[j])
+                if tok is not None: self.tokens[k] += sum(tok[i] for r,i in zip(rows, kept) if every or r[j] == r[j])
+                sec[k] = sec.get(k, 0.) + float(tot[j])
+        self.samples[Row('fit',p)] += sum(bss)
+        if tok is not None: self.tokens[Row('fit',p)] += sum(tok)
+        ph,k = PHASES.index(p),self.keep_batches
+        room = min(k, self.n_batches + n)
+        if len(self.ring) < room:  # the ring grows (doubling) until it holds `keep_batches` rows; the rows so far stay where they are
+            grown = np.full((min(k, max(room, 2*len(self.ring))), N_COLS), np.nan)
+            grown[:len(self.ring)] = self.ring
+            self.ring = grown
+        ring = [[*m, b, ph, stage, epoch, i0 + i, w] for i,(m,b,w) in enumerate(zip(queue, bss, warm))][-k:]
+        at = (self.n_batches + n - len(ring)) % k  # where the first row kept goes; the ring wraps at most once
+        head = min(len(ring), k - at)
+        self.ring[at:at+head] = ring[:head]
+        if head < len(ring): self.ring[:len(ring)-head] = ring[head:]
+        self.n_batches += n
+
+    @property
+    def nbytes(self) -> int:
+        "Memory held by the record's arrays and statistics, in bytes (the queue is bounded by `fold_every`)"
+        gpu = 0 if self.gpu_ring is None else self.gpu_ring.nbytes + sum(s.nbytes for s in self.gpu_stats.values())
+        return (self.ring.nbytes + sum(s.nbytes for s in self.stats.values()) + gpu
+                + len(self.epochs)*64*len(ROW_KEYS) + self.fold_every*(N_MARKS+1)*8)
+
+    def _ring_rows(self) -> np.ndarray:
+        "The ring's rows, oldest first"
+        k,n = self.keep_batches,self.n_batches
+        return self.ring[:n] if n <= k else np.roll(self.ring, -(n % k), axis=0)
+
+    def last(self, n:int) -> RecentMarks:
+        "Marks, sizes and warm-up flags of the last `n` finished batches of the phase in flight, oldest first"
+        n = max(int(n), 0)
+        q = np.array(self._queue[-n:] if n else [], dtype=np.float64).reshape(-1, N_MARKS)
+        nq = len(q)
+        qbs = np.array(self._queue_bs[-n:], dtype=np.float64) if nq else np.zeros(0)
+        qwarm = (self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase else np.zeros(nq, bool)
+        if self._apart and nq: qwarm = qwarm | np.array([any(a is r for a in self._apart) for r in self._queue[-nq:]])
+        need = n - nq
+        if need > 0 and self.n_batches and self.phase:
+            k = self.keep_batches
+            take = min(need, self.n_batches, k)
+            r = self.ring[(self.n_batches - take + np.arange(take)) % k]
+            r = r[(r[:,Col.PHASE] == PHASES.index(self.phase)) & (r[:,Col.EPOCH] == self.epoch) & (r[:,Col.STAGE] == self.stage)]
+            q = np.concatenate([r[:,:N_MARKS], q])
+            qbs = np.concatenate([r[:,Col.BS], qbs])
+            qwarm = np.concatenate([r[:,Col.WARMUP].astype(bool), qwarm])
+        return RecentMarks(q, qbs, qwarm)
+
+    def phase_marks(self, phase:str, warmup:bool=False) -> np.ndarray:
+        "Marks `(n, N_MARKS)` of the recent batches of `phase` kept in the ring, warm-up batches left out unless `warmup`"
+        self.fold()
+        r = self._ring_rows()
+        r = r[r[:,Col.PHASE] == PHASES.index(phase)]
+        if not warmup: r = r[r[:,Col.WARMUP] == 0]
+        return r[:,:N_MARKS]
+
+    def recent(self) -> pd.DataFrame:
+        "The last `keep_batches` batches, oldest first: phase, stage, epoch, iteration, marks, bs and each step's duration"
+        self.fold()
+        rows = self._ring_rows()
+        gpu = None if self.gpu_ring is None else (self.gpu_ring[:self.n_batches] if self.n_batches <= self.keep_batches
+                                                  else np.roll(self.gpu_ring, -(self.n_batches % self.keep_batches), axis=0))
+        out = []
+        for pi,p in enumerate(PHASES):
+            sel = rows[:,Col.PHASE]==pi
+            r = rows[sel]
+            if not len(r): continue
+            df = pd.DataFrame({'phase':p, 'stage':r[:,Col.STAGE].astype(int), 'epoch':r[:,Col.EPOCH].astype(int),
+                               'iter':r[:,Col.ITER].astype(int), 'warmup':r[:,Col.WARMUP].astype(bool), 'bs':r[:,Col.BS].astype(int)})
+            for s in Slot: df[SLOTS[s]] = r[:,s]
+            for a,v in batch_durations(r[:,:N_MARKS], p).items(): df[a] = v
+            if gpu is not None:
+                for i,c in enumerate(GPU_COLS): df[f'{c}_gpu'] = gpu[sel, i]
+            out.append(df)
+        if not out: return pd.DataFrame()
+        return pd.concat(out).sort_values('draw_start', kind='stable').reset_index(drop=True)
+
+    def results(self) -> pd.DataFrame:
+        "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
+        self.fold()
+        fit_total,rows,gpu = self.fit_total,[],self.gpu_stats or {}
+        tokens = self.tokens if any(self.tokens.values()) else None  # a Tokens/Second column only where batches were token ids
+        nan = math.nan
+        def per_second(counts, row, s):
+            n = (counts[Row('fit','train')] + counts[Row('fit','valid')]) if row in (Row('fit','fit'),Row('fit','epoch')) else counts[row]
+            return n/s.total if (n and s.total > 0 and 'other' not in (row.action, row.step)) else nan
+        for row,s in self.stats.items():
+            if s.n == 0 and row != Row('fit','fit'): continue
+            # GPU time per row, when CUDA events were recorded (on one batch in `gpu_every`: the total is the mean times the batches)
+            g = gpu.get(row)
+            rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, per_second(self.samples, row, s), s.total,
+                                  100*s.total/fit_total if fit_total > 0 else nan, *s.quantiles((.5, .9, .99)),
+                                  s.min if s.n else nan, s.max if s.n else nan,
+                                  *((g.mean, g.mean*s.n) if g is not None and g.n else (nan, nan)),
+                                  tokens_per_s=nan if tokens is None else per_second(tokens, row, s)))
+        return results_frame(rows, (('gpu_mean','gpu_total') if self.gpu_stats else ()) + (('tokens_per_s',) if tokens is not None else ()))
+
 def _state_keys(cls) -> tuple:
     "The attributes `cls.state()` keeps: those `__init__` makes, less `TRANSIENT`, then `CLASS_STATE`"
     return (*[k for k in vars(cls()) if k not in cls.TRANSIENT], *cls.CLASS_STATE)
 
 ProfileRecord.STATE_KEYS = _state_keys(ProfileRecord)  # derived: a new attribute is kept unless declared transient
 
-# %% ../../nbs/03_record.ipynb #082f47c4
-@patch
-def _seal(self:ProfileRecord):
-    """Close the queue of the phase in flight into a segment: its bookkeeping now (batches, span, warm-up, set apart); its statistics and
-    ring rows when `fold`ed"""
-    if not self._queue: return
-    p,queue,bss = self.phase,self._queue,self._queue_bs
-    self._queue,self._queue_bs = [],[]
-    n,i0 = len(queue),self._phase_batches
-    toks,self._queue_tokens = self._queue_tokens,{}  # token counts of the batches that have them, by position in the queue
-    tok = [toks.get(i, 0) for i in range(n)] if toks else None
-    warm = [i0 + i < self.warmup for i in range(n)]
-    if self._apart:  # batches set apart (they compiled): with the warm-up
-        apart = [any(a is q for a in self._apart) for q in queue]
-        late = sum(a and not w for a,w in zip(apart, warm))
-        if late: self.n_apart[p] = self.n_apart.get(p, 0) + late
-        warm = [a or w for a,w in zip(apart, warm)]
-        self._apart = [a for a in self._apart if not any(a is q for q in queue)]
-    self._phase_batches += n
-    DS,BE = Slot.DRAW_START,Slot.BATCH_END
-    span = [m[BE] - m[DS] for m in queue]
-    self._phase_span += math.fsum(x for x in span if x == x)
-    sec = self._epoch_totals.seconds if self._epoch_totals is not None else {}
-    self._sealed.append((p, self.stage, self.epoch, i0, queue, bss, tok, warm, span, sec))
-    self._n_sealed += n
-
-@patch
-def fold(self:ProfileRecord):
-    "Fold queued batches into the statistics and the ring of recent batches"
-    self._seal()
-    sealed,self._sealed,self._n_sealed = self._sealed,[],0
-    for seg in sealed: self._fold_segment(*seg)
-    later,self._later = self._later,[]
-    for k,v in later: self.stats[k].update(v)
-
-@patch(as_prop=True)
-def pending(self:ProfileRecord) -> bool:
-    "Whether a `fold` has work: batches queued or sealed, or totals of ended phases, epochs and fits (`_stat`)"
-    return bool(self._queue or self._sealed or self._later)
-
-@patch
-def _stat(self:ProfileRecord, k:Row, v:float):
-    """Add `v` seconds to row `k`: at once, or, in a lazy record, at its next fold (a fit ends sooner: each path it runs then costs tens of
-    µs, caches cold)"""
-    if not self.lazy: return self.stats[k].update(v)
-    self._later.append((k, v))
-    if len(self._later) > 256: self.fold()  # phases without batches fold nothing: bounded all the same
-
-@patch
-def _fold_segment(self:ProfileRecord, p, stage, epoch, i0, queue, bss, tok, warm, span, sec):
-    "A sealed segment's batches into the statistics, the samples and tokens of their rows, their epoch's seconds and the ring"
-    # plain Python: in a fit, each numpy call costs 10-20 µs (cold caches), a phase's fold a few dozen of them
-    n = len(queue)
-    if any(warm):
-        k,w = Row(p,'warmup'),[x for x,wm in zip(span, warm) if wm]
-        self.stats[k].update(w)
-        self.samples[k] += sum(b for b,wm in zip(bss, warm) if wm)
-        if tok is not None: self.tokens[k] += sum(t for t,wm in zip(tok, warm) if wm)
-        sec[k] = sec.get(k, 0.) + math.fsum(x for x in w if x == x)
-    kept = [i for i in range(n) if not warm[i]]
-    if kept:  # every part of the kept batches at once: rows of (draw, batch, steps..., other), one `update_columns`
-        pairs = list(zip(*_PART_SLOTS[p]))
-        rows = []
-        for i in kept:
-            m = queue[i]
-            d = [m[e] - m[a] for a,e in pairs]
-            d.append(d[1] - math.fsum(x for x in d[2:] if x == x))
-            rows.append(d)
-        keys = _PART_ROWS[p]
-        tot = update_columns([self.stats[k] for k in keys], rows)
-        for j,k in enumerate(keys):
-            every = j < 2  # 'draw' and 'batch' count every kept batch's samples (and tokens); a step, the batches it ran in
-            self.samples[k] += sum(bss[i] for r,i in zip(rows, kept) if every or r[j] == r[j])
-            if tok is not None: self.tokens[k] += sum(tok[i] for r,i in zip(rows, kept) if every or r[j] == r[j])
-            sec[k] = sec.get(k, 0.) + float(tot[j])
-    self.samples[Row('fit',p)] += sum(bss)
-    if tok is not None: self.tokens[Row('fit',p)] += sum(tok)
-    ph,k = PHASES.index(p),self.keep_batches
-    room = min(k, self.n_batches + n)
-    if len(self.ring) < room:  # the ring grows (doubling) until it holds `keep_batches` rows; the rows so far stay where they are
-        grown = np.full((min(k, max(room, 2*len(self.ring))), N_COLS), np.nan)
-        grown[:len(self.ring)] = self.ring
-        self.ring = grown
-    ring = [[*m, b, ph, stage, epoch, i0 + i, w] for i,(m,b,w) in enumerate(zip(queue, bss, warm))][-k:]
-    at = (self.n_batches + n - len(ring)) % k  # where the first row kept goes; the ring wraps at most once
-    head = min(len(ring), k - at)
-    self.ring[at:at+head] = ring[:head]
-    if head < len(ring): self.ring[:len(ring)-head] = ring[head:]
-    self.n_batches += n
-
-@patch(as_prop=True)
-def nbytes(self:ProfileRecord) -> int:
-    "Memory held by the record's arrays and statistics, in bytes (the queue is bounded by `fold_every`)"
-    gpu = 0 if self.gpu_ring is None else self.gpu_ring.nbytes + sum(s.nbytes for s in self.gpu_stats.values())
-    return (self.ring.nbytes + sum(s.nbytes for s in self.stats.values()) + gpu
-            + len(self.epochs)*64*len(ROW_KEYS) + self.fold_every*(N_MARKS+1)*8)
-
-# %% ../../nbs/03_record.ipynb #6ced1ec3
-@patch
-def _ring_rows(self:ProfileRecord) -> np.ndarray:
-    "The ring's rows, oldest first"
-    k,n = self.keep_batches,self.n_batches
-    return self.ring[:n] if n <= k else np.roll(self.ring, -(n % k), axis=0)
-
-@patch
-def last(self:ProfileRecord, n:int) -> RecentMarks:
-    "Marks, sizes and warm-up flags of the last `n` finished batches of the phase in flight, oldest first"
-    n = max(int(n), 0)
-    q = np.array(self._queue[-n:] if n else [], dtype=np.float64).reshape(-1, N_MARKS)
-    nq = len(q)
-    qbs = np.array(self._queue_bs[-n:], dtype=np.float64) if nq else np.zeros(0)
-    qwarm = (self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase else np.zeros(nq, bool)
-    if self._apart and nq: qwarm = qwarm | np.array([any(a is r for a in self._apart) for r in self._queue[-nq:]])
-    need = n - nq
-    if need > 0 and self.n_batches and self.phase:
-        k = self.keep_batches
-        take = min(need, self.n_batches, k)
-        r = self.ring[(self.n_batches - take + np.arange(take)) % k]
-        r = r[(r[:,Col.PHASE] == PHASES.index(self.phase)) & (r[:,Col.EPOCH] == self.epoch) & (r[:,Col.STAGE] == self.stage)]
-        q = np.concatenate([r[:,:N_MARKS], q])
-        qbs = np.concatenate([r[:,Col.BS], qbs])
-        qwarm = np.concatenate([r[:,Col.WARMUP].astype(bool), qwarm])
-    return RecentMarks(q, qbs, qwarm)
-
-@patch
-def phase_marks(self:ProfileRecord, phase:str, warmup:bool=False) -> np.ndarray:
-    "Marks `(n, N_MARKS)` of the recent batches of `phase` kept in the ring, warm-up batches left out unless `warmup`"
-    self.fold()
-    r = self._ring_rows()
-    r = r[r[:,Col.PHASE] == PHASES.index(phase)]
-    if not warmup: r = r[r[:,Col.WARMUP] == 0]
-    return r[:,:N_MARKS]
-
 # %% ../../nbs/03_record.ipynb #d72c9558
 GPU_COLS = ('draw','batch','forward','predict','loss','backward','opt_step','zero_grad','other')  # columns of `gpu_ring`
-
-@patch
-def recent(self:ProfileRecord) -> pd.DataFrame:
-    "The last `keep_batches` batches, oldest first: phase, stage, epoch, iteration, marks, bs and each step's duration"
-    self.fold()
-    rows = self._ring_rows()
-    gpu = None if self.gpu_ring is None else (self.gpu_ring[:self.n_batches] if self.n_batches <= self.keep_batches
-                                              else np.roll(self.gpu_ring, -(self.n_batches % self.keep_batches), axis=0))
-    out = []
-    for pi,p in enumerate(PHASES):
-        sel = rows[:,Col.PHASE]==pi
-        r = rows[sel]
-        if not len(r): continue
-        df = pd.DataFrame({'phase':p, 'stage':r[:,Col.STAGE].astype(int), 'epoch':r[:,Col.EPOCH].astype(int),
-                           'iter':r[:,Col.ITER].astype(int), 'warmup':r[:,Col.WARMUP].astype(bool), 'bs':r[:,Col.BS].astype(int)})
-        for s in Slot: df[SLOTS[s]] = r[:,s]
-        for a,v in batch_durations(r[:,:N_MARKS], p).items(): df[a] = v
-        if gpu is not None:
-            for i,c in enumerate(GPU_COLS): df[f'{c}_gpu'] = gpu[sel, i]
-        out.append(df)
-    if not out: return pd.DataFrame()
-    return pd.concat(out).sort_values('draw_start', kind='stable').reset_index(drop=True)
 
 # %% ../../nbs/03_record.ipynb #1068ff01
 KEY_COLUMNS = ['Phase','Action','Step']  # the columns of a results row's `Row`
@@ -559,25 +568,3 @@ def results_frame(rows:list, extra=()) -> pd.DataFrame:
     d = {c:[r.row[i] for r in rows] for i,c in enumerate(KEY_COLUMNS)}
     d.update({c:[getattr(r, f) for r in rows] for f,c in {**RESULT_COLUMNS, **{f:EXTRA_COLUMNS[f] for f in extra}}.items()})
     return pd.DataFrame(d)
-
-# %% ../../nbs/03_record.ipynb #e35ed3e9
-@patch
-def results(self:ProfileRecord) -> pd.DataFrame:
-    "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
-    self.fold()
-    fit_total,rows,gpu = self.fit_total,[],self.gpu_stats or {}
-    tokens = self.tokens if any(self.tokens.values()) else None  # a Tokens/Second column only where batches were token ids
-    nan = math.nan
-    def per_second(counts, row, s):
-        n = (counts[Row('fit','train')] + counts[Row('fit','valid')]) if row in (Row('fit','fit'),Row('fit','epoch')) else counts[row]
-        return n/s.total if (n and s.total > 0 and 'other' not in (row.action, row.step)) else nan
-    for row,s in self.stats.items():
-        if s.n == 0 and row != Row('fit','fit'): continue
-        # GPU time per row, when CUDA events were recorded (on one batch in `gpu_every`: the total is the mean times the batches)
-        g = gpu.get(row)
-        rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, per_second(self.samples, row, s), s.total,
-                              100*s.total/fit_total if fit_total > 0 else nan, *s.quantiles((.5, .9, .99)),
-                              s.min if s.n else nan, s.max if s.n else nan,
-                              *((g.mean, g.mean*s.n) if g is not None and g.n else (nan, nan)),
-                              tokens_per_s=nan if tokens is None else per_second(tokens, row, s)))
-    return results_frame(rows, (('gpu_mean','gpu_total') if self.gpu_stats else ()) + (('tokens_per_s',) if tokens is not None else ()))

@@ -112,65 +112,58 @@ class _LearnerState:
             for what,e in errors: warnings.warn(f"fastprofile: putting back the learner's {what} failed ({type(e).__name__}: {e})")
         else: raise errors[0][1]
 
-# %% ../../nbs/18_advice.ipynb #a558e5f1
-@patch
-def put_learner(self:_LearnerState):
-    "The learner's attributes and its `cbs` (the same `L`, with the same callbacks); callbacks added in the block are unbound"
-    learn = self.learn
-    for cb in list(learn.cbs):
-        if cb not in self.cbs: cb.learn = None  # added inside the block
-    learn.__dict__.clear(); learn.__dict__.update(self.d)
-    self.cbs_obj.clear(); self.cbs_obj.extend(self.cbs)  # `learn.cbs`: the same `L`, with the same callbacks
+    def put_learner(self):
+        "The learner's attributes and its `cbs` (the same `L`, with the same callbacks); callbacks added in the block are unbound"
+        learn = self.learn
+        for cb in list(learn.cbs):
+            if cb not in self.cbs: cb.learn = None  # added inside the block
+        learn.__dict__.clear(); learn.__dict__.update(self.d)
+        self.cbs_obj.clear(); self.cbs_obj.extend(self.cbs)  # `learn.cbs`: the same `L`, with the same callbacks
 
-@patch
-def put_callbacks(self:_LearnerState):
-    "The state of each callback and metric, into the same objects; each callback bound to the learner again"
-    self.state.restore()
-    for cb in self.cbs: cb.learn = self.learn
+    def put_callbacks(self):
+        "The state of each callback and metric, into the same objects; each callback bound to the learner again"
+        self.state.restore()
+        for cb in self.cbs: cb.learn = self.learn
 
-@patch
-def put_model(self:_LearnerState):
-    "Weights and buffers in their memory layout, gradients, train/eval modes, `requires_grad` flags"
-    m = self.learn.model
-    for t,s in self.layouts:  # a layout changed inside the block (channels_last): the tensor as it was laid out
-        if t.stride() != s: t.data = torch.empty_strided(t.shape, s, dtype=t.dtype, device=t.device)
-    m.load_state_dict(self.weights)
-    for p,g in self.grad_copies:
-        p.grad = g if g is None or (g.shape == p.shape and g.dtype == p.dtype and g.device == p.device) else None
-    for x,t in zip(m.modules(), self.modes): x.training = t
-    for p,g in zip(m.parameters(), self.grads): p.requires_grad_(g)
+    def put_model(self):
+        "Weights and buffers in their memory layout, gradients, train/eval modes, `requires_grad` flags"
+        m = self.learn.model
+        for t,s in self.layouts:  # a layout changed inside the block (channels_last): the tensor as it was laid out
+            if t.stride() != s: t.data = torch.empty_strided(t.shape, s, dtype=t.dtype, device=t.device)
+        m.load_state_dict(self.weights)
+        for p,g in self.grad_copies:
+            p.grad = g if g is None or (g.shape == p.shape and g.dtype == p.dtype and g.device == p.device) else None
+        for x,t in zip(m.modules(), self.modes): x.training = t
+        for p,g in zip(m.parameters(), self.grads): p.requires_grad_(g)
 
-@patch
-def put_optimizer(self:_LearnerState):
-    "The optimizer's state, hyper-parameters and frozen layer groups"
-    if self.opt is None: return
-    self.opt.load_state_dict(self.opt_state)
-    d = self.opt.__dict__
-    # fastai's `Optimizer.load_state_dict` makes new `hypers` and `state`: the state goes back into the old ones
-    for k,o in self.opt_parts.items():
-        new = d.get(k)
-        if new is o or type(new) is not type(o) and not (isinstance(o, dict) and isinstance(new, dict)): continue
-        if isinstance(o, dict): o.clear(); o.update(new)
-        elif isinstance(o, L): o.items[:] = list(new)
-        elif isinstance(o, list): o[:] = list(new)
-        else: continue
-        d[k] = o
-    if self.frozen_idx is not None: self.opt.frozen_idx = self.frozen_idx
+    def put_optimizer(self):
+        "The optimizer's state, hyper-parameters and frozen layer groups"
+        if self.opt is None: return
+        self.opt.load_state_dict(self.opt_state)
+        d = self.opt.__dict__
+        # fastai's `Optimizer.load_state_dict` makes new `hypers` and `state`: the state goes back into the old ones
+        for k,o in self.opt_parts.items():
+            new = d.get(k)
+            if new is o or type(new) is not type(o) and not (isinstance(o, dict) and isinstance(new, dict)): continue
+            if isinstance(o, dict): o.clear(); o.update(new)
+            elif isinstance(o, L): o.items[:] = list(new)
+            elif isinstance(o, list): o[:] = list(new)
+            else: continue
+            d[k] = o
+        if self.frozen_idx is not None: self.opt.frozen_idx = self.frozen_idx
 
-@patch
-def put_loaders(self:_LearnerState):
-    "Each loader's attributes, its shuffling RNG's state and its `fake_l`"
-    for dl,d,rng,rs,fd in self.dls:
-        dl.__dict__.clear(); dl.__dict__.update(d)
-        if rs is not None: rng.setstate(rs)
-        if fd is not None: dl.fake_l.__dict__.clear(); dl.fake_l.__dict__.update(fd)
+    def put_loaders(self):
+        "Each loader's attributes, its shuffling RNG's state and its `fake_l`"
+        for dl,d,rng,rs,fd in self.dls:
+            dl.__dict__.clear(); dl.__dict__.update(d)
+            if rs is not None: rng.setstate(rs)
+            if fd is not None: dl.fake_l.__dict__.clear(); dl.fake_l.__dict__.update(fd)
 
-@patch
-def put_rngs(self:_LearnerState):
-    "The global RNGs: Python, numpy, torch, every CUDA device"
-    py,host,cpu,cuda = self.rngs  # as `__init__` took them
-    random.setstate(py); np.random.set_state(host); torch.set_rng_state(cpu)
-    if cuda is not None: torch.cuda.set_rng_state_all(cuda)
+    def put_rngs(self):
+        "The global RNGs: Python, numpy, torch, every CUDA device"
+        py,host,cpu,cuda = self.rngs  # as `__init__` took them
+        random.setstate(py); np.random.set_state(host); torch.set_rng_state(cpu)
+        if cuda is not None: torch.cuda.set_rng_state_all(cuda)
 
 # %% ../../nbs/18_advice.ipynb #2995a6f0
 @contextmanager

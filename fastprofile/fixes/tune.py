@@ -342,80 +342,78 @@ class TuneResult:
         if a is None or a.profile is None: return None
         return compare(self.baseline.profile, a.profile, names=('before', 'after'), rows='main')
 
+    def lines(self) -> list:
+        "The outcome in words: the headline, what was not measured and why, what to know before keeping a change"
+        b,out = self.best,[]
+        if self.kept:
+            c = self.combined
+            together = f"{fmt_speedup(c.measured)} measured together" if len(self.kept) > 1 else f"{fmt_speedup(c.measured)} measured"
+            out.append(f"Kept: {', '.join(f'`{k.text}`' for k in self.kept)}: {together}.")
+        elif b is not None:
+            pred = f" (predicted {fmt_speedup(b.changes[0].predicted)})" if not math.isnan(b.changes[0].predicted) else ''
+            out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep it with "
+                       f"`tune(apply=True)` or by hand.")
+        else: out.append("No change measured 5% faster or more: the learner is as it was.")
+        if self.diagnosis is not None:
+            out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the window.")
+        bs,dr = [t for t in self.baselines if t.samples],self.drift
+        if len(bs) > 1:
+            out.append(f"Baseline windows, one before and after each change: {len(bs)}, {fmt_rate(bs[0].after)} -> "
+                       f"{fmt_rate(bs[-1].after)} samples/s first to last ({fmt_change_pct(100*dr)}); each change is measured against the "
+                       "two beside it"
+                       + (": the machine's speed changed while tuning (other work on it?); measure again where it is "
+                          "quiet." if abs(dr) > DRIFT else '.'))
+        for t in self.trials:
+            if t.status != 'measured': out.append(f"`{t.text}`: {t.status}" + (f" ({t.why})" if t.why else '') + '.')
+        for t in self.trials:
+            if t.status == 'measured' and t.measured >= MIN_GAIN and t.changes[0].note: out.append(f"`{t.text}`: {t.changes[0].note}.")
+        n,v = self.windows or ('?', '?')
+        w = sorted({t.warmup for t in [*self.baselines, *self.trials] if t.profile is not None})
+        warm = f" past {w[0]}{f'-{w[-1]}' if len(w) > 1 else ''} warm-up batches each" if w else ''
+        out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples "
+                   f"in the baseline's proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} budget.")
+        return out
+
+    @property
+    def report(self) -> ProfileReport:
+        "The ranked table and its lines as a `ProfileReport` (rich text, HTML, plain text, markdown)"
+        rows = [dict(Phase='measured, fastest first' if t.status in ('measured',) else 'not measured', Action=t.text, Step='',
+                     Predicted=t.changes[0].predicted, Measured=t.measured,
+                     **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after}, Cost=t.cost)
+                for t in self.trials]
+        df = pd.DataFrame(rows, columns=['Phase','Action','Step','Predicted','Measured','Off by','Samples/s before','Samples/s after',
+                                         'Cost'])
+        df = df.iloc[df.Phase.map({'measured, fastest first':0, 'not measured':1}).argsort(kind='stable')].reset_index(drop=True)
+        fmts = dict(Predicted=fmt_speedup, Measured=fmt_speedup,
+                    **{'Off by':fmt_change_pct, 'Samples/s before':fmt_rate, 'Samples/s after':fmt_rate}, Cost=fmt_time)
+        return ProfileReport(df, [], [Section('Tune', self.lines(), self, headline=True)], title='Tune: changes measured', formats=fmts)
+
+    def plain(self, width:int=120) -> str:
+        "The table, its lines and the before/after comparison as plain text"
+        c = self.comparison
+        return self.report.plain(width) + ('' if c is None else '\n\n' + c.plain(width))
+
+    def markdown(self) -> str:
+        "The same as markdown"
+        c = self.comparison
+        return self.report.markdown() + ('' if c is None else '\n' + c.markdown())
+
+    def _repr_html_(self) -> str:
+        c = self.comparison
+        return self.report._repr_html_() + ('' if c is None else c._repr_html_())
+
+    def __rich_console__(self, console, options):
+        yield from self.report.__rich_console__(console, options)
+        if self.comparison is not None: yield Text(''); yield from self.comparison.__rich_console__(console, options)
+
+    def show(self, plain:bool=False, markdown:bool=False):
+        "Display: HTML in Jupyter, rich tables in a terminal, or plain text or markdown if asked"
+        self.report.show(plain=plain, markdown=markdown)
+        if self.comparison is not None: self.comparison.show(plain=plain, markdown=markdown)
+    def __repr__(self): return self.plain()
+
 # %% ../../nbs/18a_tune.ipynb #ebf3cce3
 DRIFT = .10  # a drift between the first and last baseline windows over this is said
-
-@patch
-def lines(self:TuneResult) -> list:
-    "The outcome in words: the headline, what was not measured and why, what to know before keeping a change"
-    b,out = self.best,[]
-    if self.kept:
-        c = self.combined
-        together = f"{fmt_speedup(c.measured)} measured together" if len(self.kept) > 1 else f"{fmt_speedup(c.measured)} measured"
-        out.append(f"Kept: {', '.join(f'`{k.text}`' for k in self.kept)}: {together}.")
-    elif b is not None:
-        pred = f" (predicted {fmt_speedup(b.changes[0].predicted)})" if not math.isnan(b.changes[0].predicted) else ''
-        out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep it with "
-                   f"`tune(apply=True)` or by hand.")
-    else: out.append("No change measured 5% faster or more: the learner is as it was.")
-    if self.diagnosis is not None:
-        out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the window.")
-    bs,dr = [t for t in self.baselines if t.samples],self.drift
-    if len(bs) > 1:
-        out.append(f"Baseline windows, one before and after each change: {len(bs)}, {fmt_rate(bs[0].after)} -> "
-                   f"{fmt_rate(bs[-1].after)} samples/s first to last ({fmt_change_pct(100*dr)}); each change is measured against the two beside it"
-                   + (": the machine's speed changed while tuning (other work on it?); measure again where it is "
-                      "quiet." if abs(dr) > DRIFT else '.'))
-    for t in self.trials:
-        if t.status != 'measured': out.append(f"`{t.text}`: {t.status}" + (f" ({t.why})" if t.why else '') + '.')
-    for t in self.trials:
-        if t.status == 'measured' and t.measured >= MIN_GAIN and t.changes[0].note: out.append(f"`{t.text}`: {t.changes[0].note}.")
-    n,v = self.windows or ('?', '?')
-    w = sorted({t.warmup for t in [*self.baselines, *self.trials] if t.profile is not None})
-    warm = f" past {w[0]}{f'-{w[-1]}' if len(w) > 1 else ''} warm-up batches each" if w else ''
-    out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples "
-               f"in the baseline's proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} budget.")
-    return out
-
-@patch(as_prop=True)
-def report(self:TuneResult) -> ProfileReport:
-    "The ranked table and its lines as a `ProfileReport` (rich text, HTML, plain text, markdown)"
-    rows = [dict(Phase='measured, fastest first' if t.status in ('measured',) else 'not measured', Action=t.text, Step='',
-                 Predicted=t.changes[0].predicted, Measured=t.measured,
-                 **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after}, Cost=t.cost)
-            for t in self.trials]
-    df = pd.DataFrame(rows, columns=['Phase','Action','Step','Predicted','Measured','Off by','Samples/s before','Samples/s after','Cost'])
-    df = df.iloc[df.Phase.map({'measured, fastest first':0, 'not measured':1}).argsort(kind='stable')].reset_index(drop=True)
-    fmts = dict(Predicted=fmt_speedup, Measured=fmt_speedup,
-                **{'Off by':fmt_change_pct, 'Samples/s before':fmt_rate, 'Samples/s after':fmt_rate}, Cost=fmt_time)
-    return ProfileReport(df, [], [Section('Tune', self.lines(), self, headline=True)], title='Tune: changes measured', formats=fmts)
-
-# %% ../../nbs/18a_tune.ipynb #266bc070
-@patch
-def plain(self:TuneResult, width:int=120) -> str:
-    "The table, its lines and the before/after comparison as plain text"
-    c = self.comparison
-    return self.report.plain(width) + ('' if c is None else '\n\n' + c.plain(width))
-@patch
-def markdown(self:TuneResult) -> str:
-    "The same as markdown"
-    c = self.comparison
-    return self.report.markdown() + ('' if c is None else '\n' + c.markdown())
-@patch
-def _repr_html_(self:TuneResult) -> str:
-    c = self.comparison
-    return self.report._repr_html_() + ('' if c is None else c._repr_html_())
-@patch
-def __rich_console__(self:TuneResult, console, options):
-    yield from self.report.__rich_console__(console, options)
-    if self.comparison is not None: yield Text(''); yield from self.comparison.__rich_console__(console, options)
-@patch
-def show(self:TuneResult, plain:bool=False, markdown:bool=False):
-    "Display: HTML in Jupyter, rich tables in a terminal, or plain text or markdown if asked"
-    self.report.show(plain=plain, markdown=markdown)
-    if self.comparison is not None: self.comparison.show(plain=plain, markdown=markdown)
-@patch
-def __repr__(self:TuneResult): return self.plain()
 
 # %% ../../nbs/18a_tune.ipynb #65bc07c8
 def _window_sizes(learn, n_train, n_valid) -> tuple:

@@ -99,59 +99,50 @@ class BreakdownCallback(ProbeCallback):
         self.result._add_cost(phase, name, event, dt)
         if phase != 'fit': self._batch[(phase,name,event)] = self._batch.get((phase,name,event), 0.) + dt
 
-# %% ../../nbs/08_breakdown.ipynb #a17455cb
-@patch
-def _pipelines(self:BreakdownCallback) -> list:
-    "A `TimedPipeline` for each fastai loader of this phase; the outermost does the copy to the device"
-    return timed_pipelines(self.learn.dl, self._draw_part, self._patches)
+    def _pipelines(self) -> list:
+        "A `TimedPipeline` for each fastai loader of this phase; the outermost does the copy to the device"
+        return timed_pipelines(self.learn.dl, self._draw_part, self._patches)
 
-@patch
-def _end_phase(self:BreakdownCallback):
-    "Put the loaders of the phase back"
-    if not self._phases: return
-    for tp in self._phases.pop() or []: tp.off()
-    self._phase = None
+    def _end_phase(self):
+        "Put the loaders of the phase back"
+        if not self._phases: return
+        for tp in self._phases.pop() or []: tp.off()
+        self._phase = None
 
-# %% ../../nbs/08_breakdown.ipynb #e2ee73da
-@patch
-def before_draw(self:BreakdownCallback):
-    "Put this phase's pipelines on their loaders and start timing the draw"
-    if not (self.active and self.draw): return
-    if self._phases:
-        if self._phases[-1] is None: self._phases[-1] = self._pipelines()
-        for tp in self._phases[-1]: tp.on()
-    self._draw_start,self._parts,self._first = time.perf_counter(),{},None
+    def before_draw(self):
+        "Put this phase's pipelines on their loaders and start timing the draw"
+        if not (self.active and self.draw): return
+        if self._phases:
+            if self._phases[-1] is None: self._phases[-1] = self._pipelines()
+            for tp in self._phases[-1]: tp.on()
+        self._draw_start,self._parts,self._first = time.perf_counter(),{},None
 
-@patch
-def _draw_part(self:BreakdownCallback, name, t0, t1):
-    "Called by the timed pipelines: add `t1-t0` to this batch's `name`"
-    if self._draw_start is None: return
-    if self._first is None: self._first = t0
-    self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
+    def _draw_part(self, name, t0, t1):
+        "Called by the timed pipelines: add `t1-t0` to this batch's `name`"
+        if self._draw_start is None: return
+        if self._first is None: self._first = t0
+        self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
 
-@patch
-def before_batch(self:BreakdownCallback):
-    "Count the batch and add its draw (the wait before the first part, then the parts) to the result"
-    if not self.active: return
-    if self._phases:  # a pipeline that did not run (the loader's `after_batch` was not called) comes off here
-        for tp in self._phases[-1] or []: tp.off()
-    phase = self._phase or ('train' if self.training else 'valid')
-    self.result._count_batch(phase)
-    if not self.draw or self._draw_start is None: return
-    now = time.perf_counter()
-    wait = (self._first if self._first is not None else now) - self._draw_start
-    self.result._add_draw(phase, wait, self._parts)
-    self._draw_start = None
+    def before_batch(self):
+        "Count the batch and add its draw (the wait before the first part, then the parts) to the result"
+        if not self.active: return
+        if self._phases:  # a pipeline that did not run (the loader's `after_batch` was not called) comes off here
+            for tp in self._phases[-1] or []: tp.off()
+        phase = self._phase or ('train' if self.training else 'valid')
+        self.result._count_batch(phase)
+        if not self.draw or self._draw_start is None: return
+        now = time.perf_counter()
+        wait = (self._first if self._first is not None else now) - self._draw_start
+        self.result._add_draw(phase, wait, self._parts)
+        self._draw_start = None
 
-@patch
-def after_batch(self:BreakdownCallback):
-    "The batch is over (for every callback before this one): its costs' squares to the result"
-    if self.active: self._end_batch()
+    def after_batch(self):
+        "The batch is over (for every callback before this one): its costs' squares to the result"
+        if self.active: self._end_batch()
 
-@patch
-def _end_batch(self:BreakdownCallback):
-    "Hand the costs of the batch in flight to the result (their squares give the spreads)"
-    if self._batch: self.result._add_batch(self._batch); self._batch = {}
+    def _end_batch(self):
+        "Hand the costs of the batch in flight to the result (their squares give the spreads)"
+        if self._batch: self.result._add_batch(self._batch); self._batch = {}
 
 # %% ../../nbs/08_breakdown.ipynb #dfe43dd1
 def _part_stats(): return defaultdict(StreamingStats)  # a module-level function: a `Breakdown` pickles

@@ -10,7 +10,6 @@ import re, sys, time, warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
-from fastcore.basics import patch
 from ..engine.core import Probe, ProfileResult, strict_mode, register
 from ..engine.plain import to_plain, from_plain
 from ..engine.tables import Section, fmt_time, fmt_pct
@@ -94,35 +93,34 @@ class CompileStats:
         "(phase, kind) -> number of recompiles"
         return dict(Counter((c.phase, c.kind) for c in self.recompiles))
 
+    def lines(self, fit:float|None=None, most:int=6) -> list:
+        """The report's lines: the total and its share of the fit `fit`, then each compile by phase (at most `most`), graph breaks, the
+        batches set apart"""
+        cs,T = self.compiles,self.seconds
+        share = f", {fmt_pct(100*T/fit)} of the fit" if fit else ''
+        nr,nb = len(self.recompiles),sum(c.kind == 'backward' for c in cs)
+        out = [f"torch.compile: {fmt_time(T)} compiling (dynamo + inductor){share}, in {len(cs)} compile{'s' if len(cs) != 1 else ''}: "
+               f"{len(cs) - nr - nb} first, {nr} recompile{'s' if nr != 1 else ''}" + (f", {nb} backward" if nb else '') + '.']
+        for p in ('train','valid','fit'):
+            got = [c for c in cs if c.phase == p]
+            if not got: continue
+            shown = got[:most]
+            out.append(f"  {p}: " + '; '.join(_what(c) + (f" (epoch {c.epoch})" if c.epoch else '') for c in shown)
+                       + (f"; and {len(got) - most} more" if len(got) > most else '') + '.')
+        gb = self.graph_breaks
+        out.append("Graph breaks: none." if not gb else f"Graph breaks: {sum(gb.values())} (" +
+                   '; '.join(f"{r} x{n}" for r,n in sorted(gb.items(), key=lambda kv: -kv[1])[:3]) + ").")
+        apart = [c for c in cs if c.set_apart]
+        if apart: out.append("The batches that compiled past the warm-up (" + ', '.join(f"{c.phase} batch {c.batch}" for c in apart[:most])
+                             + ") are in `warmup`, not in the per-batch rows: steady-state statistics hold no compile time.")
+        return out
+
 # %% ../../nbs/08c_compiles.ipynb #d8294ef8
 def _what(c:Compile) -> str:
     where = f"batch {c.batch}" + (" (the last of its phase)" if c.last else '') if c.batch >= 0 else "outside the batches"
     if c.kind == 'first': return f"{where}: first compile, {fmt_time(c.seconds)}"
     if c.kind == 'backward': return f"{where}: its backward graph, {fmt_time(c.seconds)}"
     return f"{where}: recompiled for {RECOMPILE_KINDS[c.kind]}, {fmt_time(c.seconds)} (guard: {c.reason})"
-
-@patch
-def lines(self:CompileStats, fit:float|None=None, most:int=6) -> list:
-    """The report's lines: the total and its share of the fit `fit`, then each compile by phase (at most `most`), graph breaks, the batches
-    set apart"""
-    cs,T = self.compiles,self.seconds
-    share = f", {fmt_pct(100*T/fit)} of the fit" if fit else ''
-    nr,nb = len(self.recompiles),sum(c.kind == 'backward' for c in cs)
-    out = [f"torch.compile: {fmt_time(T)} compiling (dynamo + inductor){share}, in {len(cs)} compile{'s' if len(cs) != 1 else ''}: "
-           f"{len(cs) - nr - nb} first, {nr} recompile{'s' if nr != 1 else ''}" + (f", {nb} backward" if nb else '') + '.']
-    for p in ('train','valid','fit'):
-        got = [c for c in cs if c.phase == p]
-        if not got: continue
-        shown = got[:most]
-        out.append(f"  {p}: " + '; '.join(_what(c) + (f" (epoch {c.epoch})" if c.epoch else '') for c in shown)
-                   + (f"; and {len(got) - most} more" if len(got) > most else '') + '.')
-    gb = self.graph_breaks
-    out.append("Graph breaks: none." if not gb else f"Graph breaks: {sum(gb.values())} (" +
-               '; '.join(f"{r} x{n}" for r,n in sorted(gb.items(), key=lambda kv: -kv[1])[:3]) + ").")
-    apart = [c for c in cs if c.set_apart]
-    if apart: out.append("The batches that compiled past the warm-up (" + ', '.join(f"{c.phase} batch {c.batch}" for c in apart[:most])
-                         + ") are in `warmup`, not in the per-batch rows: steady-state statistics hold no compile time.")
-    return out
 
 # %% ../../nbs/08c_compiles.ipynb #12117999
 def earlier_baseline(learn_or_result) -> Baseline|None:
@@ -198,47 +196,43 @@ class CompileProbe(Probe):
     @classmethod
     def section(cls, data, result): return compile_section(result)
 
-# %% ../../nbs/08c_compiles.ipynb #17dce24c
-@patch
-def _failures(self:CompileProbe) -> dict:
-    "Guard failures dynamo noted so far, per code object: how many"
-    return {k:len(v) for k,v in list(_guard_failures().items())}
+    def _failures(self) -> dict:
+        "Guard failures dynamo noted so far, per code object: how many"
+        return {k:len(v) for k,v in list(_guard_failures().items())}
 
+    def _new_failures(self) -> list:
+        "The guard failures dynamo noted since the last compile: those of this recompile (one per graph it already had)"
+        seen,out = self._seen,[]
+        for k,v in list(_guard_failures().items()): out += v[seen.get(k, 0):]
+        self._seen = self._failures()
+        return out
+
+    def _began(self, args):
+        "torch starts compiling (a frame, or a backward graph at its first use)"
+        self._open.append(time.perf_counter())
+
+    def _ended(self, args):
+        "torch is done compiling: note where (phase, batch), how long and why; the batch in flight leaves the steady state"
+        t1 = time.perf_counter()
+        t0 = self._open.pop() if self._open else t1
+        try:
+            s,learn = self._s,self.learn
+            trigger = getattr(args.callback_trigger, 'name', '?')
+            why = main_reason(self._new_failures()) if trigger == 'DYNAMO' else None
+            inside = s.measuring and s.phase is not None
+            i = getattr(learn, 'iter', -1) if inside else -1
+            apart = inside and s.record.set_apart() and i >= s.record.warmup
+            self._got.append(Compile(s.phase if inside else 'fit', s.stage, getattr(learn, 'epoch', 0), i,
+                                     inside and i == getattr(learn, 'n_iter', 0) - 1, t1 - t0, trigger, str(args.compile_id),
+                                     None if why is None else clean_reason(why), apart))
+        except Exception as e:  # never into torch's compile
+            if strict_mode(): raise
+            warnings.warn(f"fastprofile: noting a torch.compile compile failed ({type(e).__name__}: {e}); training is unaffected")
+
+# %% ../../nbs/08c_compiles.ipynb #17dce24c
 def _guard_failures() -> dict:
     "dynamo's guard failures, per code object (`torch._dynamo.utils.guard_failures`; empty where this torch keeps none)"
     return getattr(sys.modules.get('torch._dynamo.utils'), 'guard_failures', {})
-
-@patch
-def _new_failures(self:CompileProbe) -> list:
-    "The guard failures dynamo noted since the last compile: those of this recompile (one per graph it already had)"
-    seen,out = self._seen,[]
-    for k,v in list(_guard_failures().items()): out += v[seen.get(k, 0):]
-    self._seen = self._failures()
-    return out
-
-@patch
-def _began(self:CompileProbe, args):
-    "torch starts compiling (a frame, or a backward graph at its first use)"
-    self._open.append(time.perf_counter())
-
-@patch
-def _ended(self:CompileProbe, args):
-    "torch is done compiling: note where (phase, batch), how long and why; the batch in flight leaves the steady state"
-    t1 = time.perf_counter()
-    t0 = self._open.pop() if self._open else t1
-    try:
-        s,learn = self._s,self.learn
-        trigger = getattr(args.callback_trigger, 'name', '?')
-        why = main_reason(self._new_failures()) if trigger == 'DYNAMO' else None
-        inside = s.measuring and s.phase is not None
-        i = getattr(learn, 'iter', -1) if inside else -1
-        apart = inside and s.record.set_apart() and i >= s.record.warmup
-        self._got.append(Compile(s.phase if inside else 'fit', s.stage, getattr(learn, 'epoch', 0), i,
-                                 inside and i == getattr(learn, 'n_iter', 0) - 1, t1 - t0, trigger, str(args.compile_id),
-                                 None if why is None else clean_reason(why), apart))
-    except Exception as e:  # never into torch's compile
-        if strict_mode(): raise
-        warnings.warn(f"fastprofile: noting a torch.compile compile failed ({type(e).__name__}: {e}); training is unaffected")
 
 # %% ../../nbs/08c_compiles.ipynb #3be83432
 def compile_section(result:ProfileResult) -> Section|None:

@@ -69,250 +69,222 @@ class EfficiencyCallback(ProbeCallback):
         h = self._handlers.get(event_name)
         if h is not None: h()
 
-register(EfficiencyCallback)
-
-# %% ../../nbs/16a_efficiency_probe.ipynb #92068b5d
-@patch
-def stage(self:EfficiencyCallback, s):
-    "A fit of the call starts: a `StageFlops` for it; the device and the memory readers at the call's first fit"
-    self._patches = s.patches
-    r,dev = self.result,train_device(self.learn)
-    if r.device is None:  # the call's first fit
-        r.device = str(dev)
-        cuda = self.cuda_api if self.cuda_api is not None else (torch.cuda if dev.type == 'cuda' else None)
-        self._dev,self._mem = dev,cuda
-        if cuda is not None:
-            r.device_name = guarded('reading the GPU name', cuda.get_device_name, dev)
-            if r.device_name is None: self._mem = None
-        r.rss_start,r.maxrss_start = rss_bytes(),maxrss_bytes()
-    self._stage,self._compiled = StageFlops(),is_compiled(self.learn.model)
-    self._driven = s is not self._own  # a session of the call tells it the fits and phases: in `learn.cbs` only for per-batch work
-    r.stages.append(self._stage)
-    if self.count_flops and not self.warmup and r.failure is None:
-        r.failure = "not counted: `warmup=0` puts the first batch in the statistics, and counting slows it down"
-    self._handlers = self._per_phase
-
-@patch
-def pause(self:EfficiencyCallback, s):
-    "Something nested runs (a `validate()` from a callback): its batches are not the phase's first; count later"
-    self._paused = (self._handlers, self._shadowed is not None)
-    self._unshadow()
-    self._handlers = self._idle
-    self._listen(False)
-
-@patch
-def resume(self:EfficiencyCallback, s):
-    "The fit goes on: the table as it was, the shadow back if the counted batch is still to come"
-    if self._paused is None: return
-    self._handlers,reshadow = self._paused
-    self._paused = None
-    if reshadow: self._shadow(self._phase)
-    self._listen(self._handlers is self._per_batch)
-
-@patch
-def end_stage(self:EfficiencyCallback, s):
-    "The fit ends: take the shadow off and keep the stage's training batches (its weight)"
-    self._unshadow()
-    if self._stage is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
-    self._stage,self._handlers = None,self._idle
-
-# %% ../../nbs/16a_efficiency_probe.ipynb #62ee3609
-@patch
-def _wants_count(self:EfficiencyCallback, phase) -> bool:
-    "Whether the first batch of `phase` is to be counted"
-    s = self._stage
-    if not (self.count_flops and self.warmup and s is not None and self.result.failure is None): return False
-    if self._compiled and getattr(self.learn, 'epoch', 0) == 0: return False  # the first epoch compiles: count the next
-    return (s.forward is None or s.backward is None) if phase == 'train' else s.predict is None
-
-@patch
-def _start_phase(self:EfficiencyCallback, phase):
-    "Start `phase`: shadow its first batch if it is counted; per-batch events only while there is work in the warm-up batches"
-    self._phase,self._batches = phase,0
-    count = self._wants_count(phase)
-    if count: self._shadow(phase)
-    mem = self._mem is not None and phase == 'train' and self.warmup > 0
-    self._handlers = self._per_batch if (count or mem) else self._per_phase
-    self._listen(self._handlers is self._per_batch)
-
-@patch
-def phase(self:EfficiencyCallback, s): self._start_phase(s.phase)
-
-@patch
-def end_phase(self:EfficiencyCallback, s):
-    "End of a phase: take the shadow off, read the resident memory"
-    self._unshadow()
-    self._handlers = self._per_phase
-    self._listen(False)
-    r,rss = self.result,rss_bytes()
-    if rss is not None: r.rss_seen = max(r.rss_seen or 0, rss)
-
-# %% ../../nbs/16a_efficiency_probe.ipynb #5044e408
-@patch
-def _shadow(self:EfficiencyCallback, phase):
-    "Run the next batch (only) inside a `FlopCount`"
-    learn = self.learn
-    run = learn._do_one_batch  # the learner's own (or what another library put there)
-    def counted():
-        self._unshadow()
-        fc = guarded('starting the FLOP counter', lambda: FlopCount().start())
-        if fc is None: self.result.failure = 'counting failed: the FLOP counter could not start'
-        self._counter,self._reads = fc,{}
-        t0 = time.perf_counter()
-        try: return run()
-        finally:
-            if fc is not None: fc.stop()
-            self._counter = None
-            if fc is not None: guarded('recording the FLOP count', self._record, phase, fc, time.perf_counter() - t0)
-    self._shadowed = self._patches.set(learn, '_do_one_batch', counted)
-
-@patch
-def _unshadow(self:EfficiencyCallback):
-    "Put the learner's `_do_one_batch` back as it was"
-    if self._shadowed is None: return
-    self._patches.undo(self._shadowed)
-    self._shadowed = None
-
-@patch
-def _record(self:EfficiencyCallback, phase, fc, seconds):
-    "Turn the reads of the counted batch into FLOPs per sample"
-    s,r,reads = self._stage,self.result,self._reads
-    s.seconds += seconds
-    if fc.errors:
-        r.failure = f"counting failed on {fc.errors[0]}"
-        return
-    if 'forward' not in reads: return  # cancelled before the forward ended: the next fit's first batch counts
-    try: bs = find_bs(self.learn.xb)
-    except Exception: bs = 0
-    if not bs: return
-    if phase == 'valid':
-        s.predict = reads['forward']/bs
-        return
-    s.forward,s.batch_size = reads['forward']/bs,bs
-    if 'backward_start' in reads: s.loss = (reads['backward_start'] - reads['forward'])/bs
-    if 'backward' in reads: s.backward = reads['backward']/bs
-    s.dtypes,s.families = fc.dtypes(),fc.families()
-    if fc.channels_last is not None: r.channels_last = fc.channels_last
-    if reads['forward'] == 0 and r.failure is None:
-        r.failure = ("none counted: the model ran no matmul, convolution or attention that torch's FLOP counter knows "
-                     "(custom kernels are not counted)")
-
-# %% ../../nbs/16a_efficiency_probe.ipynb #ec986e96
-@patch
-def _listen(self:EfficiencyCallback, on:bool):
-    """Driven by a session, be in `learn.cbs` only while there is per-batch work (fastai calls every callback at every event: ~10 calls a
-    batch for nothing); added by hand, always"""
-    if not self._driven or self.learn is None: return
-    cbs = self.learn.cbs
-    if on and self not in cbs: cbs.append(self)
-    elif not on and self in cbs: cbs.remove(self)
-
-@patch
-def _sampling(self:EfficiencyCallback) -> bool:
-    "True while memory is sampled: on CUDA, in a training phase"
-    return self._mem is not None and self._phase == 'train'
-
-@patch
-def _mem_call(self:EfficiencyCallback, f, *args):
-    "Call the CUDA memory API; if it fails, warn once and stop sampling memory (raise in strict mode)"
-    try: return f(*args)
-    except Exception as e:
-        self._mem = None
-        if strict_mode(): raise
-        warnings.warn(f"fastprofile: sampling CUDA memory failed and is off for this call ({type(e).__name__}: {e}); training is "
-                      f"unaffected")
-        return None
-
-@patch
-def _mem_reset(self:EfficiencyCallback):
-    "Reset CUDA's peak memory statistics"
-    self._mem_call(self._mem.reset_peak_memory_stats, self._dev)
-
-@patch
-def _mem_read(self:EfficiencyCallback, what):
-    "Keep the peak allocated memory since the last reset as `what`'s (the max over sampled batches)"
-    v = self._mem_call(self._mem.max_memory_allocated, self._dev)
-    if v is not None: self.result.memory[what] = max(self.result.memory.get(what, 0), int(v))
-
-# %% ../../nbs/16a_efficiency_probe.ipynb #203395f2
-@patch
-def _before_batch(self:EfficiencyCallback):
-    "A new batch: fresh reads; on CUDA, the memory base, and a reset for the forward's peak"
-    if self._counter is None: self._reads = {}
-    if self._sampling():
-        base = self._mem_call(self._mem.memory_allocated, self._dev)
-        if base is not None: self.result.memory_base = max(self.result.memory_base or 0, int(base))
-        if self._mem is not None: self._mem_reset()
-        if self._mem is not None: self.result.sampled += 1
-
-@patch
-def _after_pred(self:EfficiencyCallback):
-    "Read the forward's FLOPs (validation stops counting here) and its peak memory"
-    fc = self._counter
-    if fc is not None:
-        self._reads['forward'] = fc.total
-        if self._phase == 'valid': fc.stop()
-    if self._sampling(): self._mem_read('forward')
-
-@patch
-def _before_backward(self:EfficiencyCallback):
-    "Read the FLOPs so far; reset the peak for the backward"
-    if self._counter is not None: self._reads['backward_start'] = self._counter.total
-    if self._sampling(): self._mem_reset()
-
-@patch
-def _after_backward(self:EfficiencyCallback):
-    "Read the backward's FLOPs and stop counting: the optimizer step runs uncounted; read its peak memory"
-    fc = self._counter
-    if fc is not None and 'backward_start' in self._reads:
-        self._reads['backward'] = fc.total - self._reads['backward_start']
-        fc.stop()
-    if self._sampling(): self._mem_read('backward')
-
-@patch
-def _before_step(self:EfficiencyCallback):
-    "Reset the peak for the optimizer step"
-    if self._sampling(): self._mem_reset(); self._reads['step_reset'] = True
-
-@patch
-def _after_step(self:EfficiencyCallback):
-    "The step's peak, if its `before_step` reset it (a callback cancelling the step before us: no reading)"
-    if self._sampling() and self._reads.pop('step_reset', False): self._mem_read('opt_step')
-
-@patch
-def _after_batch(self:EfficiencyCallback):
-    "After the warm-up batches, or once nothing is left to do in them, the table has no per-batch event"
-    self._batches += 1
-    if self._batches >= self.warmup or not (self._sampling() or self._wants_count(self._phase)):
+    # ---- fits: each fastai fit of the call is a stage
+    def stage(self, s):
+        "A fit of the call starts: a `StageFlops` for it; the device and the memory readers at the call's first fit"
+        self._patches = s.patches
+        r,dev = self.result,train_device(self.learn)
+        if r.device is None:  # the call's first fit
+            r.device = str(dev)
+            cuda = self.cuda_api if self.cuda_api is not None else (torch.cuda if dev.type == 'cuda' else None)
+            self._dev,self._mem = dev,cuda
+            if cuda is not None:
+                r.device_name = guarded('reading the GPU name', cuda.get_device_name, dev)
+                if r.device_name is None: self._mem = None
+            r.rss_start,r.maxrss_start = rss_bytes(),maxrss_bytes()
+        self._stage,self._compiled = StageFlops(),is_compiled(self.learn.model)
+        self._driven = s is not self._own  # a session of the call tells it the fits and phases: in `learn.cbs` only for per-batch work
+        r.stages.append(self._stage)
+        if self.count_flops and not self.warmup and r.failure is None:
+            r.failure = "not counted: `warmup=0` puts the first batch in the statistics, and counting slows it down"
         self._handlers = self._per_phase
-        self._listen(False)  # its work in this phase is done: fastai stops calling it at every event
 
-# %% ../../nbs/16a_efficiency_probe.ipynb #5e08b98d
-@patch
-def end(self:EfficiencyCallback, s):
-    "The call ends, however: stop counting, close the call's numbers (the process's memory, the device's)"
-    if self._counter is not None: self._counter.stop(); self._counter = None
-    self._unshadow()
-    self._handlers,self._paused = self._idle,None
-    if self._stage is not None and self.learn is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
-    self._stage = None
-    r = self.result
-    if self._compiled and r.failure is None and not any(x.forward is not None for x in r.stages):
-        r.failure = ("not counted: the model is compiled (`torch.compile`), so its FLOPs are counted in the first batch of a "
-                     "fit's second epoch (the first epoch compiles it), and no fit here had one")
-    r.rss_end,r.maxrss_end,r.mem_available = rss_bytes(),maxrss_bytes(),mem_available()
-    if self._mem is not None:
-        info = self._mem_call(self._mem.mem_get_info, self._dev)
-        held = self._mem_call(self._mem.memory_reserved, self._dev) if self._mem is not None else None
-        if info is not None and held is not None: r.device_usable,r.device_total = int(info[0]) + int(held),int(info[1])
+    def pause(self, s):
+        "Something nested runs (a `validate()` from a callback): its batches are not the phase's first; count later"
+        self._paused = (self._handlers, self._shadowed is not None)
+        self._unshadow()
+        self._handlers = self._idle
+        self._listen(False)
 
-@patch
-def start(self:EfficiencyCallback, s):
-    "The call starts: its `Efficiency` is in the session's facts from now on (a sink reads FLOPs per sample while training)"
-    s.facts.efficiency = self.result
+    def resume(self, s):
+        "The fit goes on: the table as it was, the shadow back if the counted batch is still to come"
+        if self._paused is None: return
+        self._handlers,reshadow = self._paused
+        self._paused = None
+        if reshadow: self._shadow(self._phase)
+        self._listen(self._handlers is self._per_batch)
 
-@patch
-def contribute(self:EfficiencyCallback, facts:Facts):
-    "FLOPs per sample per results row (the `FLOP/s` column) and the `Efficiency` into the call's `Facts`"
-    facts.flops,facts.extra[self.key] = self.result.row_flops(),self.result
+    def end_stage(self, s):
+        "The fit ends: take the shadow off and keep the stage's training batches (its weight)"
+        self._unshadow()
+        if self._stage is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
+        self._stage,self._handlers = None,self._idle
 
+    # ---- phases
+    def _wants_count(self, phase) -> bool:
+        "Whether the first batch of `phase` is to be counted"
+        s = self._stage
+        if not (self.count_flops and self.warmup and s is not None and self.result.failure is None): return False
+        if self._compiled and getattr(self.learn, 'epoch', 0) == 0: return False  # the first epoch compiles: count the next
+        return (s.forward is None or s.backward is None) if phase == 'train' else s.predict is None
+
+    def _start_phase(self, phase):
+        "Start `phase`: shadow its first batch if it is counted; per-batch events only while there is work in the warm-up batches"
+        self._phase,self._batches = phase,0
+        count = self._wants_count(phase)
+        if count: self._shadow(phase)
+        mem = self._mem is not None and phase == 'train' and self.warmup > 0
+        self._handlers = self._per_batch if (count or mem) else self._per_phase
+        self._listen(self._handlers is self._per_batch)
+    def phase(self, s): self._start_phase(s.phase)
+
+    def end_phase(self, s):
+        "End of a phase: take the shadow off, read the resident memory"
+        self._unshadow()
+        self._handlers = self._per_phase
+        self._listen(False)
+        r,rss = self.result,rss_bytes()
+        if rss is not None: r.rss_seen = max(r.rss_seen or 0, rss)
+
+    # ---- the counted batch
+    def _shadow(self, phase):
+        "Run the next batch (only) inside a `FlopCount`"
+        learn = self.learn
+        run = learn._do_one_batch  # the learner's own (or what another library put there)
+        def counted():
+            self._unshadow()
+            fc = guarded('starting the FLOP counter', lambda: FlopCount().start())
+            if fc is None: self.result.failure = 'counting failed: the FLOP counter could not start'
+            self._counter,self._reads = fc,{}
+            t0 = time.perf_counter()
+            try: return run()
+            finally:
+                if fc is not None: fc.stop()
+                self._counter = None
+                if fc is not None: guarded('recording the FLOP count', self._record, phase, fc, time.perf_counter() - t0)
+        self._shadowed = self._patches.set(learn, '_do_one_batch', counted)
+
+    def _unshadow(self):
+        "Put the learner's `_do_one_batch` back as it was"
+        if self._shadowed is None: return
+        self._patches.undo(self._shadowed)
+        self._shadowed = None
+
+    def _record(self, phase, fc, seconds):
+        "Turn the reads of the counted batch into FLOPs per sample"
+        s,r,reads = self._stage,self.result,self._reads
+        s.seconds += seconds
+        if fc.errors:
+            r.failure = f"counting failed on {fc.errors[0]}"
+            return
+        if 'forward' not in reads: return  # cancelled before the forward ended: the next fit's first batch counts
+        try: bs = find_bs(self.learn.xb)
+        except Exception: bs = 0
+        if not bs: return
+        if phase == 'valid':
+            s.predict = reads['forward']/bs
+            return
+        s.forward,s.batch_size = reads['forward']/bs,bs
+        if 'backward_start' in reads: s.loss = (reads['backward_start'] - reads['forward'])/bs
+        if 'backward' in reads: s.backward = reads['backward']/bs
+        s.dtypes,s.families = fc.dtypes(),fc.families()
+        if fc.channels_last is not None: r.channels_last = fc.channels_last
+        if reads['forward'] == 0 and r.failure is None:
+            r.failure = ("none counted: the model ran no matmul, convolution or attention that torch's FLOP counter knows "
+                         "(custom kernels are not counted)")
+
+    # ---- memory in the warm-up batches (CUDA)
+    def _listen(self, on:bool):
+        """Driven by a session, be in `learn.cbs` only while there is per-batch work (fastai calls every callback at every event: ~10
+        calls a batch for nothing); added by hand, always"""
+        if not self._driven or self.learn is None: return
+        cbs = self.learn.cbs
+        if on and self not in cbs: cbs.append(self)
+        elif not on and self in cbs: cbs.remove(self)
+
+    def _sampling(self) -> bool:
+        "True while memory is sampled: on CUDA, in a training phase"
+        return self._mem is not None and self._phase == 'train'
+
+    def _mem_call(self, f, *args):
+        "Call the CUDA memory API; if it fails, warn once and stop sampling memory (raise in strict mode)"
+        try: return f(*args)
+        except Exception as e:
+            self._mem = None
+            if strict_mode(): raise
+            warnings.warn(f"fastprofile: sampling CUDA memory failed and is off for this call ({type(e).__name__}: {e}); training is "
+                          f"unaffected")
+            return None
+
+    def _mem_reset(self):
+        "Reset CUDA's peak memory statistics"
+        self._mem_call(self._mem.reset_peak_memory_stats, self._dev)
+
+    def _mem_read(self, what):
+        "Keep the peak allocated memory since the last reset as `what`'s (the max over sampled batches)"
+        v = self._mem_call(self._mem.max_memory_allocated, self._dev)
+        if v is not None: self.result.memory[what] = max(self.result.memory.get(what, 0), int(v))
+
+    # ---- the warm-up batches' events
+    def _before_batch(self):
+        "A new batch: fresh reads; on CUDA, the memory base, and a reset for the forward's peak"
+        if self._counter is None: self._reads = {}
+        if self._sampling():
+            base = self._mem_call(self._mem.memory_allocated, self._dev)
+            if base is not None: self.result.memory_base = max(self.result.memory_base or 0, int(base))
+            if self._mem is not None: self._mem_reset()
+            if self._mem is not None: self.result.sampled += 1
+
+    def _after_pred(self):
+        "Read the forward's FLOPs (validation stops counting here) and its peak memory"
+        fc = self._counter
+        if fc is not None:
+            self._reads['forward'] = fc.total
+            if self._phase == 'valid': fc.stop()
+        if self._sampling(): self._mem_read('forward')
+
+    def _before_backward(self):
+        "Read the FLOPs so far; reset the peak for the backward"
+        if self._counter is not None: self._reads['backward_start'] = self._counter.total
+        if self._sampling(): self._mem_reset()
+
+    def _after_backward(self):
+        "Read the backward's FLOPs and stop counting: the optimizer step runs uncounted; read its peak memory"
+        fc = self._counter
+        if fc is not None and 'backward_start' in self._reads:
+            self._reads['backward'] = fc.total - self._reads['backward_start']
+            fc.stop()
+        if self._sampling(): self._mem_read('backward')
+
+    def _before_step(self):
+        "Reset the peak for the optimizer step"
+        if self._sampling(): self._mem_reset(); self._reads['step_reset'] = True
+
+    def _after_step(self):
+        "The step's peak, if its `before_step` reset it (a callback cancelling the step before us: no reading)"
+        if self._sampling() and self._reads.pop('step_reset', False): self._mem_read('opt_step')
+
+    def _after_batch(self):
+        "After the warm-up batches, or once nothing is left to do in them, the table has no per-batch event"
+        self._batches += 1
+        if self._batches >= self.warmup or not (self._sampling() or self._wants_count(self._phase)):
+            self._handlers = self._per_phase
+            self._listen(False)  # its work in this phase is done: fastai stops calling it at every event
+
+    # ---- the end of the call
+    def end(self, s):
+        "The call ends, however: stop counting, close the call's numbers (the process's memory, the device's)"
+        if self._counter is not None: self._counter.stop(); self._counter = None
+        self._unshadow()
+        self._handlers,self._paused = self._idle,None
+        if self._stage is not None and self.learn is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
+        self._stage = None
+        r = self.result
+        if self._compiled and r.failure is None and not any(x.forward is not None for x in r.stages):
+            r.failure = ("not counted: the model is compiled (`torch.compile`), so its FLOPs are counted in the first batch of a "
+                         "fit's second epoch (the first epoch compiles it), and no fit here had one")
+        r.rss_end,r.maxrss_end,r.mem_available = rss_bytes(),maxrss_bytes(),mem_available()
+        if self._mem is not None:
+            info = self._mem_call(self._mem.mem_get_info, self._dev)
+            held = self._mem_call(self._mem.memory_reserved, self._dev) if self._mem is not None else None
+            if info is not None and held is not None: r.device_usable,r.device_total = int(info[0]) + int(held),int(info[1])
+
+    def start(self, s):
+        "The call starts: its `Efficiency` is in the session's facts from now on (a sink reads FLOPs per sample while training)"
+        s.facts.efficiency = self.result
+
+    def contribute(self, facts:Facts):
+        "FLOPs per sample per results row (the `FLOP/s` column) and the `Efficiency` into the call's `Facts`"
+        facts.flops,facts.extra[self.key] = self.result.row_flops(),self.result
+
+register(EfficiencyCallback)

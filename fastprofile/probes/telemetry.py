@@ -13,7 +13,6 @@ from enum import IntEnum
 from typing import NamedTuple
 import numpy as np, pandas as pd
 import torch
-from fastcore.basics import patch
 from ..engine.checks import check_choice, check_number
 # `profile()`'s defaults: its options live in `ProfileOptions`
 from ..engine.core import Probe, guarded, strict_mode, register, TELEMETRY_EVERY, EVERY_RANGE
@@ -102,47 +101,42 @@ class Telemetry:
     # The last `RECENT_SAMPLES` samples: time, `Where`, the `GPU_FIELDS`, reasons, CPU cores since the sample before
     recent:np.ndarray|None=None
 
-# %% ../../nbs/16c_telemetry.ipynb #3db70063
-@patch
-def gpu(self:Telemetry, phase:str|None=None, action:str|None=None) -> GpuReading|None:
-    "Mean GPU readings over the samples taken in `phase` (None: all) and its `action` (None: all of the phase); None without any"
-    sel = [w for w,r in zip(Where, ROWS) if (phase is None or r.phase == phase) and (action is None or r.action == action)]
-    s,c = self.gpu_sums[sel].sum(0),self.gpu_counts[sel].sum(0)
-    n = int(c.max()) if len(c) else 0
-    if not n: return None
-    with np.errstate(invalid='ignore', divide='ignore'): m = np.where(c > 0, s/np.maximum(c, 1), math.nan)
-    return GpuReading(n, *map(float, m))
+    def gpu(self, phase:str|None=None, action:str|None=None) -> GpuReading|None:
+        "Mean GPU readings over the samples taken in `phase` (None: all) and its `action` (None: all of the phase); None without any"
+        sel = [w for w,r in zip(Where, ROWS) if (phase is None or r.phase == phase) and (action is None or r.action == action)]
+        s,c = self.gpu_sums[sel].sum(0),self.gpu_counts[sel].sum(0)
+        n = int(c.max()) if len(c) else 0
+        if not n: return None
+        with np.errstate(invalid='ignore', divide='ignore'): m = np.where(c > 0, s/np.maximum(c, 1), math.nan)
+        return GpuReading(n, *map(float, m))
 
-@patch
-def cpu(self:Telemetry, phase:str, action:str|None=None) -> float|None:
-    """CPU cores the process kept busy (CPU seconds per wall second) in `phase`, read at its boundaries, or in its `action` (the sampler's
-    whole intervals); None where nothing was measured"""
-    if action is None: c,w = self.phases.get(phase, (0., 0.))
-    else:
-        sel = [w for w,r in zip(Where, ROWS) if r == Row(phase, action)]
-        c,w = self.cpu_rows[sel].sum(0) if sel else (0., 0.)
-    return float(c/w) if w > 0 else None
+    def cpu(self, phase:str, action:str|None=None) -> float|None:
+        """CPU cores the process kept busy (CPU seconds per wall second) in `phase`, read at its boundaries, or in its `action` (the
+        sampler's whole intervals); None where nothing was measured"""
+        if action is None: c,w = self.phases.get(phase, (0., 0.))
+        else:
+            sel = [w for w,r in zip(Where, ROWS) if r == Row(phase, action)]
+            c,w = self.cpu_rows[sel].sum(0) if sel else (0., 0.)
+        return float(c/w) if w > 0 else None
 
-@patch
-def throttling(self:Telemetry) -> Throttling:
-    "The busy samples, those below the maximum SM clock, their mean clock and NVML's reasons"
-    n = self.throttled
-    reasons = {THROTTLE_REASONS.get(b, f'reason {b:#x}'):k/n for b,k in sorted(self.reasons.items(), key=lambda kv: -kv[1])} if n else {}
-    return Throttling(self.busy, n, self.throttled_clock/n if n else math.nan, self.max_clock, reasons)
+    def throttling(self) -> Throttling:
+        "The busy samples, those below the maximum SM clock, their mean clock and NVML's reasons"
+        n = self.throttled
+        reasons = ({THROTTLE_REASONS.get(b, f'reason {b:#x}'):k/n for b,k in sorted(self.reasons.items(), key=lambda kv: -kv[1])}
+                   if n else {})
+        return Throttling(self.busy, n, self.throttled_clock/n if n else math.nan, self.max_clock, reasons)
 
-@patch
-def joules_per_sample(self:Telemetry, samples:int) -> float|None:
-    "Joules per sample (of data) over `samples` processed in the call; None without energy or samples"
-    return self.energy/samples if samples and not math.isnan(self.energy) else None
+    def joules_per_sample(self, samples:int) -> float|None:
+        "Joules per sample (of data) over `samples` processed in the call; None without energy or samples"
+        return self.energy/samples if samples and not math.isnan(self.energy) else None
 
-@patch
-def frame(self:Telemetry) -> pd.DataFrame:
-    "The recent samples, oldest first: time, phase and action, the GPU readings, throttle reasons, CPU cores since the sample before"
-    r = np.zeros((0, 9)) if self.recent is None or not len(self.recent) else self.recent
-    df = pd.DataFrame(r, columns=['time','where',*GPU_FIELDS,'reasons','cpu'])
-    w = df.pop('where').astype(int)
-    df.insert(1, 'phase', [ROWS[i].phase for i in w]); df.insert(2, 'action', [ROWS[i].action for i in w])
-    return df
+    def frame(self) -> pd.DataFrame:
+        "The recent samples, oldest first: time, phase and action, the GPU readings, throttle reasons, CPU cores since the sample before"
+        r = np.zeros((0, 9)) if self.recent is None or not len(self.recent) else self.recent
+        df = pd.DataFrame(r, columns=['time','where',*GPU_FIELDS,'reasons','cpu'])
+        w = df.pop('where').astype(int)
+        df.insert(1, 'phase', [ROWS[i].phase for i in w]); df.insert(2, 'action', [ROWS[i].action for i in w])
+        return df
 
 # %% ../../nbs/16c_telemetry.ipynb #176b3365
 class NvmlReader:
@@ -248,62 +242,59 @@ class TelemetrySampler:
             self.sample(counter=True)
         except BaseException as e: self.error = e  # read by the probe at the end of the call
 
-# %% ../../nbs/16c_telemetry.ipynb #5f6f52d6
-@patch
-def sample(self:TelemetrySampler, counter:bool=False):
-    """Take one sample now (the thread calls this every `every` seconds); with `counter`, read the GPU's energy counter too (the first and
-    the last)"""
-    t0 = self.clock()
-    w,tok = self.where()  # right after the clock: the sample's time and its row belong together
-    cpu = self.cpu_clock()
-    g = None
-    if self.reader is not None:
-        try:
-            g = self.reader.read()
-            if counter:
-                e = self.reader.energy()
-                if self._e0 is None: self._e0 = e
-                else: self.tel.energy_counter = e - self._e0
-        except Exception as e:  # the GPU stopped answering: go on with the CPU
-            self.tel.failure,self.reader = f"reading the GPU failed and stopped ({type(e).__name__}: {e})",None
-            g = None
-    self._add(t0, cpu, w, tok, g)
-    self.tel.cost += self.clock() - t0
+    def sample(self, counter:bool=False):
+        """Take one sample now (the thread calls this every `every` seconds); with `counter`, read the GPU's energy counter too (the
+        first and the last)"""
+        t0 = self.clock()
+        w,tok = self.where()  # right after the clock: the sample's time and its row belong together
+        cpu = self.cpu_clock()
+        g = None
+        if self.reader is not None:
+            try:
+                g = self.reader.read()
+                if counter:
+                    e = self.reader.energy()
+                    if self._e0 is None: self._e0 = e
+                    else: self.tel.energy_counter = e - self._e0
+            except Exception as e:  # the GPU stopped answering: go on with the CPU
+                self.tel.failure,self.reader = f"reading the GPU failed and stopped ({type(e).__name__}: {e})",None
+                g = None
+        self._add(t0, cpu, w, tok, g)
+        self.tel.cost += self.clock() - t0
 
-@patch
-def _add(self:TelemetrySampler, t, cpu, w, tok, g):
-    "Add a sample: CPU time to its row when the interval since the last one lies in one span of it; energy (trapezoid); the GPU readings"
-    tel,prev,nan = self.tel,self._prev,math.nan
-    rate = nan
-    if prev is None: tel.first = t
-    else:
-        pt,pcpu,pw,ptok,pg = prev
-        dt = t - pt
-        if dt > 0:
-            rate = (cpu - pcpu)/dt
-            tel.cpu_total += (cpu - pcpu, dt)
-            if w == pw and (tok is ptok if isinstance(tok, list) else tok == ptok): tel.cpu_rows[w] += (cpu - pcpu, dt)
-            if g is not None and pg is not None and g[2] == g[2] and pg[2] == pg[2]:
-                tel.energy = (0. if math.isnan(tel.energy) else tel.energy) + (g[2] + pg[2])/2*dt
-    tel.samples += 1; tel.last = t
-    if g is not None: self._add_gpu(w, g)
-    self._recent.append((t, int(w), *(g[:5] if g is not None else (nan,)*5), g[5] if g is not None else 0, rate))
-    self._prev = (t, cpu, w, tok, g)
+    def _add(self, t, cpu, w, tok, g):
+        """Add a sample: CPU time to its row when the interval since the last one lies in one span of it; energy (trapezoid); the GPU
+        readings"""
+        tel,prev,nan = self.tel,self._prev,math.nan
+        rate = nan
+        if prev is None: tel.first = t
+        else:
+            pt,pcpu,pw,ptok,pg = prev
+            dt = t - pt
+            if dt > 0:
+                rate = (cpu - pcpu)/dt
+                tel.cpu_total += (cpu - pcpu, dt)
+                if w == pw and (tok is ptok if isinstance(tok, list) else tok == ptok): tel.cpu_rows[w] += (cpu - pcpu, dt)
+                if g is not None and pg is not None and g[2] == g[2] and pg[2] == pg[2]:
+                    tel.energy = (0. if math.isnan(tel.energy) else tel.energy) + (g[2] + pg[2])/2*dt
+        tel.samples += 1; tel.last = t
+        if g is not None: self._add_gpu(w, g)
+        self._recent.append((t, int(w), *(g[:5] if g is not None else (nan,)*5), g[5] if g is not None else 0, rate))
+        self._prev = (t, cpu, w, tok, g)
 
-@patch
-def _add_gpu(self:TelemetrySampler, w, g):
-    "The readings into their row's sums; busy and throttled samples, and why"
-    tel,(util,_,_,clk,temp,bits) = self.tel,g
-    v = np.array(g[:5], dtype=np.float64)
-    ok = v == v
-    tel.gpu_sums[w][ok] += v[ok]; tel.gpu_counts[w] += ok
-    if temp == temp: tel.temp_max = temp if math.isnan(tel.temp_max) else max(tel.temp_max, temp)
-    if not util >= BUSY_UTIL: return
-    tel.busy += 1
-    if clk < THROTTLED_CLOCK*tel.max_clock:
-        tel.throttled += 1; tel.throttled_clock += clk
-        for b in (1 << i for i in range(bits.bit_length())):
-            if bits & b: tel.reasons[b] = tel.reasons.get(b, 0) + 1
+    def _add_gpu(self, w, g):
+        "The readings into their row's sums; busy and throttled samples, and why"
+        tel,(util,_,_,clk,temp,bits) = self.tel,g
+        v = np.array(g[:5], dtype=np.float64)
+        ok = v == v
+        tel.gpu_sums[w][ok] += v[ok]; tel.gpu_counts[w] += ok
+        if temp == temp: tel.temp_max = temp if math.isnan(tel.temp_max) else max(tel.temp_max, temp)
+        if not util >= BUSY_UTIL: return
+        tel.busy += 1
+        if clk < THROTTLED_CLOCK*tel.max_clock:
+            tel.throttled += 1; tel.throttled_clock += clk
+            for b in (1 << i for i in range(bits.bit_length())):
+                if bits & b: tel.reasons[b] = tel.reasons.get(b, 0) + 1
 
 # %% ../../nbs/16c_telemetry.ipynb #bbe1b104
 def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data=to_plain(a.tolist()))
@@ -343,60 +334,48 @@ class TelemetryProbe(Probe):
         return Telemetry(**out)
     def _where(self): return where(self._profile.record, self._nested)
 
-# %% ../../nbs/16c_telemetry.ipynb #6db90ff3
-@patch
-def start(self:TelemetryProbe, s):
-    "The call starts: its `Telemetry` is in the session's facts from now on (sinks read it as it fills); the sampler starts if it is on"
-    dev = s.device
-    self.result = tel = Telemetry(device=str(dev), every=self.every)
-    s.facts.telemetry = tel
-    self._profile,self._nested,self._pauses,self._phase0 = s.profile,None,0,None
-    if not (reads_gpu(dev) if self.sampler == 'auto' else self.sampler): return
-    tel.sampled = True
-    if self.nvml is not None or reads_gpu(dev):
-        r = open_gpu(dev, self.nvml)
-        if isinstance(r, str): tel.gpu_off = r
-        else: self._reader,tel.gpu_name,tel.max_clock = r,r.name,r.max_clock
-    self._sampler = TelemetrySampler(tel, self._where, self._reader, self.every, clock=s.profile.clock)
-    try: self._sampler.start()
-    except BaseException: self._close(); raise
+    def start(self, s):
+        "The call starts: its `Telemetry` is in the session's facts from now on (sinks read it as it fills); the sampler starts if it is on"
+        dev = s.device
+        self.result = tel = Telemetry(device=str(dev), every=self.every)
+        s.facts.telemetry = tel
+        self._profile,self._nested,self._pauses,self._phase0 = s.profile,None,0,None
+        if not (reads_gpu(dev) if self.sampler == 'auto' else self.sampler): return
+        tel.sampled = True
+        if self.nvml is not None or reads_gpu(dev):
+            r = open_gpu(dev, self.nvml)
+            if isinstance(r, str): tel.gpu_off = r
+            else: self._reader,tel.gpu_name,tel.max_clock = r,r.name,r.max_clock
+        self._sampler = TelemetrySampler(tel, self._where, self._reader, self.every, clock=s.profile.clock)
+        try: self._sampler.start()
+        except BaseException: self._close(); raise
+    def phase(self, s): self._phase0 = (time.process_time(), time.perf_counter())
 
-@patch
-def phase(self:TelemetryProbe, s): self._phase0 = (time.process_time(), time.perf_counter())
+    def end_phase(self, s):
+        "The phase's CPU and wall seconds, added to its phase's"
+        if self._phase0 is None or self.result is None: return
+        (c0,w0),self._phase0 = self._phase0,None
+        v = self.result.phases.setdefault(s.phase, [0., 0.])
+        v[0] += time.process_time() - c0; v[1] += time.perf_counter() - w0
+    def pause(self, s): self._pauses += 1; self._nested = self._pauses  # samples go to `fit nested` until `resume`
+    def resume(self, s): self._nested = None
 
-@patch
-def end_phase(self:TelemetryProbe, s):
-    "The phase's CPU and wall seconds, added to its phase's"
-    if self._phase0 is None or self.result is None: return
-    (c0,w0),self._phase0 = self._phase0,None
-    v = self.result.phases.setdefault(s.phase, [0., 0.])
-    v[0] += time.process_time() - c0; v[1] += time.perf_counter() - w0
+    def end(self, s):
+        """The call ends, however: the sampler takes its last sample and its thread is joined, NVML closed; the numbers go on the record
+        (gathered under DDP)"""
+        smp,self._sampler = self._sampler,None
+        try:
+            if smp is not None: smp.stop()
+        finally: self._close()
+        if s.record is not None: s.record.telemetry = self.result
+        if smp is not None and smp.error is not None:
+            if strict_mode(): raise smp.error
+            self.result.failure = f"the sampler failed ({type(smp.error).__name__}: {smp.error})"
 
-@patch
-def pause(self:TelemetryProbe, s): self._pauses += 1; self._nested = self._pauses  # samples go to `fit nested` until `resume`
-@patch
-def resume(self:TelemetryProbe, s): self._nested = None
+    def _close(self):
+        r,self._reader = self._reader,None
+        if r is not None: guarded('closing NVML', r.close)
+    def measured(self): return self.result
 
 # %% ../../nbs/16c_telemetry.ipynb #c29dba22
-@patch
-def end(self:TelemetryProbe, s):
-    """The call ends, however: the sampler takes its last sample and its thread is joined, NVML closed; the numbers go on the record
-    (gathered under DDP)"""
-    smp,self._sampler = self._sampler,None
-    try:
-        if smp is not None: smp.stop()
-    finally: self._close()
-    if s.record is not None: s.record.telemetry = self.result
-    if smp is not None and smp.error is not None:
-        if strict_mode(): raise smp.error
-        self.result.failure = f"the sampler failed ({type(smp.error).__name__}: {smp.error})"
-
-@patch
-def _close(self:TelemetryProbe):
-    r,self._reader = self._reader,None
-    if r is not None: guarded('closing NVML', r.close)
-
-@patch
-def measured(self:TelemetryProbe): return self.result
-
 register(TelemetryProbe)

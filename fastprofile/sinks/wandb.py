@@ -92,21 +92,18 @@ class WandbSink(Sink):
         self._log(d, step)
         wb.run.summary.update(wandb_summary(res))
 
-# %% ../../nbs/12_wandb.ipynb #bccc941d
-@patch
-def _step(self:WandbSink, train_iter):
-    "fastai's `WandbCallback`'s step if it is on the learner, else the run's step at the start + training iteration - 1"
-    cb = _wandb_callback(self._learn)
-    if cb is not None and hasattr(cb, '_wandb_step'): return cb._wandb_step
-    if self.base is None: self.base = self._wandb.run.step
-    return self.base + train_iter - 1
+    def _step(self, train_iter):
+        "fastai's `WandbCallback`'s step if it is on the learner, else the run's step at the start + training iteration - 1"
+        cb = _wandb_callback(self._learn)
+        if cb is not None and hasattr(cb, '_wandb_step'): return cb._wandb_step
+        if self.base is None: self.base = self._wandb.run.step
+        return self.base + train_iter - 1
 
-@patch
-def _log(self:WandbSink, d, step):
-    "Log `d` at `step`, or at the run's step if that is further on"
-    step = max(step, self._wandb.run.step)  # never behind the run's step, which wandb would drop
-    self._wandb.log(d, step=step)
-    self.last = step
+    def _log(self, d, step):
+        "Log `d` at `step`, or at the run's step if that is further on"
+        step = max(step, self._wandb.run.step)  # never behind the run's step, which wandb would drop
+        self._wandb.log(d, step=step)
+        self.last = step
 
 # %% ../../nbs/12_wandb.ipynb #8bf9a83c
 def _safe_init_args(o):
