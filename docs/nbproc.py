@@ -73,7 +73,7 @@ def is_test_cell(code:str) -> bool:
 # ---- API entries
 
 def _defined(code:str) -> list:
-    "Public functions and classes defined at the top of `code`, `@patch`ed methods as `Class.name` (nbdev's names)"
+    "Public functions and classes defined at the top of `code`, `@patch`ed methods as `Class.name` (nbdev's names; none of a private class)"
     try: tree = ast.parse(code)
     except SyntaxError: return []
     from nbdev.showdoc import showdoc_nm
@@ -81,7 +81,7 @@ def _defined(code:str) -> list:
     for o in tree.body:
         if not isinstance(o, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or o.name.startswith('_'): continue
         nm = showdoc_nm(o)
-        names += nm if isinstance(nm, list) else [nm]
+        names += [n for n in (nm if isinstance(nm, list) else [nm]) if not any(part.startswith('_') for part in n.split('.'))]
     return names
 
 _QUAL = re.compile(r'\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])')  # `fastprofile.engine.core.Facts` -> `Facts`
@@ -237,7 +237,7 @@ def _heading(cell) -> bool: return cell['cell_type'] == 'markdown' and not cell[
 
 def lead_with(cells, first) -> tuple:
     """`cells` with the entries `first` names (`fnmatch` patterns, in that order) moved up to right after the page's
-    introduction (before its first `##` heading), each with the cells that follow it up to the next entry or heading (its
+    introduction (before its first heading, entry or code cell), each with the cells that follow it up to the next entry or heading (its
     examples); the rest keeps the notebook's order. Also returns the patterns that matched no entry."""
     blocks, taken, missing = [], set(), []
     for pat in first:
@@ -247,8 +247,8 @@ def lead_with(cells, first) -> tuple:
             j = i + 1
             while j < len(cells) and entry_name(cells[j]) is None and not _heading(cells[j]): j += 1
             blocks.append(range(i, j)); taken.update(range(i, j))
-    at = next((i for i,c in enumerate(cells) if i and _heading(c) and re.match(r'##?\s', src(c))), len(cells))
-    at = min([at] + [b.start for b in blocks])  # an entry already in the introduction stays where it is, the others after it
+    at = next((i for i,c in enumerate(cells) if i and (c['cell_type'] == 'code' or entry_name(c) or _heading(c))),
+              len(cells))  # the introduction: the title and the prose up to the first section, entry or code
     lead = [cells[i] for b in blocks for i in b]
     return [c for i,c in enumerate(cells[:at]) if i not in taken] + lead + [c for i,c in enumerate(cells) if i >= at and i not in taken], missing
 

@@ -247,7 +247,7 @@ def test_tables_show_every_row_whole(site):
 def _entries(page:Path) -> list:
     "The API entries of a page, in order: the `<h3>` headings followed by a source link"
     text = page.read_text(encoding='utf-8')
-    return [_text(h) for h in re.findall(r'<h3 id="[^"]*"[^>]*>(.*?)</h3>\s*(?:</div>\s*)*(?:<p>)?\s*<a class="fp-source"', text, re.S)]
+    return [_text(h) for h in re.findall(r'<h3 id="[^"]*"[^>]*>((?:(?!</h3>).)*)</h3>\s*(?:<p>)?\s*<a class="fp-source"', text, re.S)]
 
 def test_api_page_opens_with_what_a_user_calls(site):
     "The learner's page: `Learner.profile` first, then `Learner.profiling` and the `simple_profile*` properties, before any section"
@@ -259,6 +259,14 @@ def test_api_page_opens_with_what_a_user_calls(site):
     assert {'session_for', 'logger_sink', 'LearnerFacts'} <= set(names[2 + len(props):]), names  # the internals after
     text = page.read_text(encoding='utf-8')
     assert text.index('id="learnerprofile"') < text.index('<h2 id=')  # before the page's first section
+    # the other pages that declare theirs (`#| docs_first`), and no private class's methods as entries
+    for name, lead in [('compare.html', ['compare', 'Comparison']), ('advice.html', ['check_advice', 'preserved']),
+                       ('tune.html', ['Learner.tune', 'TuneResult']), ('saving.html', ['ProfileResult.save', 'load_profile']),
+                       ('prefetch.html', ['Learner.prefetch', 'CudaPrefetchCallback']), ('demo.html', ['make_demo_learner']),
+                       ('trace.html', ['Learner.annotate', 'save_trace', 'RecordFunctionCallback'])]:
+        names = [n.rstrip('¶').strip() for n in _entries(site[0]/name)]
+        assert names[:len(lead)] == lead, (name, names)
+    assert not [n for p in site[0].glob('*.html') for n in _entries(p) if re.match(r'_|\w+\._', n)]
 
 def test_types_as_a_reader_writes_them(site):
     "Signatures and parameter tables show types as written in code: no quotes (`from __future__ import annotations`), no ForwardRef, no private class"
