@@ -13,9 +13,11 @@
   from titles and anchors (`## `preserved`: ...` became `: ...`, linking to an id the page does not have).
 - The stylesheets mkdocs-jupyter puts inline in every notebook page (about 0.6 MB each) are written once, to
   `assets/notebook-<hash>.css`, and linked where they were (the site: 16 MB instead of 40).
+- The 404 page's links are relative (MkDocs makes them absolute from `site_url`: dead in a local build).
 - `docs/img/*` is published as `img/*`, `docs/css/*` as `css/*` (`extra_css`): the index notebook links
   `../docs/img/...` (right from `nbs/` in Jupyter and on GitHub), rewritten to `img/...` on its pages."""
 import hashlib, json, logging, os, re, sys, time, warnings
+from urllib.parse import urlsplit
 from pathlib import Path
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
@@ -96,6 +98,18 @@ def on_page_content(html, page, config, files):
     if not _is_nb(page.file): return html
     page.toc = get_toc(html_toc(html))
     return _link_css(_fix_img(html), '../' * page.file.url.count('/'))
+
+def on_post_template(output, template_name, config):
+    """The 404 page's links made relative: MkDocs writes them from the root of `site_url` (`/fastprofile/...`), dead in a
+    local build opened as files. The site is flat (every page at its root), so they are right for a missing page there; a
+    script puts the root back as the page's `<base>` when it is served (GitHub Pages shows it for a missing page at any depth)."""
+    if template_name != '404.html': return output
+    root = urlsplit(config['site_url'] or '').path.rstrip('/') + '/'
+    if root == '/': return output
+    output = re.sub(rf'((?:href|src)="){re.escape(root)}([^"]*)"', lambda m: f'{m[1]}{m[2] or "index.html"}"', output)
+    base = (f"<script>if (location.protocol !== 'file:') document.head.appendChild(Object.assign("
+            f"document.createElement('base'), {{href: '{root}'}}))</script>")
+    return output.replace('<head>', '<head>\n' + base, 1)
 
 def on_post_build(config):
     "The shared stylesheets; `<page>.html.md` beside each notebook's page"

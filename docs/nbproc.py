@@ -11,12 +11,17 @@
   parameters from their docments (`nbdev.showdoc.show_doc` with a renderer that adds `DocmentTbl`);
 - a test cell, a code cell made only of `test_*(...)` calls and `assert`s (also inside `with`, `for` and `if`), is left
   out; a cell that shows an example and then asserts stays;
-- stored outputs are kept as they are (ANSI colours taken off); `docs/img/` links are made `img/` links.
+- stored outputs are kept as they are (ANSI colours taken off); `docs/img/` links are made `img/` links;
+- a page opens with what a user calls: a notebook's `#| docs_first: Learner.profile Learner.simple_profile*` (a
+  `#| hide` cell) moves those entries up, in that order, right after its introduction; the rest keeps the notebook's order;
+- types are shown as a reader writes them (`str | Path`, not `'str | Path'` or `ForwardRef('str')`; a default's
+  public class, not `_Default`), in the signature and in the parameter table (`ParamTable`);
+- a prose cell ending in a colon whose cell the site leaves out (a test, a private export) ends in a full stop.
 
 Symbols are looked up in the module the notebook exports (`#| default_exp`), then in `fastprofile.all` and
 `fastai.basics`: build the docs with this checkout installed (`pip install -e ".[dev]"`). A `show_doc` that cannot
 be rendered fails the build (`DocError`); an export cell's symbol that cannot be is left out, with a note."""
-import ast, importlib, inspect, json, re
+import ast, fnmatch, importlib, inspect, json, re, typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +73,7 @@ def is_test_cell(code:str) -> bool:
 # ---- API entries
 
 def _defined(code:str) -> list:
-    "Public functions and classes defined at the top of `code`, `@patch`ed methods as `Class.name` (nbdev's names)"
+    "Public functions and classes defined at the top of `code`, `@patch`ed methods as `Class.name` (nbdev's names; none of a private class)"
     try: tree = ast.parse(code)
     except SyntaxError: return []
     from nbdev.showdoc import showdoc_nm
@@ -76,14 +81,23 @@ def _defined(code:str) -> list:
     for o in tree.body:
         if not isinstance(o, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or o.name.startswith('_'): continue
         nm = showdoc_nm(o)
-        names += nm if isinstance(nm, list) else [nm]
+        names += [n for n in (nm if isinstance(nm, list) else [nm]) if not any(part.startswith('_') for part in n.split('.'))]
     return names
 
 _QUAL = re.compile(r'\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])')  # `fastprofile.engine.core.Facts` -> `Facts`
 
+_FWD = re.compile(r"ForwardRef\((['\"])(.*?)\1(?:, module=[^)]*)?\)")  # `ForwardRef('str')` -> `str`
+
 def _anno(a) -> str:
+    "An annotation as a reader writes it: `str | Path`, never `'str | Path'` (`from __future__ import annotations`) or `ForwardRef('str')`"
+    if isinstance(a, str): return _QUAL.sub('', a)
+    if isinstance(a, typing.ForwardRef): return _QUAL.sub('', a.__forward_arg__)
     if isinstance(a, type): return a.__qualname__
-    return _QUAL.sub('', inspect.formatannotation(a))
+    return _QUAL.sub('', _FWD.sub(r'\2', inspect.formatannotation(a)))
+
+def _public_type(o) -> str:
+    "The type of a default value, as a reader would annotate it: its first public class (`_Default(str)` -> `str`)"
+    return next((c.__qualname__ for c in type(o).__mro__ if not c.__name__.startswith('_')), type(o).__qualname__)
 
 def signature(nm:str, sig) -> str:
     "`nm(params) -> returns`, a parameter a line when it does not fit in 70 characters (the page's code width)"
@@ -111,9 +125,44 @@ def source_url(sym) -> str|None:
     except ValueError: return None
     return f'{REPO_URL}/blob/main/{rel.as_posix()}#L{line}'
 
+def _comment_of(src_lines, name) -> str|None:
+    "The comment on the line that declares parameter `name` in a function's source (`**kwargs # ...`), if any"
+    for l in src_lines:
+        if m := re.match(rf'\s*(?:def \w+\()?\**{name}\b[^#\n]*#\s*(.+?)\s*$', l): return m[1]
+
+def ParamTable(sym):
+    """fastcore's `DocmentTbl` of `sym`, its cells as a reader writes them: types unquoted (`str | Path`), a default's type its
+    public class (`str`, not `_Default`), defaults as in the signature (`'wandb'`), `*args`/`**kwargs` starred, and the comment
+    on a `**kwargs` line given to `kwargs` (fastcore gives it to the return value)"""
+    from fastcore.docments import DocmentTbl
+    tbl = DocmentTbl(sym)
+    empty = inspect.Parameter.empty
+    try: params = inspect.signature(sym).parameters
+    except (TypeError, ValueError): params = {}
+    ret = tbl.dm.get('return', {})
+    if ret.get('docment') not in (None, empty):
+        try: lines = inspect.getsource(getattr(sym, '__func__', sym)).splitlines()
+        except (TypeError, OSError): lines = []
+        for nm, d in tbl.dm.items():
+            if nm != 'return' and d.get('docment') in (None, empty) and _comment_of(lines, nm) == ret['docment']:
+                d['docment'], ret['docment'] = ret['docment'], empty
+    dm = {}
+    for nm, d in tbl.dm.items():
+        d = dict(d)
+        p = params.get(nm)
+        if d.get('anno', empty) is not empty:
+            d['anno'] = (_public_type(d['default']) if p is not None and p.annotation is empty and d.get('default', empty) is not empty
+                         else _anno(d['anno']))
+        if d.get('default', empty) is not empty: d['default'] = repr(d['default'])
+        if isinstance(d.get('docment'), str): d['docment'] = ' '.join(d['docment'].split())  # a comment over lines: one text
+        if p is not None and p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD): nm = ('\\*' if p.kind == p.VAR_POSITIONAL else '\\*\\*') + nm
+        dm[nm] = d
+    tbl.dm, tbl.params = dm, [k for k in dm if k != 'return']
+    return tbl
+
 def _renderer(prop:bool=False):
     "A `show_doc` renderer class (`prop`: the symbol is a property, shown without a call's parentheses)"
-    from fastcore.docments import ShowDocRenderer, DocmentTbl
+    from fastcore.docments import ShowDocRenderer
     class Renderer(ShowDocRenderer):
         "nbdev's `show_doc`, as markdown: heading, signature, docstring, then the parameters' table from their docments"
         def _repr_markdown_(self):
@@ -129,7 +178,7 @@ def _renderer(prop:bool=False):
                 out.append(f"```python\n{self.nm}{ret}  # a property\n```")
             elif sig is not None: out.append(f"```python\n{signature(self.nm, sig)}\n```")
             if self.docs: out.append(self.docs)
-            try: tbl = '' if prop else DocmentTbl(sym)._repr_markdown_()
+            try: tbl = '' if prop else ParamTable(sym)._repr_markdown_()
             except Exception: tbl = ''
             if tbl: out.append(tbl)
             return '\n\n'.join(out)
@@ -180,18 +229,55 @@ def _outputs(outs) -> list:
         res.append(o)
     return res
 
+def entry_name(cell) -> str|None:
+    "The name an API entry cell documents (`Learner.profile`); None for any other cell"
+    if cell['cell_type'] == 'markdown' and cell['id'].startswith('doc'): return re.match(r'#+ (.+)', src(cell))[1].strip()
+
+def _heading(cell) -> bool: return cell['cell_type'] == 'markdown' and not cell['id'].startswith('doc') and src(cell).startswith('#')
+
+def lead_with(cells, first) -> tuple:
+    """`cells` with the entries `first` names (`fnmatch` patterns, in that order) moved up to right after the page's
+    introduction (before its first heading, entry or code cell), each with the cells that follow it up to the next entry or heading (its
+    examples); the rest keeps the notebook's order. Also returns the patterns that matched no entry."""
+    blocks, taken, missing = [], set(), []
+    for pat in first:
+        hits = [i for i,c in enumerate(cells) if i not in taken and (nm := entry_name(c)) and fnmatch.fnmatchcase(nm, pat)]
+        if not hits: missing.append(pat)
+        for i in hits:
+            j = i + 1
+            while j < len(cells) and entry_name(cells[j]) is None and not _heading(cells[j]): j += 1
+            blocks.append(range(i, j)); taken.update(range(i, j))
+    at = next((i for i,c in enumerate(cells) if i and (c['cell_type'] == 'code' or entry_name(c) or _heading(c))),
+              len(cells))  # the introduction: the title and the prose up to the first section, entry or code
+    lead = [cells[i] for b in blocks for i in b]
+    return [c for i,c in enumerate(cells[:at]) if i not in taken] + lead + [c for i,c in enumerate(cells) if i >= at and i not in taken], missing
+
+def end_sentences(cells) -> list:
+    """A prose cell that ends with a colon introduces the cell after it in the notebook; where the site leaves that cell out
+    (a test or a private export) and what follows is prose, a heading or nothing, the colon becomes a full stop"""
+    out = []
+    for i,c in enumerate(cells):
+        nxt = cells[i+1] if i + 1 < len(cells) else None
+        if (c['cell_type'] == 'markdown' and entry_name(c) is None and src(c).rstrip().endswith(':')
+            and (nxt is None or (nxt['cell_type'] == 'markdown' and entry_name(nxt) is None))):
+            c = dict(c, source=src(c).rstrip()[:-1] + '.')
+        out.append(c)
+    return out
+
 def process(path, notes:list|None=None) -> dict:
     "The notebook at `path` as the docs show it (module docstring); `notes` collects what was left out and why"
     path = Path(path)
     nb = json.loads(path.read_text(encoding='utf-8'))
     mod, shown, cells, ns = default_exp(nb), _shown(nb), [], None
     notes = [] if notes is None else notes
+    first = []  # `#| docs_first: ...`: the entries the page opens with
     for c in nb['cells']:
         if c['cell_type'] == 'markdown':
             cells.append(dict(cell_type='markdown', id=c.get('id', f'md{len(cells)}'), metadata={}, source=_fix_img(src(c))))
             continue
         if c['cell_type'] != 'code': continue
         d, body = directives(src(c))
+        first += d.get('docs_first', '').split()
         if d.keys() & HIDE or d.get('include') == 'false' or not body.strip(): continue
         if d.keys() & {'export', 'exports'}:
             if ns is None: ns = namespace(mod)
@@ -210,6 +296,10 @@ def process(path, notes:list|None=None) -> dict:
         elif is_test_cell(body): continue
         cells.append(dict(cell_type='code', execution_count=None, id=c.get('id', f'code{len(cells)}'), metadata={},
                           outputs=_outputs(c.get('outputs', [])), source=body))
+    if first:
+        cells, missing = lead_with(cells, first)
+        if missing: raise DocError(f'{path.name}: docs_first names no entry of the page: {", ".join(missing)}')
+    cells = end_sentences(cells)
     for i,c in enumerate(cells):
         if c['id'].startswith('doc'): c['id'] = f'doc{i:05d}'  # the API entries': unique in the notebook
     return dict(cells=cells, metadata=nb.get('metadata', {}), nbformat=4, nbformat_minor=5)
