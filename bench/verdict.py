@@ -139,7 +139,7 @@ def check(printed:list, facts:dict) -> dict:
     head = rest[0] if rest else ''
     code = next((k for k,l in enumerate(rest) if '`' in l), None)  # the line (0: the headline) of the first code span
     speed = re.compile(r'\d+\.\d+x predicted|at most \d+\.\d+x')
-    fix_at = next((k for k,l in enumerate(rest) if l.startswith('Fix:')), None)
+    fix_at = next((k for k,l in enumerate(rest) if l.startswith(('Fix:', 'Fix ('))), None)
     has_speed = fix_at is not None and any(speed.search(l) for l in rest[fix_at:fix_at+2])
     sentences = [s for l in facts['lines'] for s in re.split(r'(?<=[.!?])\s+(?=[A-Z`])', l)]
     return dict(name=facts['name'], verdict=facts['verdict'], lines=len(printed), headline=len(head), busy=busy,
@@ -178,8 +178,8 @@ def main(argv=None):
     if a.child: return child(names)
     t0 = time.time()
     rs = measure(names, timeout=1800)
-    print(f"## The verdict as printed into a pipe, 100 columns\n\n{machine_md(machine_info())}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}, {time.time() - t0:.0f} s. Command: `python -m bench verdict {' '.join(a.names)}`.\n")
+    print(f"## The verdict as printed into a pipe, 100 columns\n\n{machine_md(machine_info())} Run time {time.time() - t0:.0f} s. "
+          f"Command: `python -m bench verdict{' ' + ' '.join(a.names) if a.names else ''}`.\n")
     rows = [[r['name'], r['verdict'], str(r['lines']), str(r['headline']), str(r['busy']),
              '-' if r['code_line'] is None else str(r['code_line'] + 1), str(r['longest']), str(r['html']),
              f"{r['knob']}: {r['speedup']:.2f}x {'predicted' if r['kind'] == 'model' else 'at most'}" if r['knob'] else '-',

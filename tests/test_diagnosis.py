@@ -84,7 +84,8 @@ def check_consistent(d:Diagnosis):
     verdict's share, the first fix as code with its speedup, at most three more, in their rank; no fix under 5%; nothing said twice"""
     lines = d.lines()
     if d.machine: assert lines[0] == d.machine and lines[0].startswith('Busy machine'); lines = lines[1:]
-    assert lines[0] == d.head and lines[0].startswith(f"Bound by {d.first.label}: {fmt_pct(d.first.share)} of the fit"), lines
+    assert lines[0] == d.head and lines[0].startswith(f"Bound by {d.bound.label}: {fmt_pct(d.bound.share)} of the fit"), lines
+    assert all(d.bound.saved >= f.saved for f in d.findings)  # what bounds the run: the largest saving if it cost nothing
     assert len(lines[0]) <= 100 and all(len(l) <= 160 for l in lines) and len(set(lines)) == len(lines), lines
     assert not any(l.startswith('Bound by') for l in lines[1:]), lines
     assert all('input-bound' not in l for l in lines[1:]), lines
@@ -94,7 +95,8 @@ def check_consistent(d:Diagnosis):
     for l in lines:
         for x in re.findall(r'(\d+\.\d+)x predicted|at most (\d+\.\d+)x', l): assert float(x[0] or x[1]) >= MIN_GAIN, l
     if d.knob:
-        assert d.predicted_speedup >= MIN_GAIN and lines[1] == f"Fix: {d.first.short()}", lines
+        assert d.predicted_speedup >= MIN_GAIN and lines[1] in (f"Fix: {d.first.short()}", f"Fix ({d.first.label}): {d.first.short()}"), lines
+        assert lines[1].startswith('Fix: ') == (d.first.resource == d.bound.resource), lines  # a fix for another resource says which
         if d.speedup_kind == 'model': assert '`' in lines[1], lines  # a predicted fix is code to paste (a ceiling may be advice)
         assert d.knob in '\n'.join(d.evidence())
     else: assert lines[1].startswith('Fix: no change'), lines

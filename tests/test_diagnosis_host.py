@@ -46,7 +46,7 @@ def no_contradiction(d:Diagnosis):
     "One verdict, said once, that every other line agrees with (a busy machine is said before it)"
     lines = d.lines()
     if d.machine: assert lines[0] == d.machine and lines[0].startswith('Busy machine'); lines = lines[1:]
-    assert lines[0] == d.head and lines[0].startswith(f"Bound by {d.first.label}: ") and len(lines[0]) <= 100, lines
+    assert lines[0] == d.head and lines[0].startswith(f"Bound by {d.bound.label}: ") and len(lines[0]) <= 100, lines
     assert not any(l.startswith('Bound by') for l in lines[1:]), lines
     if d.verdict == 'host': assert not any(l.startswith('But ') or 'model compute' in l for l in lines), lines
     if d.verdict == 'compute': assert not any(re.search(r'busy \d+(\.\d+)?% .*launch-bound', l) for l in lines), lines

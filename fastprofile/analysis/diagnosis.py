@@ -268,7 +268,7 @@ def input_rule(ev:Evidence) -> list:
                    "(each tensor crosses through shared memory): fewer tensors per batch (stack them), smaller dtypes "
                    "(uint8 images, normalised on the device), `pin_memory=True` on a GPU.")
         say = ("fewer workers, or fewer threads (`torch.set_num_threads`)" if probed is not None and ph0.receive > 3*probed + 1e-3
-               and not ev.facts.on_gpu else "fewer, smaller tensors per batch (`pin_memory=True` on a GPU)")
+               and not ev.facts.on_gpu else "fewer, smaller tensors per batch" + (", and `pin_memory=True`" if ev.facts.on_gpu else ''))
         return [ev.finding('input', fix, lambda ph: ph.step_with(receive=0.), free, kind='bound', detail=detail, say=say,
                            cause=f"taking each batch costs the main process {fmt_time(ph0.receive)}")]
     f = ev.finding('input', (f"the loader already has {W} workers on {ev.cpus} CPUs: make items cheaper to load (decode/resize less, "
@@ -826,12 +826,16 @@ class Diagnosis:
     @property
     def lead(self) -> list: return tied(self.findings)  # the first fix and those tied with it
     @property
+    def bound(self) -> Finding:
+        "What bounds the run: the finding that would save the most if its resource cost nothing (the headline's; the first fix may be another's)"
+        return max(self.findings, key=lambda f: f.saved)
+    @property
     def fixes(self) -> list: return [f for f in self.findings if f.offered]
 
     @property
     def head(self) -> str:
         "The headline: what bounds the run and its share of the fit (at most `HEADLINE` characters)"
-        f = self.first
+        f = self.bound
         h = f"Bound by {f.label}: {fmt_pct(f.share)} of the fit"
         ib = f" ({self.input_bound} input-bound)" if f.resource == 'input' and self.input_bound != 'not' else ''
         for extra in (f"; {f.cause}{ib}", f"; {f.cause}", ib, ''):
@@ -841,7 +845,7 @@ class Diagnosis:
     @property
     def statement(self) -> str:
         "The verdict in full: what bounds the run, its share and what was measured"
-        f = self.first
+        f = self.bound
         s = f"Bound by: {CATEGORIES.get(f.resource, f.label)}, {fmt_pct(f.share)} of the fit"
         if f.detail: s += f": {f.detail}"
         if f.resource == 'input' and self.input_bound != 'not':
@@ -853,7 +857,8 @@ class Diagnosis:
         out = ([self.machine] if self.machine else []) + [self.head]
         lead = self.lead
         if not lead or not lead[0].offered: return out + ["Fix: no change is predicted to gain 5% or more."]
-        out.append(f"Fix: {lead[0].short()}")
+        f = lead[0]  # the fix known to pay, first: for another resource than the headline's, it says which
+        out.append(f"Fix: {f.short()}" if f.resource == self.bound.resource else f"Fix ({f.label}): {f.short()}")
         out += [f"Or, as good (a tie): {g.short()}" for g in lead[1:SHOWN]]
         rest = [g for g in self.fixes if g not in lead and g.share >= MODERATELY_INPUT_BOUND]
         return out + [f"Then: {g.short()}" for g in rest[:max(SHOWN - len(lead), 0)]]
