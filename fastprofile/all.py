@@ -9,10 +9,10 @@ __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profi
            'ProbeCallback', 'register', 'Session', 'Patches', 'Row', 'result_row', 'SimpleProfilerCallback',
            'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback',
            'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink',
-           'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved', 'load_profile', 'compare',
-           'Comparison', 'TuneResult', 'ValidateOnceCallback', 'efficiency_summary', 'telemetry_summary',
-           'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace', 'save_merged_trace',
-           'fix_cpu_broadcast', 'make_demo_learner']
+           'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'Rule', 'Finding', 'RULES', 'rule', 'register_rule',
+           'check_advice', 'preserved', 'load_profile', 'compare', 'Comparison', 'TuneResult', 'ValidateOnceCallback',
+           'efficiency_summary', 'telemetry_summary', 'plot_profile', 'save_plots', 'plot_phase_shares',
+           'plot_timeline', 'save_trace', 'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']
 
 # %% ../nbs/99_all.ipynb #07faa944
 # `Learner.profile`, `annotate`, `prefetch`, `before_draw`
@@ -31,6 +31,7 @@ from .analysis.distributed import save_merged_trace, fix_cpu_broadcast
 from .analysis.efficiency_report import efficiency_summary
 from .analysis.telemetry_report import telemetry_summary
 from .analysis.diagnosis import Diagnosis, diagnose
+from .engine.rules import Rule, Finding, RULES, rule, register_rule
 from .learner import LOGGERS, NoProfileError
 from .analysis.sections import SECTIONS
 from .sinks.wandb import WandbSink, fix_fastai_wandb_4173
@@ -45,7 +46,8 @@ _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'Profile
          'Probe', 'ProbeCallback', 'register', 'Session', 'Patches', 'Row', 'result_row',
          'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback',
          'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError',
-         'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'check_advice', 'preserved',
+         'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'Rule', 'Finding', 'RULES', 'rule',
+         'register_rule', 'check_advice', 'preserved',
          'load_profile', 'compare', 'Comparison', 'TuneResult', 'ValidateOnceCallback',
          'efficiency_summary', 'telemetry_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace',
          'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']

@@ -873,6 +873,8 @@ class Diagnosis:
             share = f"{fmt_pct(g.share)} of the fit" + (f" (it overlaps {', '.join(ov)})" if ov else '')
             out.append(f"  {i+1}. {g.label}, {share}: {g.fix} {g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
         if not self.fixes: out.append("  No change is predicted to gain 5% or more.")
+        low = [f for f in self.findings if not f.offered]
+        if low: out.append("Also found, no fix gaining 5%: " + ', '.join(f"{f.label} ({f.rule or f.resource}, {fmt_pct(f.share)} of the fit)" for f in low) + '.')
         sh = {k:v for k,v in self.shares.items() if v > 0}
         out.append("Main-process time (disjoint): " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
         out += self.details

@@ -84,6 +84,11 @@ class Finding:
         if math.isnan(self.predicted_step): return f"{self.speedup:.2f}x {what}, for the whole fit"
         return f"{self.speedup:.2f}x {what} ({fmt_time(self.step)} -> {fmt_time(self.predicted_step)} per {self.unit}, steady state)"
 
+    def __repr__(self):
+        off = '' if self.offered else ' (not offered: it gains under 5%)' if self.fix is not None else ' (no fix)'
+        return (f"Finding {self.rule or self.resource!r}: {self.label}, {self.share:.1f}% of the fit" + (f"; {self.cause}" if self.cause else '')
+                + (f". {self.short()}" if self.fix is not None else '.') + off)
+
     def short(self) -> str:
         "The fix in one line: code and where, its speedup and kind (a change to the optimisation says to retune the learning rate)"
         s = f"{self.say or self.fix}".rstrip('.')

@@ -19,7 +19,6 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
-from fastcore.basics import patch
 from .checks import check_int
 from .record import KEY_COLUMNS, RESULT_COLUMNS
 
@@ -222,6 +221,10 @@ class _Table:
             yield from line(cells, style)
 
 # %% ../../nbs/05_report.ipynb #47c3303e
+class _Layout(NamedTuple):
+    "What rendering needs from the results, worked out once: the columns shown, each of their values as text, the table's lines"
+    columns:list; cells:dict; outline:list; first:int
+
 class ProfileReport:
     "Renders profile `results` (a numeric DataFrame in seconds) with `notes` and `Section`s"
     def __init__(self,
@@ -277,58 +280,88 @@ class ProfileReport:
 
     def __repr__(self): return self.plain()
 
-# %% ../../nbs/05_report.ipynb #4dc3df6b
-class _Layout(NamedTuple):
-    "What rendering needs from the results, worked out once: the columns shown, each of their values as text, the table's lines"
-    columns:list; cells:dict; outline:list; first:int
+    def _layout(self) -> _Layout:
+        "The `_Layout` of `results` (worked out once per rendering: `results` may have changed since the last)"
+        r,cols = self.results,self.columns
+        cells = {c: list(map(self.formats.get(c) or col_format(c), r[c].tolist())) for c in cols[3:]}
+        if 'Number of Calls' in r:  # a single call has no spread: '-' rather than '0 ns'
+            single = [n <= 1 for n in r['Number of Calls'].tolist()]
+            for c in _SPREAD:
+                if c in cells: cells[c] = ['-' if one else x for one,x in zip(single, cells[c])]
+        outline = _outline(r)
+        return _Layout(cols, cells, outline, max((2*l.level + len(l.name) for l in outline), default=0))
 
-@patch
-def _layout(self:ProfileReport) -> _Layout:
-    "The `_Layout` of `results` (worked out once per rendering: `results` may have changed since the last)"
-    r,cols = self.results,self.columns
-    cells = {c: list(map(self.formats.get(c) or col_format(c), r[c].tolist())) for c in cols[3:]}
-    if 'Number of Calls' in r:  # a single call has no spread: '-' rather than '0 ns'
-        single = [n <= 1 for n in r['Number of Calls'].tolist()]
-        for c in _SPREAD:
-            if c in cells: cells[c] = ['-' if one else x for one,x in zip(single, cells[c])]
-    outline = _outline(r)
-    return _Layout(cols, cells, outline, max((2*l.level + len(l.name) for l in outline), default=0))
+    def _fit(self, width:int, L:_Layout|None=None) -> tuple:
+        "The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first), and their width"
+        L = L or self._layout()
+        cols = L.columns[3:]
+        w = {c: max([len(col_label(c))] + [len(s) for s in L.cells[c]]) for c in cols}
+        need = lambda cs: L.first + sum(w[c] + _GAP for c in cs)
+        for c in [c for c in OPTIONAL_COLUMNS if c in cols] + [c for c in cols if c not in COLUMNS][::-1]:
+            if need(cols) <= width: break
+            cols = [x for x in cols if x != c]
+        return cols,need(cols)
 
-# %% ../../nbs/05_report.ipynb #dc7923c3
-@patch
-def _fit(self:ProfileReport, width:int, L:_Layout|None=None) -> tuple:
-    "The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first), and their width"
-    L = L or self._layout()
-    cols = L.columns[3:]
-    w = {c: max([len(col_label(c))] + [len(s) for s in L.cells[c]]) for c in cols}
-    need = lambda cs: L.first + sum(w[c] + _GAP for c in cs)
-    for c in [c for c in OPTIONAL_COLUMNS if c in cols] + [c for c in cols if c not in COLUMNS][::-1]:
-        if need(cols) <= width: break
-        cols = [x for x in cols if x != c]
-    return cols,need(cols)
+    def _text(self, width:int, plain:bool=False) -> list:
+        "The report as rich renderables for `width` characters; `plain`: no styles, backticks kept"
+        L = self._layout()
+        cols,need = self._fit(width, L)
+        heading,blank = '' if plain else 'bold',('',)*len(cols)
+        rows = [(k > 0, heading, (l.name, *blank)) if l.i is None else (False, None, ('  '*l.level + l.name, *(L.cells[c][l.i] for c in cols)))
+                for k,l in enumerate(L.outline)]
+        # `min_width`: what the table needs (more than `width` only when even the core columns do not fit)
+        t = _Table([col_label(c) for c in cols], rows, need, plain)
+        out = [Text(self.title, style='' if plain else 'bold'), t]
+        left = [col_label(c) for c in L.columns[3:] if c not in cols]
+        if left: out.append(_text_line(f"Left out to fit {width} columns: {', '.join(left)} (all are in `.results`).", plain, 'dim'))
+        out += [_text_line(n, plain, 'dim') for n in self.notes]
+        for sec in self.sections:
+            out += [Text(''), Text(f'{sec.title}:', style='' if plain else 'bold')]
+            for k,l in enumerate(sec.lines):
+                style = 'bold' if sec.headline and k == sec.preface and not plain else 'yellow' if k < sec.preface and not plain else ''
+                i = _indent(l)  # an indented line keeps its indent when it wraps
+                out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
+            if sec.more and sec.hint: out.append(Padding(_text_line(sec.hint, plain, 'dim'), (0,0,0,2)))
+        return out
 
-@patch
-def _text(self:ProfileReport, width:int, plain:bool=False) -> list:
-    "The report as rich renderables for `width` characters; `plain`: no styles, backticks kept"
-    L = self._layout()
-    cols,need = self._fit(width, L)
-    heading,blank = '' if plain else 'bold',('',)*len(cols)
-    rows = [(k > 0, heading, (l.name, *blank)) if l.i is None else (False, None, ('  '*l.level + l.name, *(L.cells[c][l.i] for c in cols)))
-            for k,l in enumerate(L.outline)]
-    # `min_width`: what the table needs (more than `width` only when even the core columns do not fit)
-    t = _Table([col_label(c) for c in cols], rows, need, plain)
-    out = [Text(self.title, style='' if plain else 'bold'), t]
-    left = [col_label(c) for c in L.columns[3:] if c not in cols]
-    if left: out.append(_text_line(f"Left out to fit {width} columns: {', '.join(left)} (all are in `.results`).", plain, 'dim'))
-    out += [_text_line(n, plain, 'dim') for n in self.notes]
-    for sec in self.sections:
-        out += [Text(''), Text(f'{sec.title}:', style='' if plain else 'bold')]
-        for k,l in enumerate(sec.lines):
-            style = 'bold' if sec.headline and k == sec.preface and not plain else 'yellow' if k < sec.preface and not plain else ''
-            i = _indent(l)  # an indented line keeps its indent when it wraps
-            out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
-        if sec.more and sec.hint: out.append(Padding(_text_line(sec.hint, plain, 'dim'), (0,0,0,2)))
-    return out
+    def plain(self, width:int=120) -> str:
+        "The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core column"
+        check_int('width', width, 40)
+        cons = {}  # one console per width
+        def render(r, w):
+            con = cons.get(w)
+            if con is None:
+                con = cons[w] = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
+                                        highlight=False, emoji=False, legacy_windows=False)
+            with con.capture() as out: con.print(r)
+            return out.get()
+        # the table wider than `width` rather than cut, if even its core columns need more
+        txt = ''.join(render(r, max(width, getattr(r, 'min_width', None) or 0)) for r in self._text(width, plain=True))
+        return '\n'.join(l.rstrip() for l in txt.splitlines())
+
+    def markdown(self) -> str:
+        "The report as markdown: a table (Phase, Action and Step as columns), the notes, the sections"
+        f = self.formatted()
+        cell = lambda s: str(s).replace('|', r'\|')
+        table = ('| ' + ' | '.join(f.columns) + ' |\n|' + '|'.join(':---' if c in KEY_COLUMNS else '---:' for c in f.columns) + '|\n'
+                 + ''.join('| ' + ' | '.join(cell(x) for x in r) + ' |\n' for r in f.itertuples(index=False)))
+        parts = [f'**{self.title}**', table.rstrip()]
+        if self.notes: parts.append('  \n'.join(self.notes))
+        parts += [_md_section(s) for s in self.sections]
+        return '\n\n'.join(parts) + '\n'
+
+    def show(self, plain:bool=False, markdown:bool=False):
+        "Display: markdown or plain text if asked, HTML in Jupyter, a rich table in a terminal"
+        from fastcore.basics import in_notebook
+        if markdown and in_notebook():
+            from IPython.display import display, Markdown
+            display(Markdown(self.markdown()))
+        elif markdown: print(self.markdown())
+        elif plain: print(self.plain())
+        elif in_notebook():
+            from IPython.display import display
+            display(self)
+        else: Console().print(self)
 
 # %% ../../nbs/05_report.ipynb #5c305658
 def _md_section(sec:Section) -> str:
@@ -344,48 +377,6 @@ def _md_section(sec:Section) -> str:
     out += body(lines)
     if sec.more: out += ['<details><summary>Evidence</summary>', *body(sec.more), '</details>']
     return '\n\n'.join(out)
-
-@patch
-def plain(self:ProfileReport, width:int=120) -> str:
-    "The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core column"
-    check_int('width', width, 40)
-    cons = {}  # one console per width
-    def render(r, w):
-        con = cons.get(w)
-        if con is None:
-            con = cons[w] = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
-                                    highlight=False, emoji=False, legacy_windows=False)
-        with con.capture() as out: con.print(r)
-        return out.get()
-    # the table wider than `width` rather than cut, if even its core columns need more
-    txt = ''.join(render(r, max(width, getattr(r, 'min_width', None) or 0)) for r in self._text(width, plain=True))
-    return '\n'.join(l.rstrip() for l in txt.splitlines())
-
-@patch
-def markdown(self:ProfileReport) -> str:
-    "The report as markdown: a table (Phase, Action and Step as columns), the notes, the sections"
-    f = self.formatted()
-    cell = lambda s: str(s).replace('|', r'\|')
-    table = ('| ' + ' | '.join(f.columns) + ' |\n|' + '|'.join(':---' if c in KEY_COLUMNS else '---:' for c in f.columns) + '|\n'
-             + ''.join('| ' + ' | '.join(cell(x) for x in r) + ' |\n' for r in f.itertuples(index=False)))
-    parts = [f'**{self.title}**', table.rstrip()]
-    if self.notes: parts.append('  \n'.join(self.notes))
-    parts += [_md_section(s) for s in self.sections]
-    return '\n\n'.join(parts) + '\n'
-
-@patch
-def show(self:ProfileReport, plain:bool=False, markdown:bool=False):
-    "Display: markdown or plain text if asked, HTML in Jupyter, a rich table in a terminal"
-    from fastcore.basics import in_notebook
-    if markdown and in_notebook():
-        from IPython.display import display, Markdown
-        display(Markdown(self.markdown()))
-    elif markdown: print(self.markdown())
-    elif plain: print(self.plain())
-    elif in_notebook():
-        from IPython.display import display
-        display(self)
-    else: Console().print(self)
 
 # %% ../../nbs/05_report.ipynb #7b8c9da4
 _CSS = """
