@@ -57,7 +57,8 @@ BATCH_CLOSE = 1.1  # the batch size named: the smallest measured whose predicted
 FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tensors; its cost is paid once a batch, so a larger batch pays '
                'it for more samples',
                'IntToFloatTensor':'it turns image bytes into floats; its cost grows with the pixels: smaller images (`Resize` in `item_tfms`), or on a GPU `learn.prefetch()` overlaps it'}  # batch transforms fastai adds itself: never advised to move; what the user can do instead
-FASTAI_SAY = {'ReadTabBatch':"a larger batch: `ReadTabBatch` is paid once a batch", 'IntToFloatTensor':"smaller images: `Resize` in `item_tfms`"}
+FASTAI_SAY = {'ReadTabBatch':"a larger `bs` in your DataLoaders: `ReadTabBatch` is paid once a batch",
+              'IntToFloatTensor':"smaller images: `Resize` in `item_tfms`"}
 
 @dataclass
 class PhaseModel:
@@ -353,7 +354,8 @@ def batch_tfms_rule(ev:Evidence) -> list:
                   f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step")
         return [ev.finding('batch_tfms', f"`{slow}` is fastai's own: fastai adds it to the loader's `after_batch` itself, so it cannot be "
                            f"moved; {FASTAI_TFMS[slow]}.", lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), kind='bound',
-                           detail=detail, say=FASTAI_SAY[slow], cause=f"fastai's `{slow}` takes {fmt_time(t)} a batch")]
+                           detail=detail, say=FASTAI_SAY[slow], cause=f"fastai's `{slow}` takes {fmt_time(t)} a batch",
+                           optimises=slow == 'ReadTabBatch')]  # its fix is a larger batch
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     W,(W2,after) = ph0.workers,_into_workers(ev, slow)
     t = ph0.tfms.get(slow, 0.)
