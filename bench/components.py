@@ -56,9 +56,12 @@ def run(variants:list, batches:int=20, rounds:int=40, seed:int=0, log=print) -> 
                 for v,xs in got.items()}
     finally: fl._session = made
 
+def _label(v:str) -> str:
+    return ('the default profile' if v == 'default' else 'the pair and the session alone' if v == 'pair' else
+            f"without {v.replace(',', ', ')}")
+
 def table(res:dict, batches:int) -> str:
-    label = lambda v: 'the default profile' if v == 'default' else 'the pair and the session alone' if v == 'pair' else f"without {v.replace(',', ', ')}"
-    rows = [f"| {label(v)} | {r['cpu']:+.2f} | {r['wall']:+.2f} | {r['rounds']} |" for v,r in res.items()]
+    rows = [f"| {_label(v)} | {r['cpu']:+.2f} | {r['wall']:+.2f} | {r['rounds']} |" for v,r in res.items()]
     return '\n'.join([f"Tiny MLP, {batches} + 2 batches of 64, one thread; ms over the plain fit of each round (medians).", '',
                       '| variant | CPU ms | wall ms | rounds |', '|---|---|---|---|', *rows])
 
@@ -75,28 +78,30 @@ def compare(baseline, variants:list, batches:int=20, rounds:int=40, seed:int=0, 
     for i in range(processes):
         for code in (list(codes) if i % 2 == 0 else list(codes)[::-1]):
             d,env = codes[code],dict(os.environ)
-            env['PYTHONPATH'] = os.pathsep.join(([str(d)] if d else []) + [str(ROOT)] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+            paths = ([str(d)] if d else []) + [str(ROOT)] + ([env['PYTHONPATH']] if env.get('PYTHONPATH') else [])
+            env['PYTHONPATH'] = os.pathsep.join(paths)
             with tempfile.TemporaryDirectory(prefix='fastprofile-bench-') as empty:  # first on `sys.path`: `d`'s fastprofile comes first
                 r = subprocess.run([sys.executable, '-m', 'bench.components', *args, '--seed', str(seed + i)], capture_output=True,
                                    text=True, cwd=empty if d else ROOT, env=env, timeout=900)
             lines = [l for l in r.stdout.splitlines() if l.startswith(TAG)]
-            if r.returncode or not lines: raise RuntimeError(f"bench.components failed for {code} (exit {r.returncode}):\n{r.stderr[-3000:]}")
+            if r.returncode or not lines:
+                raise RuntimeError(f"bench.components failed for {code} (exit {r.returncode}):\n{r.stderr[-3000:]}")
             for v,x in json.loads(lines[-1][len(TAG):]).items(): got[code].setdefault(v, []).append(x)
             log(f"[bench] components: {code}, process {i+1}/{processes}")
     return got
 
 def compare_table(got:dict, batches:int, rounds:int) -> str:
-    label = lambda v: 'the default profile' if v == 'default' else 'the pair and the session alone' if v == 'pair' else f"without {v.replace(',', ', ')}"
     med = lambda xs, k: statistics.median(x[k] for x in xs)
     span = lambda xs, k: f"{min(x[k] for x in xs):+.2f} … {max(x[k] for x in xs):+.2f}"
     a,b = got['this tree'],got['baseline']
-    rows = [f"| {label(v)} | **{med(b[v], 'cpu'):+.2f}** ({span(b[v], 'cpu')}) | **{med(a[v], 'cpu'):+.2f}** ({span(a[v], 'cpu')}) | "
+    rows = [f"| {_label(v)} | **{med(b[v], 'cpu'):+.2f}** ({span(b[v], 'cpu')}) | **{med(a[v], 'cpu'):+.2f}** ({span(a[v], 'cpu')}) | "
             f"{med(a[v], 'cpu') - med(b[v], 'cpu'):+.2f} | {med(b[v], 'wall'):+.2f} | {med(a[v], 'wall'):+.2f} |" for v in a if v in b]
     n = len(next(iter(a.values())))
-    return '\n'.join([f"Tiny MLP, {batches} + 2 batches of 64, one thread; ms over the plain fit of each round; per code version the median over "
-                      f"{n} processes ({rounds} rounds each) of their medians, and their range.", '',
-                      '| variant | baseline: CPU ms (range) | this tree: CPU ms (range) | this tree − baseline, CPU ms | baseline: wall ms | this tree: wall ms |',
-                      '|---|---|---|---|---|---|', *rows])
+    head = ('| variant | baseline: CPU ms (range) | this tree: CPU ms (range) | this tree − baseline, CPU ms | baseline: wall ms '
+            '| this tree: wall ms |')
+    return '\n'.join([f"Tiny MLP, {batches} + 2 batches of 64, one thread; ms over the plain fit of each round; per code version the "
+                      f"median over {n} processes ({rounds} rounds each) of their medians, and their range.", '',
+                      head, '|---|---|---|---|---|---|', *rows])
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(prog='python -m bench.components', description=__doc__.splitlines()[0])
