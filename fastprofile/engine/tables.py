@@ -493,19 +493,31 @@ def _default_mode():
     m = os.umask(0); os.umask(m)
     return 0o666 & ~m
 
+def _claim_tmp(tmp:Path) -> int:
+    "Create `tmp` (an error if it exists) with the usual permissions; its descriptor"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    for f in ('O_CLOEXEC', 'O_NOFOLLOW', 'O_BINARY'): flags |= getattr(os, f, 0)
+    return os.open(tmp, flags, 0o666)  # the umask applies, as to any new file
+
 def atomic_write(path, write, binary:bool=False) -> Path:
     "Call `write(f)` on a temporary file beside `path`, then rename it over `path`; create the folder"
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # the temporary name starts like the file's, short enough for a file name that is at the file system's limit
-    fd,tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name[:32]}.', suffix='.tmp')
+    tmp = None
     try:
+        # the name is known before the file exists, so an interrupt at any point leaves it to the cleanup below;
+        # it starts like the file's, short enough for a file name that is at the file system's limit
+        for _ in range(100):
+            tmp = path.parent/f'.{path.name[:32]}.{os.urandom(6).hex()}.tmp'
+            try: fd = _claim_tmp(tmp); break
+            except FileExistsError: tmp = None  # another writer's name: never removed here
+        else: raise FileExistsError(f"no free temporary name beside {path}")
         with os.fdopen(fd, 'wb' if binary else 'w', **({} if binary else dict(newline='', encoding='utf-8'))) as f: write(f)
-        os.chmod(tmp, _default_mode())  # mkstemp makes files private (0600); give the usual permissions
         os.replace(tmp, path)
     except BaseException:
-        try: os.unlink(tmp)
-        except FileNotFoundError: pass
+        if tmp is not None:
+            try: os.unlink(tmp)
+            except FileNotFoundError: pass
         raise
     return path
 

@@ -114,7 +114,10 @@ class _Kept:
 # %% ../../nbs/16j_batch_scaling.ipynb #e01322b8
 def _draws(dl, n:int, k:int, dev) -> tuple:
     "A batch of `n` from a copy of loader `dl` (in the main process, not shuffled), and the seconds of up to `k` more draws"
-    d2 = dl.new(bs=n, shuffle=False, drop_last=True, num_workers=0)
+    # the copy indexes only the items it draws: fastai lists an index per item of its data set at each `iter` (160,000 ints for
+    # a 20,000-batch epoch of 8), and the result's objects made meanwhile kept those freed pages from going back to the system
+    upto = dict(n=min(dl.n, n*(k+1))) if isinstance(getattr(dl, 'n', None), int) else {}
+    d2 = dl.new(bs=n, shuffle=False, drop_last=True, num_workers=0, **upto)
     it = iter(d2)
     try:
         b,times = next(it),[]

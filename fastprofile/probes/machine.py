@@ -53,13 +53,30 @@ class MachineSpan(NamedTuple):
         return MachineSpan(*(a + b for a,b in zip(self, o)))
 
 # %% ../../nbs/16i_machine.ipynb #2280bea4
+_TICK = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100  # /proc's clock ticks per second
+
+_PREAD = hasattr(os, 'pread')  # not on Windows (which has no /proc either)
+
+def _pread(fd:int, size:int=1<<16) -> str:
+    "All of the file open as `fd`, read from its start: /proc makes it anew at each read, so one descriptor serves every reading"
+    out = b''
+    while True:
+        b = os.pread(fd, size, len(out)) if _PREAD else (os.lseek(fd, len(out), os.SEEK_SET), os.read(fd, size))[1]
+        out += b
+        if len(b) < size: return out.decode()
+
 def _read(path) -> str:
-    with open(path) as f: return f.read()
+    fd = os.open(path, os.O_RDONLY)  # not `open()`: a text file object costs more than reading this file
+    try: return _pread(fd)
+    finally: os.close(fd)
+
+def _schedstat(text:str) -> tuple:
+    run,wait,n = text.split()[:3]
+    return int(run)/1e9,int(wait)/1e9,int(n)
 
 def schedstat(tid:int) -> tuple:
     "Thread `tid`'s (seconds on a CPU, seconds waiting on a run queue, timeslices) since it started, from /proc's schedstat"
-    run,wait,n = _read(f'{PROC}/self/task/{tid}/schedstat').split()[:3]
-    return int(run)/1e9,int(wait)/1e9,int(n)
+    return _schedstat(_read(f'{PROC}/self/task/{tid}/schedstat'))
 
 def thread_waits() -> dict:
     "Thread id -> (seconds on a CPU, seconds waiting on a run queue) of each thread of this process now (schedstat)"
@@ -69,27 +86,30 @@ def thread_waits() -> dict:
         except OSError: pass  # a thread that ended meanwhile
     return out
 
-def cpu_stat(cpus) -> tuple:
-    "(busy, steal) CPU seconds since boot of the CPUs numbered in `cpus`, from /proc/stat; busy: user, nice, system, irq, softirq"
+def _cpu_stat(text:str, cpus) -> tuple:
     busy,steal,seen = 0,0,0
-    for ln in _read(f'{PROC}/stat').splitlines():
-        if not (ln.startswith('cpu') and ln[3:4].isdigit()): continue  # 'cpu ' sums all CPUs
+    for ln in text.splitlines():
+        if not ln.startswith('cpu'): break  # the CPUs' lines come first; the rest (interrupts, ...) is not read
+        if not ln[3:4].isdigit(): continue  # 'cpu ' sums all CPUs
         p = ln.split()
         if int(p[0][3:]) not in cpus: continue
         v = [int(x) for x in p[1:9]]  # user nice system idle iowait irq softirq steal (older kernels: fewer)
         v += [0]*(8 - len(v))
         busy += v[0] + v[1] + v[2] + v[5] + v[6]; steal += v[7]; seen += 1
     if not seen: raise ValueError(f"{PROC}/stat lists none of the CPUs {sorted(cpus)}")
-    tick = os.sysconf('SC_CLK_TCK')
-    return busy/tick,steal/tick
+    return busy/_TICK,steal/_TICK
+
+def cpu_stat(cpus) -> tuple:
+    "(busy, steal) CPU seconds since boot of the CPUs numbered in `cpus`, from /proc/stat; busy: user, nice, system, irq, softirq"
+    return _cpu_stat(_read(f'{PROC}/stat'), cpus)
 
 def running_children() -> float:
     "CPU seconds of this process's running `multiprocessing` children (the loader's workers), from /proc/<pid>/stat"
-    tick,out = os.sysconf('SC_CLK_TCK'),0.
+    out = 0.
     for p in multiprocessing.active_children():
         try: v = _read(f'{PROC}/{p.pid}/stat').rsplit(')', 1)[1].split()
         except (OSError, ValueError): continue  # ended meanwhile (a `ValueError`: its pid is None)
-        out += (int(v[11]) + int(v[12]))/tick  # utime, stime: fields 14 and 15 of the line
+        out += (int(v[11]) + int(v[12]))/_TICK  # utime, stime: fields 14 and 15 of the line
     return out
 
 def allowed_cpus() -> set:
@@ -187,7 +207,9 @@ class MachineLoad:
 class MachineProbe(Probe):
     """How busy the machine is during the call: counters read at the call's and each phase's start and end (never per batch), into a
     `MachineLoad`"""
-    def __init__(self): self.result,self._start,self._phase0,self._threads0,self._tid,self._cpus = None,None,None,None,None,set()
+    def __init__(self):
+        self.result,self._start,self._phase0,self._threads0,self._tid,self._cpus = None,None,None,None,None,set()
+        self._fds = {}  # /proc's files read at each reading: name -> descriptor, open during the call
     def __repr__(self): return f"{type(self).__name__}()"
 
     def _try(self, what:str, f):
@@ -202,7 +224,8 @@ class MachineProbe(Probe):
     def read(self) -> MachineSpan:
         "The counters now, from their origins (boot, the process's start): a span is one reading less another"
         wall,run = time.perf_counter(),time.thread_time()
-        sched,stat = self._try('wait', lambda: schedstat(self._tid)),self._try('other', lambda: cpu_stat(self._cpus))
+        sched = self._try('wait', lambda: _schedstat(self._proc(f'self/task/{self._tid}/schedstat')))
+        stat = self._try('other', lambda: _cpu_stat(self._proc('stat'), self._cpus))
         kids = self._try('workers', running_children) if stat is not None else 0.  # first: it reaps the workers that ended
         if resource is None: ru = ch = None; self.result.unmeasured.setdefault('switches', 'no getrusage on this system')
         else: ru,ch = resource.getrusage(resource.RUSAGE_SELF),resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -211,8 +234,19 @@ class MachineProbe(Probe):
                            time.process_time() if ru is None else ru.ru_utime + ru.ru_stime,
                            (0. if ch is None else ch.ru_utime + ch.ru_stime) + (kids or 0.), *(stat or nan2))
 
+    def _proc(self, name:str) -> str:
+        "/proc's file `name`, read through a descriptor kept open for the call (opened at its first reading)"
+        fd = self._fds.get(name)
+        if fd is None: fd = self._fds[name] = os.open(f'{PROC}/{name}', os.O_RDONLY)
+        return _pread(fd)
+
+    def _close(self):
+        fds,self._fds = self._fds,{}
+        for fd in fds.values(): os.close(fd)
+
     def start(self, s):
         "The call starts: the main thread is the one that runs it"
+        self._close(); s.patches.call(self._close)  # the descriptors closed when the call ends, however it ends
         self._tid,self._cpus = threading.get_native_id(),allowed_cpus()
         self.result = MachineLoad(cpus=len(self._cpus), machine_cpus=os.cpu_count())
         self._threads0 = self._try('threads', thread_waits)
@@ -235,6 +269,7 @@ class MachineProbe(Probe):
         if t1 is not None and self._threads0 is not None:
             t0,r.threads = self._threads0,len(t1)
             r.threads_run,r.threads_wait = (sum(v[i] - t0.get(k, (0., 0.))[i] for k,v in t1.items()) for i in (0, 1))
+        self._close()
 
     def measured(self): return self.result
 
