@@ -14,7 +14,7 @@ loader, forward, optimizer step, metric or callback sleeps; `tabular`: fastai's 
 and three the tests do not name: `tab_metric` (a tabular learner with a 10 ms metric), `embed` (an embedding-bag text
 classifier on synthetic token ids with 2 loader workers) and `demo` (`fastprofile demo`'s JPEG learner, ~20 s).
 
-    python -m bench verdict [NAME ...] [--json FILE]        # default: every workload; a markdown table to stdout"""
+    python -m bench verdict [NAME ...] [--runs N] [--json FILE]     # default: every workload once; markdown to stdout"""
 from __future__ import annotations
 import argparse, html, json, os, re, subprocess, sys, time
 from pathlib import Path
@@ -145,7 +145,7 @@ def check(printed:list, facts:dict) -> dict:
     return dict(name=facts['name'], verdict=facts['verdict'], lines=len(printed), headline=len(head), busy=busy,
                 code_line=code, speedup_shown=has_speed, longest=max(map(len, sentences), default=0),
                 repeated=len(body) - len(set(body)), html=facts['html_chars'], share='% of the fit' in head,
-                knob=facts['lead'][0] if facts['lead'] else '', speedup=facts['speedup'], kind=facts['kind'])
+                knob=facts['lead'][0] if facts['lead'] else '', speedup=facts['speedup'], kind=facts['kind'], lead=facts['lead'])
 
 def met(r:dict) -> bool:
     "Whether workload `r`'s figures meet every goal"
@@ -173,11 +173,13 @@ def main(argv=None):
     ap.add_argument('names', nargs='*', help=f"workloads (default: all): {', '.join(SCENARIOS + OWN)}")
     ap.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
     ap.add_argument('--json', help='also write the figures and the printed sections here')
+    ap.add_argument('--runs', type=int, default=1, help='run every workload this many times (fresh processes): the first fix of each run')
     a = ap.parse_args(argv)
     names = a.names or list(SCENARIOS + OWN)
     if a.child: return child(names)
     t0 = time.time()
-    rs = measure(names, timeout=1800)
+    runs = [measure(names, timeout=1800) for _ in range(max(a.runs, 1))]
+    rs = runs[0]
     print(f"## The verdict as printed into a pipe, 100 columns\n\n{machine_md(machine_info())} Run time {time.time() - t0:.0f} s. "
           f"Command: `python -m bench verdict{' ' + ' '.join(a.names) if a.names else ''}`.\n")
     rows = [[r['name'], r['verdict'], str(r['lines']), str(r['headline']), str(r['busy']),
@@ -186,6 +188,16 @@ def main(argv=None):
              'yes' if met(r) else 'no'] for r in rs]
     print(md_table(['workload', 'verdict', 'lines (≤ 12)', 'headline (≤ 100)', 'busy lines', 'first code on line (≤ 3)',
                     'longest sentence (≤ 160)', 'HTML chars (≤ 900)', 'first fix', 'goals met'], rows))
+    if len(runs) > 1:  # the first fix of each run: the same in every run, or not
+        print(f"\nThe first fix in each of {len(runs)} runs (its first code span, and its speedup):\n")
+        first = lambda say: (re.findall(r'`[^`]+`', say) or [say or '-'])[0]
+        code = lambda r: ' or '.join(sorted(map(first, r['lead']))) or '-'  # a tie: its fixes, in any order
+        rows = []
+        for n in names:
+            got = [next(x for x in run if x['name'] == n) for run in runs]
+            leads = [code(r) for r in got]
+            rows.append([n, *(f"{code(r)}: {r['speedup']:.2f}x" for r in got), f"{max(map(leads.count, leads))} of {len(runs)}"])
+        print(md_table(['workload', *(f'run {i+1}' for i in range(len(runs))), 'same first fix'], rows))
     for r in rs: print(f"\n`{r['name']}`:\n```\n" + '\n'.join(r['printed']) + "\n```")
     if a.json: Path(a.json).write_text(json.dumps(rs, indent=1))
 

@@ -558,7 +558,8 @@ def measured_sizes(ev:Evidence) -> tuple:
     bs,sc = f.batch_size,f.batch_scaling
     if not isinstance(sc, BatchScaling) or not bs: return None,bs,[]
     if not ev.measure and not sc.measured: return None,bs,[]  # not measured (yet): the diagnosis decides whether it may be
-    sc.ensure(ev.fit, _batch_growth(f), ev.steady/ev.batches)
+    ph = ev.train
+    sc.ensure(ev.fit, _batch_growth(f), draw=ph.input + ph.copy + ph.batch_tfms, compute=ph.compute)
     if not sc.measured or sc.sizes[0] != bs: return None,bs,[]
     return sc,bs,[n for n in sc.sizes[1:] if n > bs]
 

@@ -55,15 +55,19 @@ class BatchScaling:
     def ensure(self,
         fit:float=0., # Seconds of the profiled fit: the measurement may take `budget_for(fit)`
         growth:float|None=None, # How many times the batch memory allows (on a GPU), if known
-        step:float=0., # Seconds of a training step in the fit: where the budget cannot hold two sizes' repeats, nothing is measured
+        draw:float=0., # Seconds to draw a training batch in the fit (its wait, copy and transforms)
+        compute:float=0., # ... and of its forward, loss and backward: where the budget cannot hold two sizes' draws and repeats,
+                          # nothing is measured
     ) -> BatchScaling:
         "Measure now if not measured yet; self"
         m,self._pending = self._pending,None
         if m is not None:
             m.growth,b = growth,budget_for(fit)
-            if step > 0 and (REPS + 1)*3*step > 2*b:  # the fit's size and twice it, each repeat a step or two: more than the budget allows
-                self.failure = (f"not measured: a step takes {fmt_time(step)}; this fit ({fmt_time(fit)}) leaves {fmt_time(b)} to time larger "
-                                "ones in")
+            # the fit's size and twice it: each drawn DRAWS + 1 times, stepped REPS + 1 times (a validation step a third of a training one)
+            least = 3*((DRAWS + 1)*draw + (REPS + 1)*4/3*compute)
+            if least > 2*b:
+                self.failure = (f"not measured: it would take {fmt_time(least)} at least; this fit ({fmt_time(fit)}) leaves "
+                                f"{fmt_time(b)} for it")
                 return self
             got = m(b)
             for f in fields(self): setattr(self, f.name, getattr(got, f.name))
