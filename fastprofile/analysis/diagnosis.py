@@ -535,9 +535,12 @@ def host_rule(ev:Evidence) -> list:
     words = lambda o: f"{sp(o):.2f}x {'predicted' if o.kind == 'model' and timed else 'at most'}"
     fix = ' '.join(f"({i+1}) {o.text}: {words(o)}." for i,o in enumerate(opts))
     first = opts[0]
-    return [ev.finding('host', fix, first.after, G, kind=first.kind, change=first.change, detail=f"{why}: it waits for the host",
-                       share=share, say=first.say + (f" (and {len(opts) - 1} more)" if len(opts) > 1 else ''),
-                       optimises=first.optimises, cause=f"the GPU is busy {fmt_pct(100*u)} of a training step")]
+    out = ev.finding('host', fix, first.after, G, kind=first.kind, change=first.change, detail=f"{why}: it waits for the host",
+                     share=share, say=first.say, optimises=first.optimises, cause=f"the GPU is busy {fmt_pct(100*u)} of a training step")
+    # the other options, as parts: the verdict says them beside the other findings' fixes (`fix` lists them all in full)
+    out.options = [ev.finding('host', o.text, o.after, G, kind=o.kind, change=o.change, share=share, say=o.say, optimises=o.optimises)
+                   for o in opts[1:]]
+    return [out]
 
 # %% ../../nbs/09_diagnosis.ipynb #f7031438
 def _at_size(ph:PhaseModel, sc:BatchScaling, n:int, bs:int) -> float:
@@ -863,7 +866,8 @@ class Diagnosis:
         f = lead[0]  # the fix known to pay, first: for another resource than the headline's, it says which
         out.append(f"Fix: {f.short()}" if f.resource == self.bound.resource else f"Fix ({f.label}): {f.short()}")
         out += [f"Or, as good (a tie): {g.short()}" for g in lead[1:SHOWN]]
-        rest = [g for g in self.fixes if g not in lead and g.share >= MODERATELY_INPUT_BOUND]
+        more = [o for g in self.fixes for o in g.options if o.offered]  # a finding's other options (the host's)
+        rest = [g for g in rank(self.fixes + more) if g not in lead and g.share >= MODERATELY_INPUT_BOUND]
         return out + [f"Then: {g.short()}" for g in rest[:max(SHOWN - len(lead), 0)]]
 
     def evidence(self) -> list:

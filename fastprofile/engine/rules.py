@@ -61,6 +61,7 @@ class Finding:
     rule:str=''  # The rule that found it (`Rule.name`), set by `diagnose`
     label_:str|None=None  # What bounds the run, short, if not `LABELS[resource]`
     gain:float=math.nan  # % of the fit the fix saves (NaN: `speedup` is the whole fit's)
+    options:list=field(default_factory=list)  # Other fixes its `fix` lists (`Finding`s): the verdict says them beside the others
 
     @property
     def label(self) -> str: return self.label_ or LABELS.get(self.resource, self.resource.replace('_', ' '))
