@@ -11,8 +11,7 @@ from pathlib import Path
 from fastai.basics import *
 from .engine.checks import check_path, check_written_beside, check_items
 from typing import Sequence
-from .engine.core import (Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe, register,
-    PROBES, Call, takes_options)
+from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Staging, Sink, Probe, register, PROBES, Call, takes_options
 from .engine.gpu_timing import resolve_timing
 from .lifecycle.session import Session, train_device
 from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallback
@@ -24,8 +23,7 @@ from .analysis.efficiency_report import efficiency_summary
 from .probes.telemetry import TELEMETRY_EVERY, reads_gpu
 from .probes.snapshot import check_memory_snapshot, snapshot_path
 from .analysis.telemetry_report import telemetry_summary
-from fastprofile.analysis.distributed import (rank_gather, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path,
-    distributed_world)
+from .analysis.distributed import rank_gather, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world
 from .sinks.wandb import WandbSink
 from .sinks.tensorboard import TensorBoardSink
 from .analysis.sections import SECTIONS
