@@ -4,8 +4,8 @@
     python tools/wrap.py --check [-v] [--limit 120]     # lines over the limit, per generated module
     python tools/wrap.py --fix nbs/NAME.ipynb ...       # re-wrap the export cells (and test-cell lines over 140)
 
-A re-wrap keeps each cell's meaning: every change is kept only if `ast.dump(ast.parse(cell))` is the same before and after
-(implicit string concatenation already joins adjacent literals into one constant; a docstring is compared with its
+A re-wrap keeps each cell's meaning: every change is kept only if `ast.dump(ast.parse(cell))` is the same before and
+after (implicit string concatenation already joins adjacent literals into one constant; a docstring is compared with its
 whitespace collapsed, since a wrapped docstring gains a line break). What it does, as a person would:
 a compound one-liner (`if x: long`) becomes a block; statements joined by `;` go on their own lines; a line breaks
 inside brackets, after a comma where it can, the rest aligned with the opening bracket (or indented by 4 when that
@@ -28,7 +28,8 @@ def _docstrings(tree):
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             b = node.body[0]
-            if isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str): yield b.value
+            if isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
+                yield b.value
 
 def norm_ast(src):
     "`ast.dump` of `src` with docstrings' whitespace collapsed; None where it does not parse"
@@ -63,7 +64,8 @@ def _para_line(s):
 
 class Wrapper:
     "Re-wrap one cell's source: each fix of a too-long line is kept only if the cell's AST is unchanged"
-    def __init__(self, src, limit=120, over=None): self.src,self.limit,self.over,self.skip = src,limit,over or limit,set()
+    def __init__(self, src, limit=120, over=None):
+        self.src,self.limit,self.over,self.skip = src,limit,over or limit,set()
 
     def run(self):
         want = norm_ast(self.src)
@@ -72,7 +74,8 @@ class Wrapper:
         for _ in range(400):
             lines = self.src.split('\n')
             # (`from fastprofile.x` is written `from .x` in the package: 9 characters or more shorter)
-            todo = [i for i,l in enumerate(lines) if len(l) > (self.limit if l in made else self.over) and l not in self.skip
+            todo = [i for i,l in enumerate(lines)
+                    if len(l) > (self.limit if l in made else self.over) and l not in self.skip
                     and not (l.startswith('from fastprofile.') and len(l) - 9 <= self.limit)]
             if not todo: break
             i = todo[0]
@@ -96,8 +99,8 @@ class Wrapper:
         if on[0].type == tokenize.COMMENT: return self.comment(lines, i)
         if on[-1].type == tokenize.COMMENT: return self.trailing_comment(lines, i, on[-1])
         if on[0].type == tokenize.STRING and self.is_doc(on[0]): return self.docstring(lines, i, on[0])
-        # `from fastprofile.x import ...` stays on one line: nbdev writes it as `from .x` (9 characters or more shorter),
-        # and over several lines only where the first line holds the module name and the last ends far enough right
+        # `from fastprofile.x import ...` stays on one line: nbdev writes it as `from .x` (9 characters or more
+        # shorter), and a statement over several lines only where its last line ends right of the module name
         if lines[i].startswith('from fastprofile.'): return None
         for f in (self.block, self.semicolon, self.brackets):
             new = f(lines, i, toks, on)
@@ -127,7 +130,8 @@ class Wrapper:
         "Move a trailing comment above its line (as comment lines at the line's indentation)"
         line = lines[i]; ind = _indent(line)
         code, text = line[:c.start[1]].rstrip(), c.string
-        d = re.match(r'#\s*(noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^]]*\])?|pragma:\s*no cover)\s*', text)
+        d = re.match(r'#\s*(noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^]]*\])?|pragma:\s*no '
+                     r'cover)\s*', text)
         if d:  # a linter's directive stays on its line; what it says after goes above
             code, text = code + '  # ' + d.group(1), '# ' + text[d.end():].strip('() ')
             if len(code) > self.limit or text == '# ': return None
@@ -203,13 +207,16 @@ class Wrapper:
 
     def semicolon(self, lines, i, toks, on):
         "Statements joined by `;` on their own lines (split at the last `;` that lets the first part fit)"
-        semis = [t for t,s in self._depths(toks) if t.start[0] == i+1 and t.type == tokenize.OP and t.string == ';' and not s]
+        semis = [t for t,s in self._depths(toks)
+                 if t.start[0] == i+1 and t.type == tokenize.OP and t.string == ';' and not s]
         if not semis: return None
         fit = [t for t in semis if t.start[1] <= self.limit] or semis[:1]
         t = fit[-1]; line = lines[i]
         # the statement's indentation: that of the first line of its logical line, or the body of a one-liner
         row = i + 1
-        while row > 1 and lines[row-2].rstrip().endswith(('(', ',', '[', '{', '\\')) and _indent(lines[row-2]) < _indent(lines[row-1]): row -= 1
+        while (row > 1 and lines[row-2].rstrip().endswith(('(', ',', '[', '{', '\\'))
+               and _indent(lines[row-2]) < _indent(lines[row-1])):
+            row -= 1
         ind = _indent(lines[row-1])
         return lines[:i] + [line[:t.start[1]].rstrip(), ' '*ind + line[t.end[1]:].lstrip()] + lines[i+1:]
 
@@ -222,7 +229,8 @@ class Wrapper:
         k1 = next(k for k in range(k0, len(body)) if body[k].type in (tokenize.NEWLINE, tokenize.ENDMARKER))
         stmt = [t for t in body[k0:k1] if t.type != tokenize.NL]
         r0, r1 = stmt[0].start[0], stmt[-1].end[0]
-        joined = not any(t.type == tokenize.COMMENT or (t.type == tokenize.STRING and t.start[0] != t.end[0]) for t in stmt)
+        joined = not any(t.type == tokenize.COMMENT or (t.type == tokenize.STRING and t.start[0] != t.end[0])
+                         for t in stmt)
         if joined: seg, depth, first, last = stmt, 0, r0, r1
         else:
             seg = [t for t in stmt if t.start[0] == row and t.type != tokenize.COMMENT]
@@ -254,12 +262,14 @@ class Wrapper:
         for k,a in enumerate(atoms):
             if a.kind == tokenize.OP and a.text in OPEN: d += 1
             elif a.kind == tokenize.OP and a.text in CLOSE: d -= 1
-            elif d == 0 and (a.kind == tokenize.OP and a.text in ('=','+=','-=','|=','*=') or k == 0 and a.text in ('return','yield')):
+            elif d == 0 and (a.kind == tokenize.OP and a.text in ('=','+=','-=','|=','*=') or k == 0
+                             and a.text in ('return','yield')):
                 eqs.append(k)
         if depth == 0 and len(eqs) == 1 and eqs[0] >= 0 and eqs[0] + 1 < len(atoms):
             eq = eqs[0]
             inner = [Atom(atoms[eq+1].text, '', atoms[eq+1].kind)] + atoms[eq+2:]
-            wrapped = atoms[:eq+1] + [Atom('(', atoms[eq+1].space or ' ', tokenize.OP)] + inner + [Atom(')', '', tokenize.OP)]
+            wrapped = (atoms[:eq+1] + [Atom('(', atoms[eq+1].space or ' ', tokenize.OP)] + inner
+                       + [Atom(')', '', tokenize.OP)])
             # an expression whose outermost operator is `x if c else y`, `and`, `or`, `+`: broken at that operator
             d, top = 0, False
             for a in atoms[eq+1:]:
@@ -274,8 +284,8 @@ class Wrapper:
         cut = None
         if depth == 0 and atoms[0].text in ('if','elif','while') and atoms[-1].text == ':': cut = (1, len(atoms)-1)
         elif depth == 0 and atoms[0].text == 'assert': cut = (1, len(atoms))
-        elif depth == 0 and atoms[0].text == 'from' and any(a.text == 'import' for a in atoms) and atoms[-1].text != ')':
-            # nbdev writes `from fastprofile.x` as `from .x`: the names continue at an indent of 4, not under the bracket
+        elif depth == 0 and atoms[0].text == 'from' and atoms[-1].text != ')':
+            # the names continue at an indent of 4, as fastai's imports do
             k = next(k for k,a in enumerate(atoms) if a.text == 'import')
             head = lead + flat(atoms[:k+1]).lstrip() + ' ('
             names = [n for n in ''.join(a.space + a.text for a in atoms[k+1:]).split(',') if n.strip()]
@@ -290,7 +300,9 @@ class Wrapper:
         best = min(outs, key=lambda o: _score(o, self.limit) - bonus.get(id(o), 0))
         best[-1] += tail
         old = lines[first-1:last]
-        if force: return lines[:first-1] + best + lines[last:] if len(best) < len(old) and _score(best, self.limit) < 1000 else None
+        if force:
+            return (lines[:first-1] + best + lines[last:] if len(best) < len(old) and _score(best, self.limit) < 1000
+                    else None)
         if best == old or _score(best, self.limit) >= _score(old, self.limit): return None
         return lines[:first-1] + best + lines[last:]
 
@@ -325,8 +337,9 @@ def _merge_strings(atoms):
                and not a.text.startswith(n.group() + n.group(2)*2):
                 (pp, x), (pa, z) = (m.group(1), p.text[m.end():-1]), (n.group(1), a.text[n.end():-1])
                 fp, fa = 'f' in pp.lower(), 'f' in pa.lower()
-                if re.sub('[fF]', '', pp).lower() == re.sub('[fF]', '', pa).lower() and not re.search(r'\\[0-7]{1,2}$|\\$', x) \
-                   and not (fp and not fa and re.search('[{}]', z)) and not (fa and not fp and re.search('[{}]', x)):
+                if (re.sub('[fF]', '', pp).lower() == re.sub('[fF]', '', pa).lower()
+                    and not re.search(r'\\[0-7]{1,2}$|\\$', x) and not (fp and not fa and re.search('[{}]', z))
+                    and not (fa and not fp and re.search('[{}]', x))):
                     pre = pp if fp else pa
                     out[-1] = Atom(pre + m.group(2) + x + z + m.group(2), p.space, p.kind); continue
         out.append(a)
@@ -374,10 +387,14 @@ def segments(nodes, tier=0):
         prev = nodes[k-1] if k else None
         a = n if isinstance(n, Atom) else None
         if a is not None and a.kind == tokenize.NAME and a.text == 'lambda': lam = True
-        if tier == 0: brk = a is not None and a.kind == tokenize.STRING and isinstance(prev, Atom) and prev.kind == tokenize.STRING
+        if tier == 0:
+            brk = (a is not None and a.kind == tokenize.STRING and isinstance(prev, Atom)
+                   and prev.kind == tokenize.STRING)
         elif tier == 1: brk = a is not None and a.kind == tokenize.NAME and a.text in ('if','else','for')
-        else: brk = a is not None and (a.kind == tokenize.NAME and a.text in ('and','or') or a.text == '+' and (
-            isinstance(prev, Group) or isinstance(prev, Atom) and prev.kind in (tokenize.NAME, tokenize.NUMBER, tokenize.STRING)))
+        else:
+            brk = a is not None and (a.kind == tokenize.NAME and a.text in ('and','or') or a.text == '+'
+                                     and (isinstance(prev, Group) or isinstance(prev, Atom)
+                                          and prev.kind in (tokenize.NAME, tokenize.NUMBER, tokenize.STRING)))
         if cur and brk: segs.append(cur); cur = []
         cur.append(n)
         if a is not None and a.kind == tokenize.OP and a.text == ':' and lam: lam = False
@@ -457,7 +474,8 @@ def emit_open(out, seg, align, tail, breakable):
             out.put(n.space + n.text); continue
         w = len(flat([n], out.fresh))
         later = [m for m in seg[k+1:] if isinstance(m, Group)]
-        upto = len(flat(seg[k+1:seg.index(later[0])])) + len(later[0].open.space + later[0].open.text) if later else rest
+        upto = (len(flat(seg[k+1:seg.index(later[0])])) + len(later[0].open.space + later[0].open.text) if later
+                else rest)
         if out.col + w + rest <= lim or (later and out.col + w + upto <= lim - 20) or not n.items:
             out.put(flat([n])); continue
         out.put(n.open.space + n.open.text)
@@ -496,7 +514,7 @@ def fix_notebook(path, limit=120, test_limit=140):
     if changed: path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
     return changed
 
-def check(limit=120, verbose=False):
+def check(limit=120):
     "Lines over `limit` in each generated module: {module: [(line number, length)]}"
     res, total = {}, 0
     for p in sorted((ROOT/'fastprofile').rglob('*.py')):
@@ -521,7 +539,10 @@ def main(argv=None):
             print(f'{mod}: {len(ls)} over {a.limit}')
             if a.verbose:
                 src = (ROOT/mod).read_text().splitlines()
-                for k, n in ls: print(f'  {k}: ({n}) {src[k-1].strip()[:100]}')
+                for k, n in ls:  # what nbdev writes: the summary (`> ...`) as docstring, `__all__`
+                    why = (' [the notebook\'s summary]' if k == 1 else ' [nbdev\'s __all__]'
+                           if src[k-1].startswith('__all__') else '')
+                    print(f'  {k}: ({n}){why} {src[k-1].strip()[:100]}')
         over = sum(len(v) for v in res.values())
         print(f'{over} of {total} lines over {a.limit} ({100*over/max(total,1):.1f}%)')
         return 0
