@@ -43,11 +43,10 @@ from .fixes.tune import TuneResult, ValidateOnceCallback  # and `Learner.tune`
 from .analysis.plots import plot_profile, save_plots, plot_phase_shares, plot_timeline
 from .demo import make_demo_learner
 _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'ProfileReport', 'Facts', 'Sink', 'Section',
-         'Probe', 'ProbeCallback', 'register', 'Session', 'Patches', 'Row', 'result_row',
-         'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback',
-         'EfficiencyCallback', 'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError',
-         'WandbSink', 'TensorBoardSink', 'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'Rule', 'Finding', 'RULES', 'rule',
-         'register_rule', 'check_advice', 'preserved',
-         'load_profile', 'compare', 'Comparison', 'TuneResult', 'ValidateOnceCallback',
-         'efficiency_summary', 'telemetry_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline', 'save_trace',
-         'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']
+         'Probe', 'ProbeCallback', 'register', 'Session', 'Patches', 'Row', 'result_row', 'SimpleProfilerCallback',
+         'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback',
+         'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink',
+         'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'Rule', 'Finding', 'RULES', 'rule', 'register_rule',
+         'check_advice', 'preserved', 'load_profile', 'compare', 'Comparison', 'TuneResult', 'ValidateOnceCallback',
+         'efficiency_summary', 'telemetry_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline',
+         'save_trace', 'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']

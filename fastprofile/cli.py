@@ -27,14 +27,17 @@ def _positive(name, lo=1):
 def _percent(s):
     "A percentage: `5%` or `5` (percent), at least 0"
     try: v = float(s[:-1] if s.endswith('%') else s)
-    except ValueError: raise argparse.ArgumentTypeError(f"--fail-if-slower must be a percentage such as 5% or 0.5%, got {s!r}")
-    if not (v >= 0 and math.isfinite(v)): raise argparse.ArgumentTypeError(f"--fail-if-slower must be a percentage >= 0, got {s!r}")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--fail-if-slower must be a percentage such as 5% or 0.5%, got {s!r}")
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"--fail-if-slower must be a percentage >= 0, got {s!r}")
     return v
 
 def _seconds(s):
     try: v = float(s)
     except ValueError: raise argparse.ArgumentTypeError(f"budget must be a number of seconds > 0, got {s!r}")
-    if not (v > 0 and math.isfinite(v)): raise argparse.ArgumentTypeError(f"budget must be a number of seconds > 0, got {s!r}")
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"budget must be a number of seconds > 0, got {s!r}")
     return v
 
 def _device(s):
@@ -53,22 +56,27 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument('--size', type=_positive('size', 8), default=64, help='image side in pixels (default 64)')
     d.add_argument('--n-train', type=_positive('n-train'), default=1536, help='training images (default 1536)')
     d.add_argument('--csv', default=None, metavar='PATH.csv', help='also save the raw results as CSV')
-    d.add_argument('--plot', default=None, metavar='PATH.png', help='also save plots of the profile (.png, .svg, .pdf, .jpg)')
-    d.add_argument('--trace', default=None, metavar='PATH.json', help='also save a Chrome trace (JSON) of recent batches')
+    d.add_argument('--plot', default=None, metavar='PATH.png',
+                   help='also save plots of the profile (.png, .svg, .pdf, .jpg)')
+    d.add_argument('--trace', default=None, metavar='PATH.json',
+                   help='also save a Chrome trace (JSON) of recent batches')
     d.add_argument('--device', type=_device, default='auto', help="auto, cpu, cuda or cuda:N (default auto)")
-    d.add_argument('--save', default=None, metavar='PATH.json', help='also save the profile as JSON (with --tune, the tuned run as '
-                   'PATH.tuned.json)')
-    d.add_argument('--tune', action='store_true', help='then tune the learner (`learn.tune(apply=True)`), train again and compare before '
-                   'and after')
+    d.add_argument('--save', default=None, metavar='PATH.json',
+                   help='also save the profile as JSON (with --tune, the tuned run as PATH.tuned.json)')
+    d.add_argument('--tune', action='store_true',
+                   help='then tune the learner (`learn.tune(apply=True)`), train again and compare before and after')
     d.add_argument('--budget', type=_seconds, default=120., help='seconds --tune may take (default 120)')
     d.add_argument('--plain', action='store_true', help='plain-text report')
-    c = sub.add_parser('compare', help='two saved profiles side by side; with --fail-if-slower, a regression gate for CI')
-    c.add_argument('before', metavar='BEFORE.json', help='the profile to compare with (`learn.simple_profile.save(path)`, `fastprofile '
-                   'demo --save`)')
+    c = sub.add_parser('compare',
+                       help='two saved profiles side by side; with --fail-if-slower, a regression gate for CI')
+    c.add_argument('before', metavar='BEFORE.json',
+                   help='the profile to compare with (`learn.simple_profile.save(path)`, `fastprofile demo --save`)')
     c.add_argument('after', metavar='AFTER.json', help='the new profile')
     c.add_argument('--fail-if-slower', type=_percent, default=None, metavar='PCT',
-                   help='exit 1 if the steady-state training step is slower per sample than BEFORE by more than PCT (e.g. 5%%)')
-    c.add_argument('--rows', choices=('all','main'), default='all', help="'all' rows, or 'main': the actions without their steps")
+                   help='exit 1 if the steady-state training step is slower per sample than BEFORE by more than PCT '
+                   '(e.g. 5%%)')
+    c.add_argument('--rows', choices=('all','main'), default='all',
+                   help="'all' rows, or 'main': the actions without their steps")
     c.add_argument('--markdown', action='store_true', help='markdown')
     c.add_argument('--plain', action='store_true', help='plain text')
     return p
@@ -84,8 +92,9 @@ def check_args(args):
         import torch
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         idx = int(args.device[5:]) if ':' in args.device else 0
-        if idx >= n: raise ValueError(f"`--device {args.device}` asked for, but this machine has {n} CUDA device(s): use --device cpu or "
-                                      f"auto")
+        if idx >= n:
+            raise ValueError(f"`--device {args.device}` asked for, but this machine has {n} CUDA device(s): use "
+                             "--device cpu or auto")
     return args
 
 # %% ../nbs/20_cli.ipynb #5312f209
@@ -121,7 +130,8 @@ def demo(args) -> tuple:
               f"training {args.epochs} epoch(s), bs {args.bs}, {args.workers} worker(s), on {learn.dls.device}")
         learn.profile(plain=args.plain, logger_callback=None).fit_one_cycle(args.epochs, 3e-3)
         ok = True
-        if args.csv is not None: ok &= _save('results', args.csv, lambda p: atomic_write_csv(learn.simple_profile_results, p))
+        if args.csv is not None:
+            ok &= _save('results', args.csv, lambda p: atomic_write_csv(learn.simple_profile_results, p))
         if args.plot is not None: ok &= _save('plot', args.plot, lambda p: save_plots(learn, p))
         if args.trace is not None: ok &= _save('trace', args.trace, lambda p: save_trace(learn, p))
         if args.save is not None: ok &= _save('profile', args.save, learn.simple_profile.save)
@@ -132,14 +142,15 @@ def demo(args) -> tuple:
             print(f"\nfastprofile demo: training {args.epochs} epoch(s) again, tuned")
             learn.profile(show_report=False, logger_callback=None).fit_one_cycle(args.epochs, 3e-3)
             _show(compare(before, learn, names=('before', 'tuned')), args.plain)
-            if args.save is not None: ok &= _save('tuned profile', args.save.with_suffix('.tuned.json'), learn.simple_profile.save)
+            if args.save is not None:
+                ok &= _save('tuned profile', args.save.with_suffix('.tuned.json'), learn.simple_profile.save)
     finally: learn.cleanup_demo()
     return learn,ok
 
 # %% ../nbs/20_cli.ipynb #2918a706
 def main(argv=None) -> int:
-    """Entry point of the `fastprofile` console command: 0 when done, 2 for a refused argument or input, 1 if an output could not be written
-    (`demo`) or the new profile is slower than allowed (`compare --fail-if-slower`)"""
+    """Entry point of the `fastprofile` console command: 0 when done, 2 for a refused argument or input, 1 if an output
+    could not be written (`demo`) or the new profile is slower than allowed (`compare --fail-if-slower`)"""
     args = parser().parse_args(argv)
     try: check_args(args)
     except (TypeError, ValueError) as e:
@@ -152,21 +163,22 @@ def main(argv=None) -> int:
         return 2
 
 def compare_files(args) -> int:
-    "`fastprofile compare`: print the comparison; 1 when the gate (`--fail-if-slower`) fails, 0 otherwise (bad input raises)"
+    """`fastprofile compare`: print the comparison; 1 when the gate (`--fail-if-slower`) fails, 0 otherwise (bad input
+    raises)"""
     from fastprofile.fixes.compare import compare
     from fastprofile.engine.tables import fmt_pct
     c = compare(args.before, args.after, rows=args.rows)
     if args.fail_if_slower is not None and math.isnan(c.slower_by):
-        raise ValueError(f"no steady-state training step to compare in {args.before if c.steady[0] is None else args.after}: "
-                         "it recorded no training batch past the warm-up")
+        raise ValueError("no steady-state training step to compare in "
+                         f"{args.before if c.steady[0] is None else args.after}: it recorded no training batch past "
+                         "the warm-up")
     if args.markdown: print(c.markdown())
     else: _show(c, args.plain)
     if args.fail_if_slower is None: return 0
     s,lim = 100*c.slower_by,args.fail_if_slower
     if s > lim:
-        print(f"fastprofile: slower: the steady-state training step is {fmt_pct(s) if s < 50 else f'{1 + s/100:.2f}x'} slower per sample "
-              f"than {args.before} "
-              f"(limit {lim:g}%)", file=sys.stderr)
+        print(f"fastprofile: slower: the steady-state training step is {fmt_pct(s) if s < 50 else f'{1 + s/100:.2f}x'} "
+              f"slower per sample than {args.before} (limit {lim:g}%)", file=sys.stderr)
         return 1
     how = f"{fmt_pct(s)} slower per sample" if s > 0 else f"{c.speedup:.2f}x as fast" if s < 0 else "as fast"
     print(f"fastprofile: within the limit: the steady-state training step is {how} (limit: {lim:g}% slower)")

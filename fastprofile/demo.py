@@ -82,9 +82,11 @@ def make_demo_learner(
     "A `Learner` on freshly drawn JPEGs, with uint8 batches normalised by fastai batch transforms on the device"
     for n,v,lo in (('n_train',n_train,1),('n_valid',n_valid,0),('size',size,8),('bs',bs,1),('workers',workers,0),
                    ('seed',seed,0)): check_int(n, v, lo)
-    if device is not None: check_type('device', device, (str, torch.device), "'cpu', 'cuda', 'cuda:N', a torch.device or None")
+    if device is not None:
+        check_type('device', device, (str, torch.device), "'cpu', 'cuda', 'cuda:N', a torch.device or None")
     try: dev = default_device() if device is None else torch.device(device)
-    except RuntimeError: raise ValueError(f"`device` must be 'cpu', 'cuda', 'cuda:N', a torch.device or None, got {device!r}") from None
+    except RuntimeError:
+        raise ValueError(f"`device` must be 'cpu', 'cuda', 'cuda:N', a torch.device or None, got {device!r}") from None
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if dev.type == 'cuda' and (dev.index or 0) >= n_gpu:
         raise ValueError(f"`device={device!r}` asked for, but this machine has {n_gpu} CUDA device(s): use 'cpu'")

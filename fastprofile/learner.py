@@ -15,7 +15,8 @@ from .engine.core import Profile, ProfileOptions, ProfileResult, Facts, Staging,
 from .engine.gpu_timing import resolve_timing
 from .lifecycle.session import Session, train_device
 from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallback
-from .probes.builtin import BUILTIN_PROBES  # noqa: F401 (imported for its effect: fastprofile's probes registered in `PROBES`)
+# imported for its effect: fastprofile's probes registered in `PROBES`
+from .probes.builtin import BUILTIN_PROBES  # noqa: F401
 from .data.prefetch import CudaPrefetchCallback
 from .data.pipeline import PinnedCopy, _tensors
 from .analysis.efficiency_report import efficiency_summary
@@ -74,9 +75,11 @@ def _model_facts(model) -> dict:
                 channels_last=bool(convs) and convs[0].weight.is_contiguous(memory_format=torch.channels_last))
 
 def learner_facts(learn, device=None) -> Facts:
-    "The `Facts` of `learn` itself now: device (`device`, if known: where it trains), loader workers, CPUs, threads, batch size, the model"
-    return Facts(device=str(train_device(learn) if device is None else device), num_workers=_num_workers(learn), cpus=_cpus(),
-                 threads=torch.get_num_threads(), batch_size=getattr(learn.dls.train, 'bs', None), model=_model_facts(learn.model))
+    """The `Facts` of `learn` itself now: device (`device`, if known: where it trains), loader workers, CPUs, threads,
+    batch size, the model"""
+    return Facts(device=str(train_device(learn) if device is None else device), num_workers=_num_workers(learn),
+                 cpus=_cpus(), threads=torch.get_num_threads(), batch_size=getattr(learn.dls.train, 'bs', None),
+                 model=_model_facts(learn.model))
 
 def _ready_pinned(dl) -> bool:
     "Whether a loader of ready batches (`bs=None`) holds them in pinned memory (its first item's tensors)"
@@ -86,8 +89,9 @@ def _ready_pinned(dl) -> bool:
     return bool(ts) and all(t.device.type == 'cpu' and t.is_pinned() for t in ts)
 
 def batch_copy(learn, device) -> dict:
-    """On CUDA, what the diagnosis' copy model needs of a training batch: its bytes (from the batch the learner holds, at the training batch
-    size), whether the loader's batches are pinned, and a `PinnedCopy` of that size, measured only if the diagnosis reads it"""
+    """On CUDA, what the diagnosis' copy model needs of a training batch: its bytes (from the batch the learner holds,
+    at the training batch size), whether the loader's batches are pinned, and a `PinnedCopy` of that size, measured only
+    if the diagnosis reads it"""
     if device is None or torch.device(device).type != 'cuda': return {}
     ts = _tensors((getattr(learn, 'xb', ()), getattr(learn, 'yb', ())))
     if not ts: return {}
@@ -98,7 +102,8 @@ def batch_copy(learn, device) -> dict:
     return dict(batch_bytes=int(n), batch_pinned=pinned, pinned_copy=PinnedCopy(n, device))
 
 class LearnerFacts(Probe):
-    "A probe: the learner's `learner_facts`, read at the end of each fit (on CUDA, with what the copy model needs: `batch_copy`)"
+    """A probe: the learner's `learner_facts`, read at the end of each fit (on CUDA, with what the copy model needs:
+    `batch_copy`)"""
     _FIELDS = ('device','num_workers','cpus','threads','batch_size','model')
     def __init__(self, learn): self.learn,self._read,self._copy = learn,None,{}
     def start(self, s): self._read,self._copy = None,{}
@@ -109,13 +114,14 @@ class LearnerFacts(Probe):
         facts.extra.update(self._copy)
 
 class PrefetchStaging(Probe):
-    """A probe: what `CudaPrefetchCallback` staged during the call, read at the end of each fit while the fit's own callbacks
-    (`fit(cbs=...)`) are there"""
+    """A probe: what `CudaPrefetchCallback` staged during the call, read at the end of each fit while the fit's own
+    callbacks (`fit(cbs=...)`) are there"""
     def __init__(self, learn): self.learn,self._at_start,self._staging,self._active = learn,{},{},False
     def start(self, s): self._at_start,self._staging,self._active = _staging(self.learn),{},False
     def end_stage(self, s):
         s0,pf = self._at_start,_prefetch(self.learn)
-        self._staging = {p:Staging(v.seconds - s0.get(p, Staging(0., 0)).seconds, v.batches - s0.get(p, Staging(0., 0)).batches)
+        self._staging = {p:Staging(v.seconds - s0.get(p, Staging(0., 0)).seconds,
+                                   v.batches - s0.get(p, Staging(0., 0)).batches)
                          for p,v in _staging(self.learn).items()}
         self._active = self._active or (pf is not None and pf.active)
     def contribute(self, facts:Facts): facts.staging,facts.prefetch = self._staging,self._active
@@ -135,41 +141,49 @@ _CALL_OPTIONS = ['logger_callback','csv_name','probes']  # the options of `sessi
 def _running(learn):
     "Refuse to start a profile while a profiled call (or a `profiling()` block) is running on `learn`"
     s = Session.of(learn)
-    if s is not None and s.depth: raise ValueError("a profiled call is running on this learner (`learn.profile()` or a "
-                                                   "`with learn.profiling():` block): profile the next call once it has ended")
+    if s is not None and s.depth:
+        raise ValueError("a profiled call is running on this learner (`learn.profile()` or a "
+                         "`with learn.profiling():` block): profile the next call once it has ended")
     return s
 
 def session_for(learn,
     logger_callback=_Default('wandb'), csv_name=_Default('simple_profile.csv'), probes=(),
     **kwargs # `ProfileOptions`
 ) -> Session:
-    "A `Session` for the next profiled call on `learn`, every option checked (`Learner.profile` documents them); not armed yet"
+    """A `Session` for the next profiled call on `learn`, every option checked (`Learner.profile` documents them); not
+    armed yet"""
     bad = [k for k in kwargs if k not in _OPTION_NAMES]
     if bad: raise TypeError(f"`profile()` got unknown option(s) {', '.join(map(repr, bad))}: valid options are "
                             f"{', '.join(_CALL_OPTIONS + _OPTION_NAMES)}")
     opts = ProfileOptions(**kwargs)  # the options alone, checked; what depends on the learner is checked below
     dev = train_device(learn)
     check_memory_snapshot(opts.memory_snapshot, dev)  # on a CPU learner: refused now
-    if opts.save_csv or opts.rank_csv or opts.memory_snapshot: csv_path = check_path('csv_name', csv_name, base=learn.path)
+    if opts.save_csv or opts.rank_csv or opts.memory_snapshot:
+        csv_path = check_path('csv_name', csv_name, base=learn.path)
     elif not isinstance(csv_name, _Default):
-        raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or `rank_csv=True` under DDP, "
-                         "or `memory_snapshot=True` on a GPU: its snapshot goes next to the CSV)")
+        raise ValueError(f"`csv_name` ({csv_name!r}) was given but nothing writes it: pass `save_csv=True` (or "
+                         "`rank_csv=True` under DDP, or `memory_snapshot=True` on a GPU: its snapshot goes next to the "
+                         "CSV)")
     else: csv_path = None
-    if csv_path is not None:  # the files written beside the CSV, named from it: too long a name is refused now, not when they are written
+    # the files written beside the CSV, named from it: too long a name is refused now, not when they are written
+    if csv_path is not None:
         world = _world_size()
         if opts.rank_csv and world > 1: check_written_beside('csv_name', rank_csv_path(csv_path, world - 1), csv_name)
-        if opts.memory_snapshot: check_written_beside('csv_name', snapshot_path(csv_path, world - 1 if world > 1 else None), csv_name)
-    snapshot,csv_path = (csv_path if opts.memory_snapshot else None),(csv_path if opts.save_csv or opts.rank_csv else None)
+        if opts.memory_snapshot:
+            check_written_beside('csv_name', snapshot_path(csv_path, world - 1 if world > 1 else None), csv_name)
+    snapshot,csv_path = ((csv_path if opts.memory_snapshot else None),
+                         (csv_path if opts.save_csv or opts.rank_csv else None))
     if opts.telemetry_every != TELEMETRY_EVERY and not (reads_gpu(dev) if opts.telemetry == 'auto' else opts.telemetry):
         raise ValueError(f"`telemetry_every={opts.telemetry_every:g}` was given but no sampler runs: "
                          f"" + ("`telemetry=False`" if opts.telemetry is False else
                          f"the model trains on {dev} (`telemetry=True` runs the sampler on a CPU too)"))
     n = _n_train_batches(learn)
     if 'warmup' in kwargs and n is not None and opts.warmup and opts.warmup >= n:
-        raise ValueError(f"`warmup={opts.warmup}` leaves no batch to measure: the training loader has {n} batch(es) per epoch; "
-                         f"use a warm-up below {n} (0 keeps every batch)")
+        raise ValueError(f"`warmup={opts.warmup}` leaves no batch to measure: the training loader has {n} batch(es) "
+                         f"per epoch; use a warm-up below {n} (0 keeps every batch)")
     resolve_timing(opts.timing, dev)  # 'events'/'sync' on a CPU learner: refused now, not at fit start
-    sink = logger_sink(learn, None if logger_callback is None else logger_callback, explicit=not isinstance(logger_callback, _Default))
+    sink = logger_sink(learn, None if logger_callback is None else logger_callback,
+                       explicit=not isinstance(logger_callback, _Default))
     s = _session(learn, opts, sink, csv_path, snapshot, _own_probes(probes))
     _ASKED[s] = _asked(opts, logger_callback, csv_name, probes)
     return s
@@ -178,7 +192,8 @@ def session_for(learn,
 _ASKED = weakref.WeakKeyDictionary()
 
 def _asked(opts:ProfileOptions, logger_callback, csv_name, probes) -> dict:
-    "The options of a call that differ from `profile()`'s defaults, each as it reads in a call: name -> value (`'save_csv': 'True'`)"
+    """The options of a call that differ from `profile()`'s defaults, each as it reads in a call: name -> value
+    (`'save_csv': 'True'`)"""
     d = ProfileOptions()
     out = {k:repr(getattr(opts, k)) for k in _OPTION_NAMES if getattr(opts, k) != getattr(d, k)}
     if not isinstance(logger_callback, _Default) and logger_callback != 'wandb':
@@ -189,23 +204,28 @@ def _asked(opts:ProfileOptions, logger_callback, csv_name, probes) -> dict:
     return out
 
 def _replacing(old:Session|None, new:Session, how:str):
-    "Warn when `new` replaces `old`, a profile armed on the learner and not run yet, whose options the new one drops: they are named"
+    """Warn when `new` replaces `old`, a profile armed on the learner and not run yet, whose options the new one drops:
+    they are named"""
     if old is None: return
     was,now = _ASKED.get(old, {}),_ASKED.get(new, {})
     lost = [f"`{k}={v}`" for k,v in was.items() if now.get(k) != v]
-    if lost: warnings.warn(f"fastprofile: {how} replaces the profile armed earlier on this learner, whose options {', '.join(lost)} "
-                           "will not apply (pass them again to keep them)", stacklevel=3)
+    if lost:
+        warnings.warn(f"fastprofile: {how} replaces the profile armed earlier on this learner, whose options "
+                      f"{', '.join(lost)} will not apply (pass them again to keep them)", stacklevel=3)
 
 def _own_probes(probes) -> list:
     "`probes` checked: `Probe` objects with a `key` each (their classes registered), keys all different"
-    probes = check_items('probes', probes, Probe, 'Probe objects (a subclass of `fastprofile.engine.core.Probe` with a `key`)')
+    probes = check_items('probes', probes, Probe,
+                         'Probe objects (a subclass of `fastprofile.engine.core.Probe` with a `key`)')
     keys = [p.key for p in probes]
     for p in probes:
-        if p.key is None: raise ValueError(f"`probes`: {type(p).__name__} has no `key`: name what it measures (`key = 'h2d'`), so its "
-                                           f"facts have a place")
+        if p.key is None:
+            raise ValueError(f"`probes`: {type(p).__name__} has no `key`: name what it measures (`key = 'h2d'`), so "
+                             "its facts have a place")
         register(type(p))
-    if len(set(keys)) < len(keys): raise ValueError(f"`probes`: two probes share a key "
-                                                    f"({', '.join(sorted(k for k in set(keys) if keys.count(k) > 1))}): each needs its own")
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"`probes`: two probes share a key "
+                         f"({', '.join(sorted(k for k in set(keys) if keys.count(k) > 1))}): each needs its own")
     return probes
 
 def _world_size() -> int:
@@ -216,20 +236,22 @@ def _world_size() -> int:
     except ValueError: return 1
 
 def made_probes(call:Call, own=()) -> list:
-    """The probes of `call`: one from each registered class's `make` (None: its options leave it off), and yours (`own`, which take the
-    place of a registered class's under the same key), in `probe_order`"""
+    """The probes of `call`: one from each registered class's `make` (None: its options leave it off), and yours (`own`,
+    which take the place of a registered class's under the same key), in `probe_order`"""
     mine = {p.key for p in own}
     made = [p for k,cls in list(PROBES.items()) if k not in mine for p in (cls.make(call),) if p is not None]
     probes = sorted([*made, *own], key=lambda p: p.probe_order)  # stable: equal orders keep the registry's, then yours
     per = [type(p).__name__ for p in probes if p.per_batch]
-    if len(per) > 1: raise ValueError(f"more than one probe asks to be called after every batch ({', '.join(per)}): at most one may "
-                                      f"(`Probe.per_batch`)")
+    if len(per) > 1:
+        raise ValueError(f"more than one probe asks to be called after every batch ({', '.join(per)}): at most one may "
+                         f"(`Probe.per_batch`)")
     return probes
 
 def _session(learn, opts:ProfileOptions, sink, csv_path, snapshot=None, own=()) -> Session:
-    """The session and its probes, in the order they start: the pair's first callback, the probes of the registry and yours (`made_probes`:
-    the loaders, torch.compile, the callbacks or the breakdown, efficiency, the layer timer, telemetry, yours), the learner's facts,
-    prefetch staging, the sinks, the probes past `probe_order` 100 (the memory snapshot), the pair's last"""
+    """The session and its probes, in the order they start: the pair's first callback, the probes of the registry and
+    yours (`made_probes`: the loaders, torch.compile, the callbacks or the breakdown, efficiency, the layer timer,
+    telemetry, yours), the learner's facts, prefetch staging, the sinks, the probes past `probe_order` 100 (the memory
+    snapshot), the pair's last"""
     probes = made_probes(Call(learn, opts, csv_path, snapshot), own)
     prof = Profile(opts, sinks=[sink] if sink is not None else [], sections=SECTIONS,
                    gather=rank_gather(csv_path if opts.rank_csv else None,
@@ -244,16 +266,20 @@ def _session(learn, opts:ProfileOptions, sink, csv_path, snapshot=None, own=()) 
 @patch
 @takes_options
 def profile(self:Learner,
-    logger_callback:str|Sink|None=_Default('wandb'), # 'wandb', 'tensorboard' (a name in `LOGGERS`), a `Sink`, or None for no logging
+    # 'wandb', 'tensorboard' (a name in `LOGGERS`), a `Sink`, or None for no logging
+    logger_callback:str|Sink|None=_Default('wandb'),
     csv_name:str|Path=_Default('simple_profile.csv'), # CSV file name for `save_csv=True`, relative to `learn.path`
-    # Probes of your own (`Probe` objects with a `key`): told of the call like fastprofile's, their facts, section and scalars in the result
+    # Probes of your own (`Probe` objects with a `key`): told of the call like fastprofile's, their facts, section and
+    # scalars in the result
     probes:Sequence[Probe]=(),
-    # and every `ProfileOptions` field, keyword-only: `takes_options` lists them in this signature, with their types and comments
+    # and every `ProfileOptions` field, keyword-only: `takes_options` lists them in this signature, with their types and
+    # comments
     **options
 ) -> Learner:
     "Profile the next training call of this learner (`learn.profile().fit_one_cycle(1)`); every option is checked here"
     old = _running(self)
-    s = session_for(self, logger_callback, csv_name, probes, **options)  # one `ProfileOptions`, checked, handed to every probe
+    # one `ProfileOptions`, checked, handed to every probe
+    s = session_for(self, logger_callback, csv_name, probes, **options)
     _replacing(old, s, '`learn.profile()`')  # a cell run again: the profile it armed before, never run, goes
     if old is not None: old.disarm()
     s.arm()
@@ -276,8 +302,8 @@ class _Profiling:
 @patch
 @delegates(Learner.profile)
 def profiling(self:Learner, **kwargs):
-    """A context manager: `with learn.profiling(**options): learn.fit(...)` profiles the block as one call (`profile`'s options, checked
-    here)"""
+    """A context manager: `with learn.profiling(**options): learn.fit(...)` profiles the block as one call (`profile`'s
+    options, checked here)"""
     return _Profiling(self, kwargs)
 
 # %% ../nbs/17_learner.ipynb #c9daebfc
@@ -286,7 +312,9 @@ class NoProfileError(ValueError):
 
 def _result(learn) -> ProfileResult:
     r = learn.__dict__.get('simple_profile')
-    if r is None: raise NoProfileError("No profiled training call has run on this learner yet: run `learn.profile().fit(...)` first")
+    if r is None:
+        raise NoProfileError("No profiled training call has run on this learner yet: run `learn.profile().fit(...)` "
+                             "first")
     return r
 
 @patch(as_prop=True)
@@ -323,10 +351,12 @@ def simple_profile_breakdown(self:Learner):
 
 @patch(as_prop=True)
 def simple_profile_telemetry(self:Learner) -> dict:
-    "GPU utilization and power per phase, energy, throttling and CPU utilization of the last profiled call (`telemetry_summary`)"
+    """GPU utilization and power per phase, energy, throttling and CPU utilization of the last profiled call
+    (`telemetry_summary`)"""
     return telemetry_summary(_result(self))
 
 @patch(as_prop=True)
 def simple_profile_efficiency(self:Learner) -> dict:
-    "FLOPs per sample, the training step's FLOP/s, peak FLOP/s, MFU and peak memory of the last profiled call (`efficiency_summary`)"
+    """FLOPs per sample, the training step's FLOP/s, peak FLOP/s, MFU and peak memory of the last profiled call
+    (`efficiency_summary`)"""
     return efficiency_summary(_result(self))

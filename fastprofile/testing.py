@@ -23,7 +23,8 @@ class FakeClock:
 
 # %% ../nbs/90_testing.ipynb #f8f1236e
 def drive_record(rec:ProfileRecord, clock:FakeClock, n_epochs=1, n_train=4, n_valid=2, bs=8, cost=None,
-                 stage:bool=True, # Start and end a stage around the epochs (False: the caller does, as a `Profile` does)
+                 # Start and end a stage around the epochs (False: the caller does, as a `Profile` does)
+                 stage:bool=True,
                  close:bool=True, # Close the record at the end (False: leave it open for another stage)
                  last_epoch_open:bool=False, # Leave the last epoch open, as a cancel in `after_epoch` does
                 ):
@@ -39,13 +40,18 @@ def drive_record(rec:ProfileRecord, clock:FakeClock, n_epochs=1, n_train=4, n_va
         for p,n in (('train',n_train),('valid',n_valid)):
             rec.start_phase(p); clock.tick(c['phase_other'])
             for i in range(n):
-                rec.mark(S.DRAW_START); clock.tick(c['draw']); rec.mark(S.BATCH_START); clock.tick(c['gap']); rec.mark(S.FORWARD_START)
-                clock.tick(c['forward' if p=='train' else 'predict']); rec.mark(S.FORWARD_END); clock.tick(c['gap']); rec.mark(S.LOSS_START)
+                rec.mark(S.DRAW_START); clock.tick(c['draw']); rec.mark(S.BATCH_START); clock.tick(c['gap'])
+                rec.mark(S.FORWARD_START)
+                clock.tick(c['forward' if p=='train' else 'predict']); rec.mark(S.FORWARD_END); clock.tick(c['gap'])
+                rec.mark(S.LOSS_START)
                 clock.tick(c['loss']); rec.mark(S.LOSS_END)
                 if p=='train':
-                    clock.tick(c['gap']); rec.mark(S.BACKWARD_START); clock.tick(c['backward']); rec.mark(S.BACKWARD_END)
-                    clock.tick(c['gap']); rec.mark(S.OPT_STEP_START); clock.tick(c['opt_step']); rec.mark(S.OPT_STEP_END)
-                    clock.tick(c['gap']); rec.mark(S.ZERO_GRAD_START); clock.tick(c['zero_grad']); rec.mark(S.ZERO_GRAD_END)
+                    clock.tick(c['gap']); rec.mark(S.BACKWARD_START); clock.tick(c['backward'])
+                    rec.mark(S.BACKWARD_END)
+                    clock.tick(c['gap']); rec.mark(S.OPT_STEP_START); clock.tick(c['opt_step'])
+                    rec.mark(S.OPT_STEP_END)
+                    clock.tick(c['gap']); rec.mark(S.ZERO_GRAD_START); clock.tick(c['zero_grad'])
+                    rec.mark(S.ZERO_GRAD_END)
                 clock.tick(c['gap']); rec.mark(S.BATCH_END); rec.end_batch(bs)
             rec.end_phase()
         if not (last_epoch_open and e == n_epochs-1): rec.end_epoch()
@@ -66,7 +72,8 @@ class FakeStream:
 
 # %% ../nbs/90_testing.ipynb #da91669a
 class FakeEvent:
-    "A CUDA-event stand-in on a `FakeStream`, with `torch.cuda.Event`'s methods and its rules for unrecorded and unfinished events"
+    """A CUDA-event stand-in on a `FakeStream`, with `torch.cuda.Event`'s methods and its rules for unrecorded and
+    unfinished events"""
     def __init__(self, fs:FakeStream): self.fs,self.t = fs,None
     def record(self, stream=None): self.t = max(self.fs.busy_until, self.fs.clock())
     def query(self): return self.t is None or self.t <= self.fs.clock()  # as CUDA: an unrecorded event counts as done
@@ -74,13 +81,15 @@ class FakeEvent:
         if self.t is not None and self.t > self.fs.clock(): self.fs.clock.tick(self.t - self.fs.clock())
     def elapsed_time(self, end):
         "Milliseconds from this event to `end`; like CUDA, an error unless both were recorded and have completed"
-        if self.t is None or end.t is None: raise RuntimeError('Both events must be recorded before calculating elapsed time')
+        if self.t is None or end.t is None:
+            raise RuntimeError('Both events must be recorded before calculating elapsed time')
         if not (self.query() and end.query()): raise RuntimeError('CUDA error: device not ready')
         return (end.t - self.t)*1e3
 
 # %% ../nbs/90_testing.ipynb #097d0577
 def drive_gpu_batches(rec, clock:FakeClock, fs:FakeStream, n:int=10, gpu=None, host=.001, sync_every_mark=False):
-    "Run `n` training batches on a fake GPU: each step queues `gpu[step]` seconds of work in `host` (or `host[step]`) seconds"
+    """Run `n` training batches on a fake GPU: each step queues `gpu[step]` seconds of work in `host` (or `host[step]`)
+    seconds"""
     g = dict(draw=.002, forward=.020, loss=.001, backward=.030, opt_step=.005, zero_grad=.0005); g.update(gpu or {})
     h = {k:(host.get(k, .001) if isinstance(host, dict) else host) for k in g}
     S = Slot
@@ -120,15 +129,19 @@ class FakeNvml:
     NVML_CLOCK_SM,NVML_TEMPERATURE_GPU,NVML_ERROR_NOT_SUPPORTED = 1,0,3
     NVMLError = NVMLError
     def __init__(self,
-        # `reading(t)`: a dict of util, mem_util (%), power (W), clock (MHz), temp (°C) and reasons (throttle bits) at time `t`
+        # `reading(t)`: a dict of util, mem_util (%), power (W), clock (MHz), temp (°C) and reasons (throttle bits) at
+        # time `t`
         reading=busy_gpu,
-        unsupported=(), # Names of the functions that raise `NVMLError(3)` (not supported), as on GPUs that do not report them
+        # Names of the functions that raise `NVMLError(3)` (not supported), as on GPUs that do not report them
+        unsupported=(),
         max_clock:int=1980, # The SM clock's maximum, MHz
         clock=time.perf_counter, # The clock `t` is read from
         fail_init:bool=False, # `nvmlInit` raises, as without a driver
     ):
-        self.reading,self.unsupported,self.max_clock,self.clock,self.fail_init = reading,set(unsupported),max_clock,clock,fail_init
-        self.calls,self.inits,self._energy = [],0,None  # (name, thread ident) of every call; nvmlInit calls not yet shut down
+        self.reading,self.unsupported,self.max_clock,self.clock,self.fail_init = reading,set(
+            unsupported),max_clock,clock,fail_init
+        # (name, thread ident) of every call; nvmlInit calls not yet shut down
+        self.calls,self.inits,self._energy = [],0,None
 
     def _log(self, name:str):
         self.calls.append((name, threading.get_ident()))
@@ -150,18 +163,22 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, handle):
         r = self._call('nvmlDeviceGetUtilizationRates')
         return types.SimpleNamespace(gpu=int(r['util']), memory=int(r['mem_util']))
-    def nvmlDeviceGetPowerUsage(self, handle): return int(round(self._call('nvmlDeviceGetPowerUsage')['power']*1000))  # mW
+    # mW
+    def nvmlDeviceGetPowerUsage(self, handle): return int(round(self._call('nvmlDeviceGetPowerUsage')['power']*1000))
     def nvmlDeviceGetClockInfo(self, handle, type): return int(self._call('nvmlDeviceGetClockInfo')['clock'])
     def nvmlDeviceGetTemperature(self, handle, sensor): return int(self._call('nvmlDeviceGetTemperature')['temp'])
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self,
-                                                  handle): return int(self._call('nvmlDeviceGetCurrentClocksThrottleReasons')['reasons'])
+                                                  handle):
+        return int(self._call('nvmlDeviceGetCurrentClocksThrottleReasons')['reasons'])
 
     def nvmlDeviceGetCurrentClocksEventReasons(self,
-                                               handle): return int(self._call('nvmlDeviceGetCurrentClocksEventReasons')['reasons'])
+                                               handle):
+        return int(self._call('nvmlDeviceGetCurrentClocksEventReasons')['reasons'])
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle):
-        "Millijoules since the counter started: its power integrated exactly for a power linear in time (trapezoids between calls)"
+        """Millijoules since the counter started: its power integrated exactly for a power linear in time (trapezoids
+        between calls)"""
         t,p = self.clock(),self._call('nvmlDeviceGetTotalEnergyConsumption')['power']
         if self._energy is None: self._energy = (t, p, 123_456_789.)  # the real counter starts when the driver loads
         else:
@@ -174,13 +191,15 @@ class FakeNvml:
 _REAL_MEMORY = {n:getattr(torch.cuda.memory, n) for n in ('_record_memory_history','_dump_snapshot')}
 
 def _bound(name, *args, **kwargs) -> dict:
-    "The arguments of a call to `torch.cuda.memory.<name>`, defaults filled; TypeError unless they bind to torch's real signature"
+    """The arguments of a call to `torch.cuda.memory.<name>`, defaults filled; TypeError unless they bind to torch's
+    real signature"""
     b = inspect.signature(_REAL_MEMORY[name]).bind(*args, **kwargs)
     b.apply_defaults()
     return b.arguments
 
 class FakeCudaMemory:
-    "A stand-in for `torch.cuda.memory`'s allocator history on a CPU: each call checked against torch's signature and logged"
+    """A stand-in for `torch.cuda.memory`'s allocator history on a CPU: each call checked against torch's signature and
+    logged"""
     def __init__(self): self.log,self.recording = [],False
     def _record_memory_history(self, *args, **kwargs):
         a = _bound('_record_memory_history', *args, **kwargs)

@@ -38,7 +38,8 @@ def distributed_world() -> tuple:
 # %% ../../nbs/11_distributed.ipynb #8ed15262
 class MergedRecord(ProfileRecord):
     "The records of several ranks in one: statistics merged exactly, samples and tokens summed, recent batches rank 0's"
-    STATE_KEYS = ProfileRecord.STATE_KEYS + ('ranks','stragglers','missing_ranks','missing_why','world','gather_seconds')
+    STATE_KEYS = (ProfileRecord.STATE_KEYS
+                  + ('ranks','stragglers','missing_ranks','missing_why','world','gather_seconds'))
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.ranks,self.stragglers,self.missing_ranks,self.missing_why = [],[],[],{}
@@ -83,7 +84,8 @@ def merge_records(profiles:list) -> ProfileRecord:
 
 # %% ../../nbs/11_distributed.ipynb #c0674ef7
 def rank_spread(profiles:list) -> pd.DataFrame:
-    "Per report row: min, median and max across ranks of the mean duration (seconds), the slowest rank, each rank's mean"
+    """Per report row: min, median and max across ranks of the mean duration (seconds), the slowest rank, each rank's
+    mean"""
     profiles = sorted(check_items('profiles', profiles, RankProfile, 'RankProfile', 1), key=lambda p: p.rank)
     res = [p.record.results().set_index(KEY_COLUMNS)['Mean Duration'] for p in profiles]
     idx = pd.MultiIndex.from_tuples(list(dict.fromkeys(i for r in res for i in r.index)), names=KEY_COLUMNS)
@@ -107,14 +109,21 @@ class Interval(NamedTuple):
 
 _I,_S = Interval,Slot
 INTERVALS = {  # the whole batch, cut at every mark: the timed steps and the callbacks between them
-    'train': (_I('draw', _S.DRAW_START, _S.BATCH_START), _I('callbacks at before_batch', _S.BATCH_START, _S.FORWARD_START),
-              _I('forward', _S.FORWARD_START, _S.FORWARD_END), _I('callbacks at after_pred', _S.FORWARD_END, _S.LOSS_START),
+    'train': (_I('draw', _S.DRAW_START, _S.BATCH_START),
+              _I('callbacks at before_batch', _S.BATCH_START, _S.FORWARD_START),
+              _I('forward', _S.FORWARD_START, _S.FORWARD_END),
+              _I('callbacks at after_pred', _S.FORWARD_END, _S.LOSS_START),
               _I('loss', _S.LOSS_START, _S.LOSS_END), _I('callbacks at after_loss', _S.LOSS_END, _S.BACKWARD_START),
-              _I('backward', _S.BACKWARD_START, _S.BACKWARD_END), _I('callbacks at after_backward', _S.BACKWARD_END, _S.OPT_STEP_START),
-              _I('opt_step', _S.OPT_STEP_START, _S.OPT_STEP_END), _I('callbacks at after_step', _S.OPT_STEP_END, _S.ZERO_GRAD_START),
-              _I('zero_grad', _S.ZERO_GRAD_START, _S.ZERO_GRAD_END), _I('callbacks at after_batch', _S.ZERO_GRAD_END, _S.BATCH_END)),
-    'valid': (_I('draw', _S.DRAW_START, _S.BATCH_START), _I('callbacks at before_batch', _S.BATCH_START, _S.FORWARD_START),
-              _I('predict', _S.FORWARD_START, _S.FORWARD_END), _I('callbacks at after_pred', _S.FORWARD_END, _S.LOSS_START),
+              _I('backward', _S.BACKWARD_START, _S.BACKWARD_END),
+              _I('callbacks at after_backward', _S.BACKWARD_END, _S.OPT_STEP_START),
+              _I('opt_step', _S.OPT_STEP_START, _S.OPT_STEP_END),
+              _I('callbacks at after_step', _S.OPT_STEP_END, _S.ZERO_GRAD_START),
+              _I('zero_grad', _S.ZERO_GRAD_START, _S.ZERO_GRAD_END),
+              _I('callbacks at after_batch', _S.ZERO_GRAD_END, _S.BATCH_END)),
+    'valid': (_I('draw', _S.DRAW_START, _S.BATCH_START),
+              _I('callbacks at before_batch', _S.BATCH_START, _S.FORWARD_START),
+              _I('predict', _S.FORWARD_START, _S.FORWARD_END),
+              _I('callbacks at after_pred', _S.FORWARD_END, _S.LOSS_START),
               _I('loss', _S.LOSS_START, _S.LOSS_END), _I('callbacks at after_loss', _S.LOSS_END, _S.ZERO_GRAD_END),
               _I('callbacks at after_batch', _S.ZERO_GRAD_END, _S.BATCH_END)),
 }
@@ -126,8 +135,10 @@ def interval_means(rec:ProfileRecord, phase:str) -> dict:
     check_type('rec', rec, ProfileRecord, 'a ProfileRecord'); check_choice('phase', phase, tuple(INTERVALS))
     r = rec.phase_marks(phase)
     spans = INTERVALS[phase]
-    if len(r) and np.isnan(r[:,Slot.ZERO_GRAD_END]).all():  # validation batches without the `after_batch` mark (`drive_record`)
-        spans = [x for x in spans if x.end <= Slot.LOSS_END] + [Interval('callbacks at after_batch', Slot.LOSS_END, Slot.BATCH_END)]
+    # validation batches without the `after_batch` mark (`drive_record`)
+    if len(r) and np.isnan(r[:,Slot.ZERO_GRAD_END]).all():
+        spans = ([x for x in spans if x.end <= Slot.LOSS_END]
+                 + [Interval('callbacks at after_batch', Slot.LOSS_END, Slot.BATCH_END)])
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', RuntimeWarning)
@@ -162,7 +173,8 @@ def find_stragglers(profiles:list, margin:float=STRAGGLER_MARGIN) -> list:
                 for j,q in enumerate(profiles):
                     if j == i: continue
                     cand = [(im[j][w] - im[i][w], w) for w in im[j]
-                            if (w in WAIT_INTERVALS or w in MAYBE_WAIT_INTERVALS) and w in im[i] and not math.isnan(im[j][w] - im[i][w])]
+                            if (w in WAIT_INTERVALS or w in MAYBE_WAIT_INTERVALS) and w in im[i]
+                            and not math.isnan(im[j][w] - im[i][w])]
                     if cand and max(cand)[0] > .1*excess: waits[q.rank] = (max(cand)[1], max(cand)[0])
                 found.append(dict(rank=p.rank, phase=phase, interval=name, mean=float(v[i]), others=base,
                                   excess=excess, step=float(step), waits=waits))
@@ -170,10 +182,12 @@ def find_stragglers(profiles:list, margin:float=STRAGGLER_MARGIN) -> list:
 
 # %% ../../nbs/11_distributed.ipynb #a7ad6635
 _SPREAD_ROWS = (Row('train','draw'),Row('train','batch'),*[Row('train','batch',s.name) for s in STEPS['train']],
-                Row('train','batch','other'),Row('valid','draw'),Row('valid','batch'),Row('fit','train'),Row('fit','valid'))
+                Row('train','batch','other'),Row('valid','draw'),Row('valid','batch'),Row('fit','train'),
+                Row('fit','valid'))
 
 def _spread_label(r:Row) -> str:
-    "A row's label in the spread: a step by its phase and name (`train forward`), the others in full (`train batch other`)"
+    """A row's label in the spread: a step by its phase and name (`train forward`), the others in full (`train batch
+    other`)"""
     return f"{r.phase} {r.step}" if r.step not in ('', 'other') else str(r)
 
 def _hosts(profiles):
@@ -196,8 +210,8 @@ def straggler_lines(found:list, margin:float=STRAGGLER_MARGIN) -> list:
     for s in found:
         w = '; '.join(f"rank {r} waits in {i} (+{fmt_time(d)} per batch)" for r,(i,d) in sorted(s['waits'].items()))
         lines.append(f"Straggler: rank {s['rank']} in {s['phase']} {s['interval']}: {fmt_time(s['mean'])} per batch vs "
-                     f"{fmt_time(s['others'])} on the others (+{fmt_time(s['excess'])}, {fmt_pct(100*s['excess']/s['step'])} "
-                     f"of a step)" + (f"; {w}." if w else '.'))
+                     f"{fmt_time(s['others'])} on the others (+{fmt_time(s['excess'])}, "
+                     f"{fmt_pct(100*s['excess']/s['step'])} of a step)" + (f"; {w}." if w else '.'))
     return lines
 
 def missing_lines(record:MergedRecord) -> list:
@@ -209,16 +223,19 @@ def missing_lines(record:MergedRecord) -> list:
         lines.append("Missing: " + '; '.join(f"rank {r}" + (f" ({w})" if w else '') for r,w in sorted(why.items()))
                      + f". The tables leave {them} out.")
     loose = [p.rank for p in record.ranks if math.isnan(p.offset)]
-    if loose: lines.append(f"Clock of {_ranks(loose)} not aligned (rank 0 came after it stopped waiting): in a merged trace "
-                           "its batches are placed from its fit start.")
+    if loose:
+        lines.append(f"Clock of {_ranks(loose)} not aligned (rank 0 came after it stopped waiting): in a merged trace "
+                     "its batches are placed from its fit start.")
     return lines
 
 # %% ../../nbs/11_distributed.ipynb #809991db
 def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> list:
-    "The `Distributed` section of a merged record: ranks, spread of the main rows, job throughput, stragglers, missing ranks"
+    """The `Distributed` section of a merged record: ranks, spread of the main rows, job throughput, stragglers, missing
+    ranks"""
     profiles = record.ranks
     n,world = len(profiles),max(record.world, len(profiles) + len(record.missing_ranks))
-    wait = '' if math.isnan(record.gather_seconds) else f" Rank 0 waited {fmt_time(record.gather_seconds)} for the other ranks' profiles."
+    wait = ('' if math.isnan(record.gather_seconds)
+            else f" Rank 0 waited {fmt_time(record.gather_seconds)} for the other ranks' profiles.")
     of = f"{n} of {world} ranks" if n < world else f"{n} ranks"
     if n < 2: return [f"{of} on {_hosts(profiles)}: the tables are rank 0's alone.{wait}"] + missing_lines(record)
     lines = [f"{of} on {_hosts(profiles)}. The table merges them: calls and totals are summed over ranks, "
@@ -230,8 +247,8 @@ def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> lis
     wid = max((len(l) for l in labels.values()), default=0)
     for r in rows:
         x = sp.loc[r]
-        lines.append(f"  {labels[r]:<{wid}}  {fmt_time(x['Min']):>9} / {fmt_time(x['Median']):>9} / {fmt_time(x['Max']):>9}"
-                     f"  {_slowest(x)}")
+        lines.append(f"  {labels[r]:<{wid}}  {fmt_time(x['Min']):>9} / {fmt_time(x['Median']):>9} / "
+                     f"{fmt_time(x['Max']):>9}  {_slowest(x)}")
     tr = [(p.record.samples[Row('fit','train')], p.record.stats[Row('fit','train')].total) for p in profiles]
     if sum(t for _,t in tr) > 0 and sum(s for s,_ in tr):
         slow = max(t for _,t in tr)
@@ -241,7 +258,8 @@ def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> lis
     return lines + straggler_lines(found, margin) + telemetry_rank_lines(profiles, found) + missing_lines(record)
 
 def distributed_section(result:ProfileResult) -> Section|None:
-    "The report's *Distributed* section, for a record gathered from several ranks (one of `fastprofile.analysis.sections.SECTIONS`)"
+    """The report's *Distributed* section, for a record gathered from several ranks (one of
+    `fastprofile.analysis.sections.SECTIONS`)"""
     record = result.record
     if not isinstance(record, MergedRecord) or (len(record.ranks) < 2 and not record.missing_ranks): return None
     return Section('Distributed', distributed_lines(record), rank_spread(record.ranks))
@@ -272,8 +290,8 @@ def send_profile(store, # The store of this gather (keys of this gather only)
                  timeout:float=GATHER_TIMEOUT, # Seconds to wait for rank 0
                  answer:bool=True, # Wait for rank 0's clock pings (False for an `error`: rank 0 will not ping)
                 ) -> str:
-    """A rank > 0's side of the gather. How it went: 'taken', 'sent' (no pings wanted), 'missed' (rank 0 closed first), 'left' (no rank 0
-    within `timeout`)"""
+    """A rank > 0's side of the gather. How it went: 'taken', 'sent' (no pings wanted), 'missed' (rank 0 closed first),
+    'left' (no rank 0 within `timeout`)"""
     if store.check(['closed']): return 'missed'  # rank 0 stopped waiting: leave nothing behind
     store.set(f'data/{rank}', payload)
     store.add('arrived', 1)
@@ -288,7 +306,8 @@ def send_profile(store, # The store of this gather (keys of this gather only)
 
 # %% ../../nbs/11_distributed.ipynb #94e4423d
 def clock_offset(store, rank:int, clock=time.perf_counter, wait:float=1.) -> float:
-    "Seconds to add to `rank`'s clock to read rank 0's: ping it `CLOCK_PINGS` times, keep the shortest round trip's midpoint"
+    """Seconds to add to `rank`'s clock to read rank 0's: ping it `CLOCK_PINGS` times, keep the shortest round trip's
+    midpoint"""
     if store.check([f'left/{rank}']): return math.nan
     best,keys = (math.inf, math.nan),[]
     for i in range(CLOCK_PINGS):
@@ -351,22 +370,27 @@ def collect_profiles(store, # The store of this gather
 
 # %% ../../nbs/11_distributed.ipynb #1fb69551
 def gather_profiles(rec:ProfileRecord, # This rank's closed record
-                    timeout:float=GATHER_TIMEOUT, # Seconds rank 0 waits for ranks that have not arrived (and they for rank 0)
+                    # Seconds rank 0 waits for ranks that have not arrived (and they for rank 0)
+                    timeout:float=GATHER_TIMEOUT,
                     interrupted:bool=False, # This rank's call ended by an exception: tell rank 0, send no profile
                     device:str='', # Where this rank trained, for the report
                     store=None, # The store of this gather; default: a fresh prefix in the default process group's store
                     rank:int|None=None, world:int|None=None, # Default: `distributed_world()`
                    ):
-    "Send every rank's profile to rank 0: there, a `Gathered` (None if rank 0's own call failed); elsewhere how the send went"
+    """Send every rank's profile to rank 0: there, a `Gathered` (None if rank 0's own call failed); elsewhere how the
+    send went"""
     if rank is None: rank,world = distributed_world()
     if store is None: store = dist.PrefixStore(f'fastprofile/gather/{next(_GATHERS)}', default_store())
     clock = getattr(rec.clock, '__wrapped__', rec.clock)  # the wall clock, without a 'sync' record's synchronize
     if rank == 0:
         if interrupted: store.set('closed', b''); return None  # the others leave at once
-        return collect_profiles(store, world, RankProfile(0, rec, 0., socket.gethostname(), str(device)), clock, timeout)
+        return collect_profiles(store, world, RankProfile(0, rec, 0., socket.gethostname(), str(device)), clock,
+                                timeout)
     if interrupted: payload,answer = pickle.dumps(dict(rank=rank, error=INTERRUPTED)),False
     else:
-        try: payload,answer = pickle.dumps(dict(rank=rank, state=rec.state(), host=socket.gethostname(), device=str(device))),True
+        try:
+            payload,answer = pickle.dumps(dict(rank=rank, state=rec.state(), host=socket.gethostname(),
+                                               device=str(device))),True
         except Exception as e: payload,answer = pickle.dumps(dict(rank=rank, error=f"{type(e).__name__}: {e}")),False
     return send_profile(store, rank, payload, clock, timeout, answer)
 
@@ -394,31 +418,34 @@ def save_rank_csvs(record:ProfileRecord, path) -> list:
 def rank_gather(rank_csv=None, # Where rank 0 also writes each rank's CSV (`rank_csv_path`), or None
                 timeout:float=GATHER_TIMEOUT, # Seconds rank 0 waits for the profiles of ranks that have not arrived
                ):
-    """The `gather` step of a `Profile`: under DDP every rank's profile goes to rank 0, which reports for all (a `partial` of a module
-    function: it pickles with the profile, `learn.export(pickle_module=pickle)` while armed)"""
+    """The `gather` step of a `Profile`: under DDP every rank's profile goes to rank 0, which reports for all (a
+    `partial` of a module function: it pickles with the profile, `learn.export(pickle_module=pickle)` while armed)"""
     check_number('timeout', timeout, 0, lo_open=True)
     if rank_csv is not None: rank_csv = check_path('rank_csv', rank_csv)
     return partial(_gather, rank_csv, timeout)
 
 def _gather(rank_csv, timeout:float, rec:ProfileRecord, interrupted:bool=False):
-    "Under DDP: this rank's record to rank 0, which merges every rank's (`rank_gather` fixes `rank_csv` and `timeout`); `(record, is_main)`"
+    """Under DDP: this rank's record to rank 0, which merges every rank's (`rank_gather` fixes `rank_csv` and
+    `timeout`); `(record, is_main)`"""
     rank,world = distributed_world()
     if world < 2: return rec,True
     try: got = gather_profiles(rec, timeout, interrupted, rank=rank, world=world)
     except (RuntimeError, OSError) as e:  # the store failed (`DistError`s are `RuntimeError`s); bugs go to `guarded`
         warnings.warn(f"fastprofile: rank {rank} could not take part in gathering the profiles of the {world} ranks "
-                      f"({type(e).__name__}: {e}); {'it reports its own' if rank == 0 else 'rank 0 reports without it'}")
+                      f"({type(e).__name__}: {e}); "
+                      f"{'it reports its own' if rank == 0 else 'rank 0 reports without it'}")
         return rec,rank == 0
     if rank != 0:
         if got in ('missed','left'):
-            warnings.warn(f"fastprofile: rank {rank} reached the end of its call " + (
-                "after rank 0 had closed the gather (it stopped waiting, or its own call failed); rank 0's report leaves it out"
-                if got == 'missed' else f"but rank 0 did not come for its profile within gather_timeout={timeout:g} s; "
-                "if it still does, the profile's clock is not aligned"))
+            warnings.warn(f"fastprofile: rank {rank} reached the end of its call "
+                          + ("after rank 0 had closed the gather (it stopped waiting, or its own call failed); rank "
+                             "0's report leaves it out" if got == 'missed'
+                             else f"but rank 0 did not come for its profile within gather_timeout={timeout:g} s; if it "
+                             "still does, the profile's clock is not aligned"))
         return rec,False
     if got is None: return rec,True  # rank 0's own call failed: its partial profile, as on one process
-    for r,why in got.missing.items(): warnings.warn(f"fastprofile: rank {r}'s profile could not be gathered ({why}); the report leaves it "
-                                                    f"out")
+    for r,why in got.missing.items():
+        warnings.warn(f"fastprofile: rank {r}'s profile could not be gathered ({why}); the report leaves it out")
     merged = merge_gathered(got)
     if rank_csv is not None:
         try: save_rank_csvs(merged, rank_csv)
@@ -433,7 +460,8 @@ def merged_trace(record:ProfileRecord) -> dict:
     t0 = profiles[0].record.fit_start or 0.
     events = []
     for p in profiles:
-        off = p.offset if not math.isnan(p.offset) else t0 - (p.record.fit_start or 0.)  # not measured: fit starts lined up
+        # not measured: fit starts lined up
+        off = p.offset if not math.isnan(p.offset) else t0 - (p.record.fit_start or 0.)
         ev = trace_events(p.record, rank=p.rank, t0=t0 - off)  # this rank's clock + offset = rank 0's clock
         if p.host or p.device: ev[0]['args']['name'] += f" ({p.host} {p.device})".rstrip()
         events += ev
@@ -441,7 +469,8 @@ def merged_trace(record:ProfileRecord) -> dict:
 
 def save_merged_trace(record:ProfileRecord, path) -> Path:
     "Write `merged_trace(record)` to `path` as JSON, atomically"
-    path = check_path('path', path); check_type('record', record, ProfileRecord, 'a ProfileRecord (a MergedRecord under DDP)')
+    path = check_path('path', path)
+    check_type('record', record, ProfileRecord, 'a ProfileRecord (a MergedRecord under DDP)')
     return atomic_write_text(json.dumps(merged_trace(record), allow_nan=False), path)
 
 # %% ../../nbs/11_distributed.ipynb #0e0ace34

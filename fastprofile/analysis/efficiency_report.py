@@ -31,7 +31,8 @@ def _row_flops(results, row:Row) -> float|None:
     return None if r is None or math.isnan(r.flops_per_s) else r.flops_per_s
 
 def efficiency_summary(result:ProfileResult) -> dict:
-    "FLOPs per sample, the training step's FLOP/s, the peak and MFU, and peak memory of a profiled call (None where unknown)"
+    """FLOPs per sample, the training step's FLOP/s, the peak and MFU, and peak memory of a profiled call (None where
+    unknown)"""
     eff = _efficiency(result)
     if eff is None: eff = Efficiency(failure='not measured: efficiency was off for this call')
     f,res = eff.flops_per_sample(),result.results
@@ -41,9 +42,10 @@ def efficiency_summary(result:ProfileResult) -> dict:
     mem = dict(eff.memory)
     return {'forward_flops_per_sample': f['forward'], 'backward_flops_per_sample': f['backward'],
             'predict_flops_per_sample': f['predict'], 'train_flops_per_second': step,
-            'train_phase_flops_per_second': _row_flops(res, Row('fit','train')), 'peak_flops': peak, 'peak_source': source,
-            'dtype': eff.dtype, 'mfu': step/peak if step is not None and peak else None, 'flops_note': eff.failure,
-            'device_name': eff.device_name, 'peak_memory': mem, 'device_memory': eff.device_total,
+            'train_phase_flops_per_second': _row_flops(res, Row('fit','train')), 'peak_flops': peak,
+            'peak_source': source, 'dtype': eff.dtype, 'mfu': step/peak if step is not None and peak else None,
+            'flops_note': eff.failure, 'device_name': eff.device_name, 'peak_memory': mem,
+            'device_memory': eff.device_total,
             'memory_headroom': eff.device_usable - max(mem.values()) if mem and eff.device_usable is not None else None,
             'batch_size_growth': eff.batch_growth(), 'peak_rss': rss, 'peak_rss_exact': exact}
 
@@ -54,24 +56,28 @@ def _compute_share(record) -> float|None:
     row = lambda a: Row.part('train', a)  # 'draw', 'batch' or a step
     mean = lambda a: st[row(a)].mean if st[row(a)].n else 0.
     cost = lambda a: max(mean(a), gs[row(a)].mean if row(a) in gs and gs[row(a)].n else 0.)
-    whole = mean('draw') + max(mean('batch'), sum(cost(a) for a in ('forward','loss','backward','opt_step','zero_grad')))
+    whole = (mean('draw')
+             + max(mean('batch'), sum(cost(a) for a in ('forward','loss','backward','opt_step','zero_grad'))))
     return sum(cost(a) for a in ('forward','loss','backward','opt_step')) / whole if whole > 0 else None
 
 def efficiency_advice(result:ProfileResult,
-    # The run is compute-bound (the diagnosis' verdict); None: the report's verdict, else the model and optimizer take half the step or more
+    # The run is compute-bound (the diagnosis' verdict); None: the report's verdict, else the model and optimizer take
+    # half the step or more
     compute_bound:bool|None=None,
 ) -> list:
     "What to try when the GPU runs far below its peak: half precision, a larger batch, channels_last"
     eff,s = _efficiency(result),efficiency_summary(result)
     mfu = s['mfu']
     if eff is None or mfu is None or mfu >= LOW_MFU or not (eff.device or '').startswith('cuda'): return []
-    if compute_bound is None and result.__dict__.get('_verdict') is not None:  # the report's diagnosis, made first: one verdict
+    # the report's diagnosis, made first: one verdict
+    if compute_bound is None and result.__dict__.get('_verdict') is not None:
         compute_bound = result.__dict__['_verdict'] == 'compute'
     if compute_bound is None:
         share = _compute_share(result.record)
         compute_bound = share is not None and share >= .5
     if not compute_bound:
-        return [f"MFU {fmt_pct(100*mfu)}, but the step is not compute-bound: what bounds it comes first (see the diagnosis)."]
+        return [f"MFU {fmt_pct(100*mfu)}, but the step is not compute-bound: what bounds it comes first (see the "
+                "diagnosis)."]
     out = [f"MFU {fmt_pct(100*mfu)} on a compute-bound run: the GPU does a fraction of what it can."]
     if eff.dtype in ('fp32','tf32'):
         half = max((peak_flops_for(eff.device_name, d) or 0. for d in ('bf16','fp16')), default=0.)
@@ -82,8 +88,10 @@ def efficiency_advice(result:ProfileResult,
     b2 = larger_batch(bs, g)
     if b2: out.append(f"Try a larger batch, {batch_text(bs, b2, g)}: more work per kernel launch keeps the GPU busy.")
     elif not bs and (g is None or g >= 2):
-        out.append("Try a larger batch (a power of two, 2-4x" + (f"; memory allows up to ~{g:.1f}x" if g is not None and g < 10 else
-                   f"; memory allows up to ~{g:.0f}x" if g is not None else '') + "): more work per kernel launch keeps the GPU busy.")
+        out.append("Try a larger batch (a power of two, 2-4x"
+                   + (f"; memory allows up to ~{g:.1f}x" if g is not None and g < 10
+                      else f"; memory allows up to ~{g:.0f}x" if g is not None else '')
+                   + "): more work per kernel launch keeps the GPU busy.")
     fam = eff.family_flops()
     if fam.get('conv', 0) > .5*sum(fam.values()) and not eff.channels_last:
         out.append("Try channels_last for this convnet: `learn.model.to(memory_format=torch.channels_last)` "
@@ -106,16 +114,20 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
         dt = f", {eff.dtype}" if eff.dtype else ''
         out.append(f"FLOPs per sample ({how}{dt}): " + ', '.join(parts) + '.')
         bb = [x.backward for x in counted if x.backward is not None]
-        if len(set(bb)) > 1: out.append("  Backward per fit: " + ', '.join(fmt_flops(b, 'FLOP') for b in bb)
-                                        + " (frozen layers get no gradient); the rows use their mean weighted by batches.")
+        if len(set(bb)) > 1:
+            out.append("  Backward per fit: " + ', '.join(fmt_flops(b, 'FLOP') for b in bb)
+                       + " (frozen layers get no gradient); the rows use their mean weighted by batches.")
         st = result.record.stats[Row('train','batch')]
         step_mean = st.mean if st.n else None
         cost = sum(x.seconds for x in counted)
-        if cost: out.append(f"  Counting ran inside the warm-up batches ({fmt_time(cost)} for {len(counted)} counted batch"
-                            f"{'es' if len(counted) > 1 else ''}" + (f"; a training batch takes {fmt_time(step_mean)}" if step_mean else '')
-                            + "): in `warmup`, outside the statistics"
-                            + (f"; the counter's one-time set-up in this process took {fmt_time(eff.setup_seconds)} at `profile()`, "
-                               "before the fit" if eff.setup_seconds > .01 else '') + '.')
+        if cost:
+            out.append(f"  Counting ran inside the warm-up batches ({fmt_time(cost)} for {len(counted)} counted "
+                       f"batch{'es' if len(counted) > 1 else ''}"
+                       + (f"; a training batch takes {fmt_time(step_mean)}" if step_mean else '')
+                       + "): in `warmup`, outside the statistics"
+                       + (f"; the counter's one-time set-up in this process took {fmt_time(eff.setup_seconds)} at "
+                          "`profile()`, before the fit" if eff.setup_seconds > .01 else '')
+                       + '.')
     rows = [('training step', Row('train','batch')), ('forward', Row('train','batch','forward')),
             ('backward', Row('train','batch','backward')),
             ('train phase', Row('fit','train')), ('predict', Row('valid','batch','predict'))]
@@ -127,26 +139,28 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
             src = 'given as `peak_flops`' if s['peak_source'] == 'given' else f"{eff.device_name}, {eff.dtype} peak"
             line = f"MFU: {fmt_pct(100*s['mfu'])} of {fmt_flops(s['peak_flops'])} ({src})"
             ph = s['train_phase_flops_per_second']
-            if ph is not None: line += f"; {fmt_pct(100*ph/s['peak_flops'])} over the whole train phase (with the loader's wait)"
+            if ph is not None:
+                line += f"; {fmt_pct(100*ph/s['peak_flops'])} over the whole train phase (with the loader's wait)"
             out.append(line + '.')
         else:
             what = f"for {eff.device_name} in {eff.dtype}" if eff.device_name else f"for {eff.device}"
             out.append(f"MFU: no peak FLOP/s known {what}; pass `learn.profile(peak_flops=...)` (the device's FLOP/s).")
     mem = s['peak_memory']
     if mem:
-        line = (f"Peak memory (CUDA, allocated; {eff.sampled} warm-up batch{'es' if eff.sampled != 1 else ''} sampled): "
-                + ', '.join(f"{k} {fmt_mem(v)}" for k,v in mem.items()))
+        line = (f"Peak memory (CUDA, allocated; {eff.sampled} warm-up batch{'es' if eff.sampled != 1 else ''} "
+                "sampled): " + ', '.join(f"{k} {fmt_mem(v)}" for k,v in mem.items()))
         if s['memory_headroom'] is not None:
             line += f"; {fmt_mem(s['memory_headroom'])} of {fmt_mem(eff.device_total)} left at the peak"
             g = s['batch_size_growth']
-            if g is not None: line += f": the batch size could grow about {g:.1f}x (if activations grow with it; 10% kept back)"
+            if g is not None:
+                line += f": the batch size could grow about {g:.1f}x (if activations grow with it; 10% kept back)"
         out.append(line + '.')
     rss,exact = s['peak_rss'],s['peak_rss_exact']
     if rss is not None:
         avail = f"; {fmt_mem(eff.mem_available)} available on the machine at the end" if eff.mem_available else ''
-        out.append(f"Peak resident memory of the process during the fit: {fmt_mem(rss)}{avail}." if exact else
-                   f"Peak resident memory of the process during the fit: at least {fmt_mem(rss)} (read at phase ends; the "
-                   f"process peaked higher, at {fmt_mem(eff.maxrss_start)}, before the fit){avail}.")
+        out.append(f"Peak resident memory of the process during the fit: {fmt_mem(rss)}{avail}." if exact
+                   else f"Peak resident memory of the process during the fit: at least {fmt_mem(rss)} (read at phase "
+                   f"ends; the process peaked higher, at {fmt_mem(eff.maxrss_start)}, before the fit){avail}.")
     if advice: out += efficiency_advice(result)
     return out
 
@@ -177,7 +191,8 @@ def diagnosis_with_efficiency(result:ProfileResult) -> Section|None:
 def efficiency_section(result:ProfileResult,
     advice:bool|None=None, # Add `efficiency_advice`; None: unless the diagnosis gives it (`efficiency_fix`)
 ) -> Section|None:
-    "The report's 'Efficiency' section (None when the call did not measure efficiency); its data is `efficiency_summary`"
+    """The report's 'Efficiency' section (None when the call did not measure efficiency); its data is
+    `efficiency_summary`"""
     if _efficiency(result) is None: return None
     if advice is None:
         given = result.__dict__.get('_efficiency_fix_given')  # set by the Diagnosis section, built first in the report
@@ -186,12 +201,13 @@ def efficiency_section(result:ProfileResult,
 
 # %% ../../nbs/16b_efficiency_report.ipynb #61ce0e33
 def efficiency_scalars(eff:Efficiency|None, rates:dict) -> dict:
-    """FLOP/s of the training forward, backward and batch (and MFU) from a sink's rolling samples/second `rates` and the call's `Efficiency`
-    so far; {} before counting"""
+    """FLOP/s of the training forward, backward and batch (and MFU) from a sink's rolling samples/second `rates` and the
+    call's `Efficiency` so far; {} before counting"""
     if eff is None or eff.failure is not None: return {}
     st = next((s for s in reversed(eff.stages) if s.forward is not None), None)
     if st is None: return {}
-    out = {f'flops_per_second/train_{a}': n*rates[a] for a,n in (('forward',st.forward),('backward',st.backward),('batch',st.train))
+    out = {f'flops_per_second/train_{a}': n*rates[a]
+           for a,n in (('forward',st.forward),('backward',st.backward),('batch',st.train))
            if n is not None and a in rates}
     peak = eff.peak()[0]
     if peak and 'flops_per_second/train_batch' in out: out['mfu/train_batch'] = out['flops_per_second/train_batch']/peak
@@ -201,7 +217,8 @@ def efficiency_fit_scalars(result:ProfileResult) -> dict:
     "The call's FLOPs per sample, FLOP/s and MFU for a sink's `log_fit` (only the known ones)"
     if _efficiency(result) is None: return {}
     s = efficiency_summary(result)
-    d = {'flops_per_sample/forward': s['forward_flops_per_sample'], 'flops_per_sample/backward': s['backward_flops_per_sample'],
+    d = {'flops_per_sample/forward': s['forward_flops_per_sample'],
+         'flops_per_sample/backward': s['backward_flops_per_sample'],
          'flops_per_sample/predict': s['predict_flops_per_sample'], 'flops_per_second/fit': s['train_flops_per_second'],
          'flops_per_second/fit_train_phase': s['train_phase_flops_per_second'], 'mfu/fit': s['mfu']}
     return {k:float(v) for k,v in d.items() if v is not None}

@@ -20,7 +20,8 @@ __all__ = ['PARTS', 'plot_phase_shares', 'plot_timeline', 'plot_profile', 'save_
 
 # %% ../../nbs/14_plots.ipynb #a049c630
 PARTS = {  # part of a phase -> (label, colour)
-    'draw': ('draw', '#d62728'), 'forward': ('forward / predict', '#1f77b4'), 'predict': ('forward / predict', '#1f77b4'),
+    'draw': ('draw', '#d62728'), 'forward': ('forward / predict', '#1f77b4'),
+    'predict': ('forward / predict', '#1f77b4'),
     'loss': ('loss', '#17becf'), 'backward': ('backward', '#2ca02c'), 'opt_step': ('opt_step', '#ff7f0e'),
     'zero_grad': ('zero_grad', '#bcbd22'), 'other': ('other (callbacks in the batch)', '#9467bd'),
     'warmup': ('warm-up batches', '#c7c7c7'), 'between': ('between batches', '#7f7f7f'),
@@ -101,7 +102,8 @@ def _timeline_spans(ax0, df, handles):
     for row,p in enumerate(PHASES):
         g = df[df.phase==p]
         if not len(g): continue
-        spans = [('draw', g.draw_start, g.batch_start)] + [(s.name, g[SLOTS[s.start]], g[SLOTS[s.end]]) for s in STEPS[p]]
+        spans = ([('draw', g.draw_start, g.batch_start)]
+                 + [(s.name, g[SLOTS[s.start]], g[SLOTS[s.end]]) for s in STEPS[p]])
         for k,a,b in spans:
             m = ~(a.isna() | b.isna())
             lbl,c = PARTS[k]

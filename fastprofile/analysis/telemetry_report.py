@@ -50,13 +50,14 @@ def gpu_lines(tel:Telemetry) -> list:
     rows = [(w, g) for w,g in rows if g is not None]
     if not rows: return []
     per = tel.cost/tel.samples if tel.samples else math.nan
-    out = [f"GPU: {tel.gpu_name} ({tel.device}), read through NVML every {fmt_time(tel.every)}: {tel.samples:,} samples "
-           f"({fmt_time(per)} each, on the sampler's thread). Mean per row of the report:"]
+    out = [f"GPU: {tel.gpu_name} ({tel.device}), read through NVML every {fmt_time(tel.every)}: {tel.samples:,} "
+           f"samples ({fmt_time(per)} each, on the sampler's thread). Mean per row of the report:"]
     wid = max(len(_label(w)) for w,_ in rows)
     f = lambda v, u, n=0: '-' if math.isnan(v) else f"{v:,.{n}f}{u}"
     for w,g in rows:
-        out.append(f"  {_label(w):<{wid}}  GPU {f(g.util, '%'):>4}  memory {f(g.mem_util, '%'):>4}  {f(g.power, ' W'):>7}  "
-                   f"{f(g.clock, ' MHz'):>9}  {f(g.temp, ' °C'):>6}  ({g.n:,} sample{'s' if g.n != 1 else ''})")
+        out.append(f"  {_label(w):<{wid}}  GPU {f(g.util, '%'):>4}  memory {f(g.mem_util, '%'):>4} "
+                   f" {f(g.power, ' W'):>7}  {f(g.clock, ' MHz'):>9}  {f(g.temp, ' °C'):>6}  ({g.n:,} "
+                   f"sample{'s' if g.n != 1 else ''})")
     ph = [(p, tel.gpu(p)) for p in ('train','valid')]
     ph = [f"{p} GPU {fmt_pct(g.util)}, {fmt_watts(g.power)}" for p,g in ph if g is not None]
     if ph: out.append("Per phase: " + '; '.join(ph) + '.')
@@ -67,7 +68,8 @@ def energy_line(tel:Telemetry, samples:int) -> str|None:
     if math.isnan(tel.energy): return None
     span = tel.last - tel.first
     jps = tel.joules_per_sample(samples)
-    line = (f"Energy: {fmt_joules(tel.energy)} over {fmt_time(span)} ({fmt_watts(tel.energy/span if span > 0 else math.nan)} on average)"
+    line = (f"Energy: {fmt_joules(tel.energy)} over {fmt_time(span)} "
+            f"({fmt_watts(tel.energy/span if span > 0 else math.nan)} on average)"
             + (f": {jps:.3g} J per sample ({samples:,} samples, train and valid)" if jps is not None else ''))
     if not math.isnan(tel.energy_counter): line += f"; NVML's energy counter: {fmt_joules(tel.energy_counter)}"
     return line + '.'
@@ -78,11 +80,11 @@ def throttle_line(tel:Telemetry) -> str|None:
     if not th.busy or math.isnan(th.max_clock): return None
     hot = '' if math.isnan(tel.temp_max) else f" Hottest: {tel.temp_max:.0f} °C."
     if not th.throttled:
-        return (f"Throttling: none: the SM clock stayed within {fmt_pct(100*(1 - THROTTLED_CLOCK))} of its maximum ({th.max_clock:,.0f} "
-                f"MHz) in all {th.busy:,} busy samples.{hot}")
+        return (f"Throttling: none: the SM clock stayed within {fmt_pct(100*(1 - THROTTLED_CLOCK))} of its maximum "
+                f"({th.max_clock:,.0f} MHz) in all {th.busy:,} busy samples.{hot}")
     why = ', '.join(f"{k} ({fmt_pct(100*v)})" for k,v in th.reasons.items()) or 'NVML gave no reason'
-    return (f"Throttling: the SM clock was below its maximum ({th.max_clock:,.0f} MHz) in {fmt_pct(100*th.share)} of the {th.busy:,} busy "
-            f"samples, at {th.clock:,.0f} MHz on average: {why}.{hot}")
+    return (f"Throttling: the SM clock was below its maximum ({th.max_clock:,.0f} MHz) in {fmt_pct(100*th.share)} of "
+            f"the {th.busy:,} busy samples, at {th.clock:,.0f} MHz on average: {why}.{hot}")
 
 # %% ../../nbs/16e_telemetry_report.ipynb #cfe9a2fc
 def cpu_line(tel:Telemetry, cpus:int|None) -> str|None:
@@ -91,13 +93,15 @@ def cpu_line(tel:Telemetry, cpus:int|None) -> str|None:
     ph = [(p, c) for p,c in ph if c is not None]
     if not ph: return None
     share = lambda c: f" ({fmt_pct(100*c/cpus)} of {cpus} CPUs)" if cpus else ''
-    line = "CPU (this process, user + system time over wall time): " + ', '.join(f"{p} {fmt_cores(c)}{share(c)}" for p,c in ph)
+    line = ("CPU (this process, user + system time over wall time): "
+            + ', '.join(f"{p} {fmt_cores(c)}{share(c)}" for p,c in ph))
     if not tel.sampled: return line + " (per row, `draw` and `batch` apart: `telemetry=True`)."
     rows = [(w, tel.cpu(ROWS[w].phase, ROWS[w].action)) for w in Where if ROWS[w].phase in ('train','valid')]
     got = [f"{_label(w)} {fmt_cores(c)}" for w,c in rows if c is not None]
     if got: line += "; per row, over the sampler's intervals that lie inside one span of it: " + ', '.join(got)
     if tel.cpu('train','draw') is None or tel.cpu('train','batch') is None:
-        line += f" (rows shorter than the sampling interval, {fmt_time(tel.every)}, have none: a smaller `telemetry_every` reaches them)"
+        line += (f" (rows shorter than the sampling interval, {fmt_time(tel.every)}, have none: a smaller "
+                 "`telemetry_every` reaches them)")
     return line + '.'
 
 def telemetry_lines(result:ProfileResult) -> list:
@@ -111,20 +115,20 @@ def telemetry_lines(result:ProfileResult) -> list:
                         cpu_line(tel, getattr(result.facts, 'cpus', None))) if l]
     if tel.failure: out.append(f"Stopped early: {tel.failure}.")
     if tel.gpu_name is not None:
-        out.append("NVML's utilization is the share of time a kernel ran, averaged by the driver over 1/6 s to 1 s: a row shorter "
-                   "than that shows some of its neighbours' too.")
+        out.append("NVML's utilization is the share of time a kernel ran, averaged by the driver over 1/6 s to 1 s: a "
+                   "row shorter than that shows some of its neighbours' too.")
     return out
 
 def telemetry_section(result:ProfileResult) -> Section|None:
-    """The report's *Telemetry* section (one of `fastprofile.analysis.sections.SECTIONS`); None when the call measured none; its data is the
-    `Telemetry`"""
+    """The report's *Telemetry* section (one of `fastprofile.analysis.sections.SECTIONS`); None when the call measured
+    none; its data is the `Telemetry`"""
     lines = telemetry_lines(result)
     return Section('Telemetry', lines, _telemetry(result)) if lines else None
 
 # %% ../../nbs/16e_telemetry_report.ipynb #1716d161
 def telemetry_summary(result:ProfileResult) -> dict:
-    """The call's telemetry as plain numbers: GPU utilization (%), power (W) and SM clock (MHz) per phase and row, energy (J), throttling,
-    CPU cores per phase and row; {} when it was off"""
+    """The call's telemetry as plain numbers: GPU utilization (%), power (W) and SM clock (MHz) per phase and row,
+    energy (J), throttling, CPU cores per phase and row; {} when it was off"""
     tel = _telemetry(result)
     if tel is None: return {}
     keys = [(p, None) for p in ('train','valid')] + [(r.phase, r.action) for r in ROWS]
@@ -134,11 +138,13 @@ def telemetry_summary(result:ProfileResult) -> dict:
     th,samples = tel.throttling(),data_samples(own_record(result))
     cpu = {name(p,a):c for p,a in keys if p in ('train','valid') and (c := tel.cpu(p, a)) is not None}
     nan = lambda v: None if v is None or math.isnan(v) else float(v)
-    return {'device': tel.device, 'gpu_name': tel.gpu_name, 'gpu_off': tel.gpu_off, 'samples': tel.samples, 'every': tel.every,
-            'gpu_utilization': val('util'), 'memory_utilization': val('mem_util'), 'power_w': val('power'), 'sm_clock_mhz': val('clock'),
-            'temperature_max_c': nan(tel.temp_max), 'energy_j': nan(tel.energy), 'energy_counter_j': nan(tel.energy_counter),
+    return {'device': tel.device, 'gpu_name': tel.gpu_name, 'gpu_off': tel.gpu_off, 'samples': tel.samples,
+            'every': tel.every, 'gpu_utilization': val('util'), 'memory_utilization': val('mem_util'),
+            'power_w': val('power'), 'sm_clock_mhz': val('clock'), 'temperature_max_c': nan(tel.temp_max),
+            'energy_j': nan(tel.energy), 'energy_counter_j': nan(tel.energy_counter),
             'joules_per_sample': tel.joules_per_sample(samples), 'throttled_share': nan(th.share) if th.busy else None,
-            'throttle_reasons': th.reasons, 'max_sm_clock_mhz': nan(th.max_clock), 'cpu_cores': cpu, 'failure': tel.failure}
+            'throttle_reasons': th.reasons, 'max_sm_clock_mhz': nan(th.max_clock), 'cpu_cores': cpu,
+            'failure': tel.failure}
 
 # %% ../../nbs/16e_telemetry_report.ipynb #f8844c3b
 _RANK_METRICS = (('GPU busy in training batches', lambda t: _util(t.gpu('train','batch')), lambda v: fmt_pct(v)),
@@ -153,8 +159,8 @@ def _util(g): return math.nan if g is None else g.util
 def _power(g): return math.nan if g is None else g.power
 
 def telemetry_rank_lines(profiles:list, stragglers=()) -> list:
-    """The spread of the ranks' telemetry (min / median / max, which rank is highest) for the *Distributed* section; a straggler whose GPU
-    is the hottest or most throttled is named"""
+    """The spread of the ranks' telemetry (min / median / max, which rank is highest) for the *Distributed* section; a
+    straggler whose GPU is the hottest or most throttled is named"""
     tels = [(p.rank, t) for p in profiles if (t := getattr(p.record, 'telemetry', None)) is not None]
     if len(tels) < 2: return []
     out,wid = ["Telemetry across ranks (min / median / max, highest rank):"],max(len(n) for n,_,_ in _RANK_METRICS)
@@ -166,27 +172,31 @@ def telemetry_rank_lines(profiles:list, stragglers=()) -> list:
         ok = ~np.isnan(v)
         hi = tels[int(np.nanargmax(v))][0]
         even = np.nanmax(v) <= 1.01*np.nanmin(v)
-        out.append(f"  {name:<{wid}}  {fmt(np.nanmin(v)):>9} / {fmt(float(np.median(v[ok]))):>9} / {fmt(np.nanmax(v)):>9}  {'even' if even else f'rank {hi}'}")
+        out.append(f"  {name:<{wid}}  {fmt(np.nanmin(v)):>9} / {fmt(float(np.median(v[ok]))):>9} / "
+                   f"{fmt(np.nanmax(v)):>9}  {'even' if even else f'rank {hi}'}")
     for s in stragglers:
         i = next((i for i,(r,_) in enumerate(tels) if r == s['rank']), None)
         if i is None: continue
-        for name,why in (('GPU throttled (busy samples)', 'the most throttled GPU'), ('GPU hottest', 'the hottest GPU')):
+        for name,why in (('GPU throttled (busy samples)', 'the most throttled GPU'),
+                         ('GPU hottest', 'the hottest GPU')):
             v = vals.get(name)
-            if v is not None and not np.isnan(v[i]) and v[i] == np.nanmax(v) and v[i] > np.nanmin(v) and (name != 'GPU throttled (busy '
-                    'samples)' or v[i] >= THROTTLE_FINDING):
+            if (v is not None and not np.isnan(v[i]) and v[i] == np.nanmax(v) and v[i] > np.nanmin(v)
+                and (name != 'GPU throttled (busy samples)' or v[i] >= THROTTLE_FINDING)):
                 out.append(f"Rank {s['rank']}, the straggler, has {why}: it may explain the slowness.")
                 break
     return out if len(out) > 1 else []
 
 # %% ../../nbs/16e_telemetry_report.ipynb #07ba0294
 class TelemetryWindow:
-    "Means of a `Telemetry`'s GPU readings and CPU utilization since the last `scalars()`: what a sink logs with the samples/second charts"
+    """Means of a `Telemetry`'s GPU readings and CPU utilization since the last `scalars()`: what a sink logs with the
+    samples/second charts"""
     def __init__(self): self._prev = None
     def scalars(self, tel:Telemetry|None) -> dict:
-        """`gpu/utilization` (%), `gpu/memory_utilization` (%), `gpu/power_w`, `gpu/sm_clock_mhz`, `gpu/temperature_c`, `cpu/cores` over the
-        window; {} without a sampler"""
+        """`gpu/utilization` (%), `gpu/memory_utilization` (%), `gpu/power_w`, `gpu/sm_clock_mhz`, `gpu/temperature_c`,
+        `cpu/cores` over the window; {} without a sampler"""
         if tel is None or not tel.sampled: return {}
-        now = np.concatenate([tel.gpu_sums.sum(0), tel.gpu_counts.sum(0), tel.cpu_total])  # one read each: the sampler may add meanwhile
+        # one read each: the sampler may add meanwhile
+        now = np.concatenate([tel.gpu_sums.sum(0), tel.gpu_counts.sum(0), tel.cpu_total])
         d = now if self._prev is None else now - self._prev
         self._prev = now
         k = len(GPU_FIELDS)
@@ -196,13 +206,15 @@ class TelemetryWindow:
         return out
 
 def telemetry_fit_scalars(result:ProfileResult) -> dict:
-    """The call's energy, joules per sample, GPU utilization and power in training, throttled share and CPU cores, for a sink's `log_fit`
-    (only the known ones)"""
+    """The call's energy, joules per sample, GPU utilization and power in training, throttled share and CPU cores, for a
+    sink's `log_fit` (only the known ones)"""
     s = telemetry_summary(result)
     if not s: return {}
     d = {'energy/joules': s['energy_j'], 'energy/joules_per_sample': s['joules_per_sample'],
-         'gpu/utilization_train': s['gpu_utilization'].get('train'), 'gpu/utilization_train_batch': s['gpu_utilization'].get('train_batch'),
+         'gpu/utilization_train': s['gpu_utilization'].get('train'),
+         'gpu/utilization_train_batch': s['gpu_utilization'].get('train_batch'),
          'gpu/power_w_train': s['power_w'].get('train'), 'gpu/throttled_share': s['throttled_share'],
          'gpu/temperature_max_c': s['temperature_max_c'], 'cpu/cores_train': s['cpu_cores'].get('train'),
-         'cpu/cores_train_draw': s['cpu_cores'].get('train_draw'), 'cpu/cores_train_batch': s['cpu_cores'].get('train_batch')}
+         'cpu/cores_train_draw': s['cpu_cores'].get('train_draw'),
+         'cpu/cores_train_batch': s['cpu_cores'].get('train_batch')}
     return {k:float(v) for k,v in d.items() if v is not None}

@@ -21,13 +21,14 @@ __all__ = ['CPU_TID', 'GPU_TID', 'trace_events', 'chrome_trace', 'save_trace', '
 CPU_TID,GPU_TID = 0,1
 
 def _recent(src):
-    "The recent-batches DataFrame and the record (if any) of a `ProfileRecord`, a `ProfileResult`, a `Learner` or a DataFrame"
+    """The recent-batches DataFrame and the record (if any) of a `ProfileRecord`, a `ProfileResult`, a `Learner` or a
+    DataFrame"""
     if isinstance(src, pd.DataFrame): return src,None
     if isinstance(src, Learner): src = src.simple_profile_record  # says so if no profiled call has run
     if isinstance(getattr(src, 'record', None), ProfileRecord): src = src.record  # a `ProfileResult`
     if isinstance(src, ProfileRecord): return src.recent(),src
-    raise TypeError(f"`src` must be a ProfileRecord, a ProfileResult, a profiled Learner or a DataFrame of recent batches, "
-                    f"got {src!r:.80} ({type(src).__name__})")
+    raise TypeError("`src` must be a ProfileRecord, a ProfileResult, a profiled Learner or a DataFrame of recent "
+                    f"batches, got {src!r:.80} ({type(src).__name__})")
 
 def _x(name, t, dur, tid, pid, cat, args=None):
     if math.isnan(t) or math.isnan(dur): return None  # an unfinished mark: no span (JSON has no NaN)
@@ -36,11 +37,13 @@ def _x(name, t, dur, tid, pid, cat, args=None):
     return ev
 
 # %% ../../nbs/15_trace.ipynb #f7f18333
-def trace_events(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`), a profiled `Learner`, or `record.recent()`
+# A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`), a profiled `Learner`, or `record.recent()`
+def trace_events(src,
                  rank:int=0, # The process (`pid`) the events belong to
                  t0:float|None=None, # Time (record clock, seconds) of `ts` 0; default: the start of the profiled call
                 ) -> list:
-    "Chrome trace events ('X' spans in µs) of the recorded batches: phase > batch > draw and steps; GPU time on its own track"
+    """Chrome trace events ('X' spans in µs) of the recorded batches: phase > batch > draw and steps; GPU time on its
+    own track"""
     check_int('rank', rank, 0)
     if t0 is not None: check_number('t0', t0)
     df,rec = _recent(src)
@@ -51,14 +54,16 @@ def trace_events(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_prof
     if t0 is None: t0 = rec.fit_start if rec is not None and rec.fit_start is not None else float(df.draw_start.min())
     us = lambda t: (t - t0)*1e6
     gpu_cols = [c for c in df.columns if c.endswith('_gpu')]
-    if gpu_cols: meta.append({'name':'thread_name', 'ph':'M', 'pid':rank, 'tid':GPU_TID, 'args':{'name':'GPU (CUDA events)'}})
+    if gpu_cols:
+        meta.append({'name':'thread_name', 'ph':'M', 'pid':rank, 'tid':GPU_TID, 'args':{'name':'GPU (CUDA events)'}})
     evs = []
     if 'stage' not in df: df = df.assign(stage=0)
-    stages = (rec is not None and len(rec.stages) > 1) or df.stage.nunique() > 1  # several fits (`fine_tune`): epochs count from 0 in each
+    # several fits (`fine_tune`): epochs count from 0 in each
+    stages = (rec is not None and len(rec.stages) > 1) or df.stage.nunique() > 1
     for (s,e,p),g in df.groupby(['stage','epoch','phase'], sort=False):
         start,end = g.draw_start.min(),g.batch_end.max()
-        evs.append(_x(f'{p} (stage {s}, epoch {e})' if stages else f'{p} (epoch {e})', us(start), (end-start)*1e6, CPU_TID, rank,
-                      'phase', {'stage':int(s), 'epoch':int(e), 'batches':len(g)}))
+        evs.append(_x(f'{p} (stage {s}, epoch {e})' if stages else f'{p} (epoch {e})', us(start), (end-start)*1e6,
+                      CPU_TID, rank, 'phase', {'stage':int(s), 'epoch':int(e), 'batches':len(g)}))
     gpu_free = -math.inf
     for r in df.itertuples(index=False):
         p = r.phase
@@ -68,7 +73,8 @@ def trace_events(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_prof
         for st in STEPS[p]:
             name,ts,te = st.name,getattr(r, SLOTS_[st.start]),getattr(r, SLOTS_[st.end])
             if math.isnan(ts) or math.isnan(te): continue
-            evs.append(_x(name, us(ts), (te - ts)*1e6, CPU_TID, rank, 'step', {'epoch':int(r.epoch), 'iter':int(r.iter)}))
+            evs.append(_x(name, us(ts), (te - ts)*1e6, CPU_TID, rank, 'step',
+                          {'epoch':int(r.epoch), 'iter':int(r.iter)}))
             g = getattr(r, f'{name}_gpu', math.nan) if f'{name}_gpu' in gpu_cols else math.nan
             if not math.isnan(g):
                 start = max(us(ts), gpu_free)
@@ -87,11 +93,13 @@ def chrome_trace(src, rank:int=0) -> dict:
     df,rec = _recent(src)
     other = {'rank':rank, 'source':'fastprofile'}
     # `timing='sync'` wraps perf_counter (synchronize, then read it): the same clock, marked by `__wrapped__`
-    if rec is not None and rec.fit_start is not None and getattr(rec.clock, '__wrapped__', rec.clock) is time.perf_counter:
+    if (rec is not None and rec.fit_start is not None
+        and getattr(rec.clock, '__wrapped__', rec.clock) is time.perf_counter):
         other['wall_start'] = rec.fit_start + (time.time() - time.perf_counter())
     return {'traceEvents':trace_events(src, rank), 'displayTimeUnit':'ms', 'otherData':other}
 
-def save_trace(src, # A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`), a profiled `Learner`, or `record.recent()`
+# A `ProfileRecord`, a `ProfileResult` (`learn.simple_profile`), a profiled `Learner`, or `record.recent()`
+def save_trace(src,
                path, # The JSON file to write (atomically)
                rank:int=0, # The process the events belong to
               ) -> Path:
@@ -109,9 +117,12 @@ def merge_traces(traces, # Traces of several ranks: dicts from `chrome_trace` or
                  align:str='wall', # 'wall': line ranks up by their wall-clock start; 'start': each rank from 0
                 ) -> dict:
     "Merge per-rank traces into one trace with a process per rank"
-    traces = check_items('traces', traces, (dict, str, os.PathLike), 'traces (dicts from `chrome_trace` or paths of saved traces)', 1)
+    traces = check_items('traces', traces, (dict, str, os.PathLike),
+                         'traces (dicts from `chrome_trace` or paths of saved traces)', 1)
     missing = [str(t) for t in traces if not isinstance(t, dict) and not Path(t).is_file()]
-    if missing: raise ValueError(f"`traces` must be dicts or paths of saved trace files: {', '.join(map(repr, missing))} is not a file")
+    if missing:
+        raise ValueError(f"`traces` must be dicts or paths of saved trace files: {', '.join(map(repr, missing))} is "
+                         "not a file")
     check_choice('align', align, ('wall','start'))
     if path is not None: path = check_path('path', path)
     ts = [_load_trace(t) for t in traces]
@@ -124,8 +135,8 @@ def merge_traces(traces, # Traces of several ranks: dicts from `chrome_trace` or
         shift = [(w - w0)*1e6 for w in walls]
     elif align == 'wall':
         missing = [r for r,w in zip(ranks, walls) if w is None]
-        warnings.warn(f"merge_traces: the traces of rank(s) {missing} carry no wall-clock start (recorded on another clock), "
-                      "so every rank starts at 0 (align='start')")
+        warnings.warn(f"merge_traces: the traces of rank(s) {missing} carry no wall-clock start (recorded on another "
+                      "clock), so every rank starts at 0 (align='start')")
         align = 'start'
     evs = []
     for t,r,s in zip(ts, ranks, shift):
@@ -133,7 +144,8 @@ def merge_traces(traces, # Traces of several ranks: dicts from `chrome_trace` or
             ev = dict(ev, pid=r)
             if 'ts' in ev: ev['ts'] = ev['ts'] + s
             evs.append(ev)
-    out = {'traceEvents':evs, 'displayTimeUnit':'ms', 'otherData':{'ranks':ranks, 'source':'fastprofile', 'align':align}}
+    out = {'traceEvents':evs, 'displayTimeUnit':'ms',
+           'otherData':{'ranks':ranks, 'source':'fastprofile', 'align':align}}
     if path is not None: atomic_write_text(json.dumps(out, allow_nan=False), path)
     return out
 

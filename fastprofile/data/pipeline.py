@@ -22,10 +22,11 @@ _SWITCHED = ('after_batch','_device')  # what `TimedPipeline.on` changes on a lo
 def _same(o): return o
 
 class TimedPipeline(Pipeline):
-    "A loader's `after_batch` preceded by its copy to the device, as in `DataLoader.__iter__`, timing each step into `sink`"
+    """A loader's `after_batch` preceded by its copy to the device, as in `DataLoader.__iter__`, timing each step into
+    `sink`"""
     def __init__(self,
-        # The loader's `after_batch`: a fasttransform `Pipeline` (each transform timed) or any callable (a plain function: timed as one
-        # step)
+        # The loader's `after_batch`: a fasttransform `Pipeline` (each transform timed) or any callable (a plain
+        # function: timed as one step)
         pipe,
         sink, # Called as `sink(name, start, end)` after each step: 'copy', then each transform
         clock=time.perf_counter, # Wall clock, in seconds (`draw_clock` for a loader on a GPU)
@@ -54,7 +55,8 @@ class TimedPipeline(Pipeline):
                                        '_names'): raise AttributeError(k)
         return getattr(self.pipe, k)
     def __reduce__(self): return (_same, (self.pipe,))  # pickled (a loader sent to a worker): the wrapped pipeline
-    def __repr__(self): return f"Timed{self.pipe!r}" if isinstance(self.pipe, Pipeline) else f"TimedPipeline({self.pipe!r})"
+    def __repr__(self):
+        return f"Timed{self.pipe!r}" if isinstance(self.pipe, Pipeline) else f"TimedPipeline({self.pipe!r})"
 
     def __call__(self, o):
         "Copy `o` to the device (unless the loader copied it), then run each transform as `Pipeline.__call__` does"
@@ -64,7 +66,8 @@ class TimedPipeline(Pipeline):
                 t0 = clock()
                 o = _load.to_device(o, self.device)  # what `DataLoader.__iter__` calls
                 sink('copy', t0, clock())
-            if not isinstance(self.pipe, Pipeline):  # `DataLoader(after_batch=fn)`: one step, named as `transform_names` names it
+            # `DataLoader(after_batch=fn)`: one step, named as `transform_names` names it
+            if not isinstance(self.pipe, Pipeline):
                 t0 = clock()
                 o = self.pipe(o)
                 sink(self.names[0], t0, clock())
@@ -85,10 +88,12 @@ class TimedPipeline(Pipeline):
         return self._names
 
     def on(self):
-        "Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or `off()`)"
+        """Stand in for the loader's `after_batch`, its own copy switched off, until this pipeline has run once (or
+        `off()`)"""
         if self.loader is None or self._on is not None: return
         ps = self.patches
-        self._on = [ps.set(self.loader, 'after_batch', self)] + ([ps.set(self.loader, '_device', None)] if self.device is not None else [])
+        self._on = ([ps.set(self.loader, 'after_batch', self)]
+                    + ([ps.set(self.loader, '_device', None)] if self.device is not None else []))
 
     def off(self):
         "Put the loader's `after_batch` and copy back as they were"
@@ -97,17 +102,18 @@ class TimedPipeline(Pipeline):
 
 # %% ../../nbs/07b_pipeline.ipynb #918526ca
 def _fn_name(f) -> str:
-    "A plain callable's name: its function's (through `functools.partial`), its class's for a callable object; `after_batch` for a lambda"
+    """A plain callable's name: its function's (through `functools.partial`), its class's for a callable object;
+    `after_batch` for a lambda"""
     f = getattr(f, 'func', f)
     n = getattr(f, '__name__', None) or type(f).__name__
     return 'after_batch' if n == '<lambda>' else n
 
 def transform_names(fs) -> list:
-    """A name per transform of `fs`: its class (a plain `Transform` or a plain function: the function's; a lambda: `after_batch`), numbered
-    when a name comes again (`Normalize`, `Normalize#2`)"""
+    """A name per transform of `fs`: its class (a plain `Transform` or a plain function: the function's; a lambda:
+    `after_batch`), numbered when a name comes again (`Normalize`, `Normalize#2`)"""
     lam = lambda n: 'after_batch' if n == '<lambda>' else n
-    ns = [lam(getattr(f, 'name', 'Transform')) if type(f) is Transform else type(f).__name__ if isinstance(f, Transform) else _fn_name(f)
-          for f in fs]
+    ns = [lam(getattr(f, 'name', 'Transform')) if type(f) is Transform else type(f).__name__ if isinstance(f, Transform)
+          else _fn_name(f) for f in fs]
     return [n if ns[:i].count(n)==0 else f'{n}#{ns[:i].count(n)+1}' for i,n in enumerate(ns)]
 
 # %% ../../nbs/07b_pipeline.ipynb #8e2e2869
@@ -121,8 +127,8 @@ def draw_clock(device=None):
 
 # %% ../../nbs/07b_pipeline.ipynb #cc9e4ea4
 def _loaders(dl) -> list:
-    """The fastai `DataLoader`s under `dl`, outermost first (through wrappers such as `DistributedDL`); none when `CudaPrefetchCallback`
-    stages its batches"""
+    """The fastai `DataLoader`s under `dl`, outermost first (through wrappers such as `DistributedDL`); none when
+    `CudaPrefetchCallback` stages its batches"""
     out = []
     for _ in range(8):
         if isinstance(dl, StagedLoader): return []
@@ -132,8 +138,8 @@ def _loaders(dl) -> list:
     return out
 
 def timed_pipelines(dl, sink, patches:Patches|None=None) -> list:
-    """A `TimedPipeline` (timing into `sink`) for each fastai loader under `dl` that has something to time; the outermost one does the copy
-    to the device"""
+    """A `TimedPipeline` (timing into `sink`) for each fastai loader under `dl` that has something to time; the
+    outermost one does the copy to the device"""
     out = []
     for i,l in enumerate(_loaders(dl)):
         ab,dev = l.after_batch,(l.device if i == 0 else None)
@@ -155,8 +161,8 @@ def pinned_copy(b, # A batch in host memory, as the loader gave it (before its c
                 device, # The device it is copied to
                 tries:int=3, # Timed copies: the fastest is kept
                ) -> dict|None:
-    """Seconds of one copy of batch `b` to CUDA `device` from pinned memory, whether `b` was pinned, and its bytes; None on a CPU or for a
-    batch with no host tensors"""
+    """Seconds of one copy of batch `b` to CUDA `device` from pinned memory, whether `b` was pinned, and its bytes; None
+    on a CPU or for a batch with no host tensors"""
     if device is None or torch.device(device).type != 'cuda': return None
     ts = [t for t in _tensors(b) if t.device.type == 'cpu']
     if not ts: return None
@@ -175,16 +181,20 @@ def pinned_copy(b, # A batch in host memory, as the loader gave it (before its c
 def _no_probe(): return None
 
 class PinnedCopy:
-    """One copy of `nbytes` from pinned host memory to CUDA `device`, measured when first called (a scratch buffer, the fastest of `tries`):
-    what pinning a batch of that size makes its copy. Made at a profiled call's end, called only if the diagnosis needs it (a report
-    never read measures nothing)"""
-    def __init__(self, nbytes:int, device, tries:int=3): self.nbytes,self.device,self.tries,self.seconds = int(nbytes),device,tries,None
+    """One copy of `nbytes` from pinned host memory to CUDA `device`, measured when first called (a scratch buffer, the
+    fastest of `tries`): what pinning a batch of that size makes its copy. Made at a profiled call's end, called only if
+    the diagnosis needs it (a report never read measures nothing)"""
+    def __init__(self, nbytes:int, device, tries:int=3):
+        self.nbytes,self.device,self.tries,self.seconds = int(nbytes),device,tries,None
     def __call__(self) -> float|None:
         "Seconds of the copy (measured at the first call; None on a CPU or when it cannot run)"
-        if self.seconds is None and self.nbytes > 0 and torch.device(self.device).type == 'cuda' and torch.cuda.is_available():
+        if (self.seconds is None and self.nbytes > 0 and torch.device(self.device).type == 'cuda'
+            and torch.cuda.is_available()):
             buf = torch.empty(self.nbytes, dtype=torch.uint8).pin_memory()
             try: self.seconds = pinned_copy(buf, self.device, self.tries)['pinned_copy_seconds']
             finally: del buf
         return self.seconds
     def __reduce__(self): return (_no_probe, ())  # pickled (`learn.export`) as nothing: a measurement of this machine
-    def __repr__(self): return f"PinnedCopy({self.nbytes:,} bytes to {self.device}: {'not measured' if self.seconds is None else f'{self.seconds*1e3:.3f} ms'})"
+    def __repr__(self):
+        return (f"PinnedCopy({self.nbytes:,} bytes to {self.device}: "
+                f"{'not measured' if self.seconds is None else f'{self.seconds*1e3:.3f} ms'})")

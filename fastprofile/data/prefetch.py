@@ -82,7 +82,8 @@ class CudaStreamOps:
 
     def reset(self):
         "Forget the last hand-off: the next staging waits for all work on the current stream"
-        if self.reading:  # a staged batch never handed off: the current stream waits for its reads before their memory goes
+        # a staged batch never handed off: the current stream waits for its reads before their memory goes
+        if self.reading:
             self.api.current_stream(self.device).wait_stream(self.side)
             self.reading = []
         self.handed = False
@@ -169,7 +170,8 @@ _switched = ('after_batch','_device','pin_memory')
 
 @contextmanager
 def device_tfms_off(dl, pin=False):
-    "Switch off the fastai `DataLoader` `dl`'s copy to the device and its `after_batch` (yielded); `pin` turns pinning on"
+    """Switch off the fastai `DataLoader` `dl`'s copy to the device and its `after_batch` (yielded); `pin` turns pinning
+    on"""
     d = dl.__dict__
     saved = {k:d[k] for k in _switched if k in d}
     tfm,fake_pin = dl.after_batch,dl.fake_l.pin_memory
@@ -229,7 +231,8 @@ class StagedLoader(GetAttr):
             src = HostBatches(self.dl, pin=cb.pin and cb.cur_ops.pins)
             tfm = src.after_batch
         else: src,tfm = iter(self.dl),None   # another loader: staged as it comes
-        prev = cb._stager  # a loop running around this one (a `validate()` called mid-epoch): its stager comes back after
+        # a loop running around this one (a `validate()` called mid-epoch): its stager comes back after
+        prev = cb._stager
         stager = cb._stager = BatchStager(src, cb.cur_ops, tfm, on_unpinned=cb._warn_unpinned)
         try:
             while True:
@@ -254,11 +257,12 @@ class CudaPrefetchCallback(Callback):
     ):
         check_bool('pin', pin)
         if ops is not None and not all(hasattr(ops, a) for a in ('pins','stage','hand_off','reset')):
-            raise TypeError(f"`ops` must be None (CUDA streams) or staging operations with `pins`, `stage`, `hand_off` and `reset` "
-                            f"(like `LoggingOps()`), got {ops!r} ({type(ops).__name__})")
+            raise TypeError("`ops` must be None (CUDA streams) or staging operations with `pins`, `stage`, `hand_off` "
+                            f"and `reset` (like `LoggingOps()`), got {ops!r} ({type(ops).__name__})")
         store_attr()
         self.active,self.cur_ops,self._stager,self._ops_by_device,self._warned = False,None,None,{},set()
-        self.staging = {}  # phase -> [seconds, batches]: host time drawing and staging next batches inside the current one (cumulative)
+        # phase -> [seconds, batches]: host time drawing and staging next batches inside the current one (cumulative)
+        self.staging = {}
 
     def _wrap(self):
         self.cur_ops = self._ops_for(self._staging_device())
@@ -269,7 +273,8 @@ class CudaPrefetchCallback(Callback):
         if isinstance(self.learn.dl, StagedLoader): self.learn.dl = self.learn.dl.dl
 
     def _stage(self):
-        "Draw and stage the next batch now, inside the current batch: time it (the profiler shows it in the batch's `other`)"
+        """Draw and stage the next batch now, inside the current batch: time it (the profiler shows it in the batch's
+        `other`)"""
         st = self._stager
         if st is None or st.staged is not _empty or st.done: return
         t0 = time.perf_counter()
@@ -292,8 +297,9 @@ class CudaPrefetchCallback(Callback):
         "The staging operations for `device` (created once per device), or None to pass batches through"
         if self.ops is not None: return self.ops
         if device is None or device.type!='cuda':
-            self._warn('device', f"CudaPrefetchCallback: batches are made on {getattr(device,'type',None) or 'the CPU'} "
-                       "(the loaders' device), so they pass through unchanged; prefetching needs loaders on a CUDA device "
+            self._warn('device',
+                       f"CudaPrefetchCallback: batches are made on {getattr(device,'type',None) or 'the CPU'} (the "
+                       "loaders' device), so they pass through unchanged; prefetching needs loaders on a CUDA device "
                        "(`dls.to('cuda')`), where fastai runs the batch transforms")
             return None
         if device not in self._ops_by_device: self._ops_by_device[device] = CudaStreamOps(device)

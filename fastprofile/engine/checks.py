@@ -20,18 +20,21 @@ def _got(v) -> str: return f"got {v!r} ({type(v).__name__})"
 
 def check_int(name:str, v, lo:int|None=None, hi:int|None=None) -> int:
     "Return `v` if it is an int (not a bool) in `[lo, hi]`; raise a `TypeError`/`ValueError` naming `name` otherwise"
-    want = 'an int' + (f' >= {lo}' if lo is not None and hi is None else '') + (f' in [{lo}, {hi}]' if lo is not None and hi is not None
-                                                                                else '') \
-           + (f' <= {hi}' if hi is not None and lo is None else '')
-    if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)): raise TypeError(f"`{name}` must be {want}, {_got(v)}")
-    if (lo is not None and v < lo) or (hi is not None and v > hi): raise ValueError(f"`{name}` must be {want}, got {v!r}")
+    want = ('an int' + (f' >= {lo}' if lo is not None and hi is None else '')
+            + (f' in [{lo}, {hi}]' if lo is not None and hi is not None else '')
+            + (f' <= {hi}' if hi is not None and lo is None else ''))
+    if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be {want}, {_got(v)}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"`{name}` must be {want}, got {v!r}")
     return int(v)
 
 def check_number(name:str, v, lo:float|None=None, hi:float|None=None, lo_open:bool=False) -> float:
     "Return `v` as a float if it is a finite real number in `[lo, hi]` (`(lo, hi]` with `lo_open`)"
     lo_s = '' if lo is None else (f' > {lo}' if lo_open else f' >= {lo}')
     want = 'a number' + lo_s + ('' if hi is None else f' and <= {hi}')
-    if not isinstance(v, numbers.Real) or isinstance(v, (bool, np.bool_)): raise TypeError(f"`{name}` must be {want}, {_got(v)}")
+    if not isinstance(v, numbers.Real) or isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be {want}, {_got(v)}")
     f = float(v)
     if f != f or f in (float('inf'), float('-inf')): raise ValueError(f"`{name}` must be {want}, got {v!r}")
     if lo is not None and (f <= lo if lo_open else f < lo): raise ValueError(f"`{name}` must be {want}, got {v!r}")
@@ -63,11 +66,14 @@ def check_callable(name:str, v, want:str='a function') -> object:
 
 # %% ../../nbs/02_checks.ipynb #a7e6e4a3
 def check_items(name:str, v, types, want:str, min_len:int=0) -> list:
-    "Return `v` as a list if it is a list or tuple (or another non-string, non-mapping iterable) of at least `min_len` instances of `types`"
-    if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Iterable): raise TypeError(f"`{name}` must be a list of {want}, {_got(v)}")
+    """Return `v` as a list if it is a list or tuple (or another non-string, non-mapping iterable) of at least `min_len`
+    instances of `types`"""
+    if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Iterable):
+        raise TypeError(f"`{name}` must be a list of {want}, {_got(v)}")
     v = list(v)
     for i,o in enumerate(v):
-        if not isinstance(o, types): raise TypeError(f"`{name}` must be a list of {want}; item {i} is {o!r} ({type(o).__name__})")
+        if not isinstance(o, types):
+            raise TypeError(f"`{name}` must be a list of {want}; item {i} is {o!r} ({type(o).__name__})")
     if len(v) < min_len: raise ValueError(f"`{name}` must hold at least {min_len} of {want}, got {v!r}")
     return v
 
@@ -82,7 +88,8 @@ def _writable(folder:Path) -> bool:
 _NAME_MAX,_PATH_MAX = 255,4096  # where the file system does not say (`os.pathconf`)
 
 def _limits(p:Path) -> tuple:
-    "The longest file name and path, in bytes, that the file system holding `p` takes: asked of its nearest existing folder"
+    """The longest file name and path, in bytes, that the file system holding `p` takes: asked of its nearest existing
+    folder"""
     d = p.parent
     while True:
         try:
@@ -95,20 +102,24 @@ def _limits(p:Path) -> tuple:
 def _short(s:str, n:int=40) -> str: return s if len(s) <= n else f"{s[:n//2]}...{s[-n//2:]}"
 
 def _check_length(name:str, full:Path, v):
-    "Refuse `full` if one of its names, or the whole path, is longer than its file system takes (before `stat` fails on it)"
+    """Refuse `full` if one of its names, or the whole path, is longer than its file system takes (before `stat` fails
+    on it)"""
     name_max,path_max = _limits(full)
     for part in full.parts[1 if full.anchor else 0:]:
         n = len(os.fsencode(part))
-        if n > name_max: raise ValueError(f"`{name}` cannot be written: the name {_short(part)!r} is {n} bytes long, and the file "
-                                          f"system takes at most {name_max} (PC_NAME_MAX) (got {_short(str(v))!r})")
+        if n > name_max:
+            raise ValueError(f"`{name}` cannot be written: the name {_short(part)!r} is {n} bytes long, and the file "
+                             f"system takes at most {name_max} (PC_NAME_MAX) (got {_short(str(v))!r})")
     n = len(os.fsencode(os.path.abspath(full)))
-    if n >= path_max: raise ValueError(f"`{name}` cannot be written: its full path is {n} bytes long, and the file system takes "
-                                       f"at most {path_max - 1} (PC_PATH_MAX {path_max}, with the final NUL) (got {_short(str(v))!r})")
+    if n >= path_max:
+        raise ValueError(f"`{name}` cannot be written: its full path is {n} bytes long, and the file system takes at "
+                         f"most {path_max - 1} (PC_PATH_MAX {path_max}, with the final NUL) (got {_short(str(v))!r})")
 
 def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=False) -> Path:
-    "Return `v` as a `Path` of a file that can be written: a file name (not a folder), one of `suffixes`, in a writable folder"
-    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a file path (str or Path), "
-                                                                                      f"{_got(v)}")
+    """Return `v` as a `Path` of a file that can be written: a file name (not a folder), one of `suffixes`, in a
+    writable folder"""
+    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes):
+        raise TypeError(f"`{name}` must be a file path (str or Path), {_got(v)}")
     p = Path(v).expanduser()
     full = p if base is None else Path(base)/p
     _check_length(name, full, v)
@@ -119,24 +130,29 @@ def check_path(name:str, v, suffixes=None, base=None, folder_must_exist:bool=Fal
     folder = full.parent
     missing = []
     while not folder.exists(): missing.append(folder); folder = folder.parent
-    if not folder.is_dir(): raise ValueError(f"`{name}` cannot be written: {str(folder)!r} is a file, not a folder (got {str(v)!r})")
-    if missing and folder_must_exist: raise ValueError(f"`{name}` cannot be written: the folder {str(missing[-1])!r} does not exist (got "
-                                                       f"{str(v)!r})")
-    if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
+    if not folder.is_dir():
+        raise ValueError(f"`{name}` cannot be written: {str(folder)!r} is a file, not a folder (got {str(v)!r})")
+    if missing and folder_must_exist:
+        raise ValueError(f"`{name}` cannot be written: the folder {str(missing[-1])!r} does not exist (got {str(v)!r})")
+    if not _writable(folder):
+        raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
     return full
 
 def check_written_beside(name:str, path:Path, v):
-    "Refuse `v` (the option `name`) if `path`, a file named from it (a rank's CSV, a snapshot), is too long a name or path to write"
+    """Refuse `v` (the option `name`) if `path`, a file named from it (a rank's CSV, a snapshot), is too long a name or
+    path to write"""
     _check_length(name, Path(path), v)
 
 # %% ../../nbs/02_checks.ipynb #22c25096
 def check_folder(name:str, v) -> Path:
     "Return `v` as a `Path` of a folder that exists or can be made, and can be written to"
-    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes): raise TypeError(f"`{name}` must be a folder path (str or Path), "
-                                                                                      f"{_got(v)}")
+    if not isinstance(v, (str, os.PathLike)) or isinstance(v, bytes):
+        raise TypeError(f"`{name}` must be a folder path (str or Path), {_got(v)}")
     p = folder = Path(v).expanduser()
     _check_length(name, p/'x', v)
     while not folder.exists(): folder = folder.parent
-    if not folder.is_dir(): raise ValueError(f"`{name}` must be a folder, but {str(folder)!r} is a file (got {str(v)!r})")
-    if not _writable(folder): raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
+    if not folder.is_dir():
+        raise ValueError(f"`{name}` must be a folder, but {str(folder)!r} is a file (got {str(v)!r})")
+    if not _writable(folder):
+        raise ValueError(f"`{name}` cannot be written: the folder {str(folder)!r} is not writable (got {str(v)!r})")
     return p

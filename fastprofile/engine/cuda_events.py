@@ -27,7 +27,7 @@ def take_event(device:int, # The CUDA device index the event will be recorded on
 
 def give_back(events, # Events of `device`, each `timing` or not
               device:int, timing:bool=True):
-    """Keep `events` alive for the next `take_event` instead of letting them be freed (from an owner's `__del__`, which guards the call at
-    interpreter exit)"""
+    """Keep `events` alive for the next `take_event` instead of letting them be freed (from an owner's `__del__`, which
+    guards the call at interpreter exit)"""
     kept = [e for e in events if e is not None]
     if kept: SPARE.setdefault((device, timing), []).extend(kept)

@@ -56,13 +56,16 @@ class Efficiency:
     "What an `EfficiencyCallback` measured in one profiled call: FLOPs per sample per stage, the device, memory"
     stages:list=field(default_factory=list) # A `StageFlops` per fit
     failure:str|None=None # Why the FLOPs are unknown, in one line
-    setup_seconds:float=0. # The counter's one-time set-up in this process, paid when the callback was made (`prepare_flop_counter`)
+    # The counter's one-time set-up in this process, paid when the callback was made (`prepare_flop_counter`)
+    setup_seconds:float=0.
     device:str|None=None # Where the model trained
     device_name:str|None=None # `torch.cuda.get_device_name()` on a GPU
     peak_flops:float|None=None # The peak given by the user (`profile(peak_flops=...)`)
     channels_last:bool|None=None # Whether the convolutions ran on channels_last inputs (None: no convolution)
-    memory:dict=field(default_factory=dict) # CUDA: 'forward'/'backward'/'opt_step' -> peak bytes allocated, max over the sampled batches
-    memory_base:int|None=None # CUDA: bytes allocated at the start of a sampled batch (weights, gradients, optimizer state)
+    # CUDA: 'forward'/'backward'/'opt_step' -> peak bytes allocated, max over the sampled batches
+    memory:dict=field(default_factory=dict)
+    # CUDA: bytes allocated at the start of a sampled batch (weights, gradients, optimizer state)
+    memory_base:int|None=None
     sampled:int=0 # CUDA: training batches whose memory was sampled
     device_total:int|None=None # CUDA: the device's memory
     device_usable:int|None=None # CUDA: memory this process could use at the end: free + what PyTorch's allocator holds
@@ -125,13 +128,16 @@ class Efficiency:
         return rows
 
     def batch_growth(self) -> float|None:
-        "CUDA: how many times the batch could grow before the device is full, if activations grow with it (10% kept back)"
+        """CUDA: how many times the batch could grow before the device is full, if activations grow with it (10% kept
+        back)"""
         peak = max(self.memory.values(), default=None)
-        if peak is None or self.device_usable is None or self.memory_base is None or peak <= self.memory_base: return None
+        if peak is None or self.device_usable is None or self.memory_base is None or peak <= self.memory_base:
+            return None
         return (.9*self.device_usable - self.memory_base)/(peak - self.memory_base)
 
     def peak_rss(self) -> tuple:
-        "The process's peak resident memory during the call as (bytes, exact): exact when the call set the process's peak"
+        """The process's peak resident memory during the call as (bytes, exact): exact when the call set the process's
+        peak"""
         if self.maxrss_end is not None and self.maxrss_start is not None and self.maxrss_end > self.maxrss_start:
             return self.maxrss_end,True
         seen = [v for v in (self.rss_start, self.rss_seen, self.rss_end) if v is not None]

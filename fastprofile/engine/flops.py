@@ -16,8 +16,9 @@ __all__ = ['PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for', 'compute_dtyp
 
 # %% ../../nbs/15a_flops.ipynb #004e3568
 PEAK_FLOPS = {
-    # NVIDIA H100 Tensor Core GPU datasheet, https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
-    # H100 SXM: FP32 67 TF; TF32 989*, BF16 1,979*, FP16 1,979*, FP8 3,958* TF
+    # NVIDIA H100 Tensor Core GPU datasheet,
+    # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet H100 SXM: FP32 67 TF; TF32 989*,
+    # BF16 1,979*, FP16 1,979*, FP8 3,958* TF
     'h100-sxm':  dict(fp32=67e12, tf32=494.5e12, bf16=989.5e12, fp16=989.5e12, fp8=1979e12),
     # same datasheet, H100 PCIe: FP32 51 TF; TF32 756*, BF16 1,513*, FP16 1,513*, FP8 3,026* TF
     'h100-pcie': dict(fp32=51e12, tf32=378e12, bf16=756.5e12, fp16=756.5e12, fp8=1513e12),
@@ -37,9 +38,11 @@ PEAK_FLOPS = {
     # (https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/): FP32 35 TF; TF32 35, BF16 70, FP16 70 TF
     # dense. Lightning's `ThroughputMonitor` uses the A10 figures for it instead: pass `peak_flops=` if you know better
     'a10g':      dict(fp32=35e12, tf32=35e12, bf16=70e12, fp16=70e12),
-    # NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/ : FP32 30.3 TF; TF32 120*, BF16 242*, FP16 242*, FP8 485* TF
+    # NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/ : FP32 30.3 TF; TF32 120*, BF16 242*, FP16 242*,
+    # FP8 485* TF
     'l4':        dict(fp32=30.3e12, tf32=60e12, bf16=121e12, fp16=121e12, fp8=242.5e12),
-    # NVIDIA L40S datasheet, https://www.nvidia.com/en-us/data-center/l40s/ : FP32 91.6 TF; TF32 366*, BF16 733*, FP16 733*, FP8 1,466* TF
+    # NVIDIA L40S datasheet, https://www.nvidia.com/en-us/data-center/l40s/ : FP32 91.6 TF; TF32 366*, BF16 733*, FP16
+    # 733*, FP8 1,466* TF
     'l40s':      dict(fp32=91.6e12, tf32=183e12, bf16=366.5e12, fp16=366.5e12, fp8=733e12),
     # NVIDIA T4 datasheet: FP32 8.1 TF; mixed precision (FP16/FP32) 65 TF. Turing: no BF16, no TF32 tensor cores
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf
@@ -56,10 +59,10 @@ PEAK_FLOPS = {
 
 # %% ../../nbs/15a_flops.ipynb #2a83a35b
 # (pattern in the lower-cased `torch.cuda.get_device_name()`, key of `PEAK_FLOPS`): the first match wins
-GPU_NAMES = ((r'h200.*\bnvl', 'h200-nvl'), (r'h200', 'h200'), (r'h100.*\bnvl', 'h100-nvl'), (r'h100.*(pcie|hbm2e)', 'h100-pcie'),
-             (r'h100', 'h100-sxm'), (r'a100', 'a100'), (r'a10g', 'a10g'), (r'\ba10\b', 'a10'), (r'l40s', 'l40s'),
-             (r'\bl4\b', 'l4'), (r'\bt4\b', 't4'), (r'v100.*pcie', 'v100-pcie'), (r'v100', 'v100-sxm'),
-             (r'rtx 4090(?!.*(\bd\b|laptop))', 'rtx-4090'))
+GPU_NAMES = ((r'h200.*\bnvl', 'h200-nvl'), (r'h200', 'h200'), (r'h100.*\bnvl', 'h100-nvl'),
+             (r'h100.*(pcie|hbm2e)', 'h100-pcie'), (r'h100', 'h100-sxm'), (r'a100', 'a100'), (r'a10g', 'a10g'),
+             (r'\ba10\b', 'a10'), (r'l40s', 'l40s'), (r'\bl4\b', 'l4'), (r'\bt4\b', 't4'), (r'v100.*pcie', 'v100-pcie'),
+             (r'v100', 'v100-sxm'), (r'rtx 4090(?!.*(\bd\b|laptop))', 'rtx-4090'))
 
 def gpu_key(device_name:str|None) -> str|None:
     "The `PEAK_FLOPS` key of the GPU called `device_name` (`torch.cuda.get_device_name()`), or None"
@@ -83,8 +86,8 @@ def _tf32_allowed(family:str) -> bool:
     return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != 'highest'
 
 def compute_dtype(dtype, device_type:str, family:str='matmul') -> str:
-    """What an operation of `family` ('matmul', 'conv', 'attention') on `dtype` inputs on `device_type` ran as: 'fp32', 'tf32', 'bf16',
-    'fp16'..."""
+    """What an operation of `family` ('matmul', 'conv', 'attention') on `dtype` inputs on `device_type` ran as: 'fp32',
+    'tf32', 'bf16', 'fp16'..."""
     if 'float8' in str(dtype): return 'fp8'
     d = _DTYPES.get(dtype, str(dtype).replace('torch.', ''))
     if d != 'fp32' or device_type != 'cuda': return d
@@ -92,7 +95,8 @@ def compute_dtype(dtype, device_type:str, family:str='matmul') -> str:
 
 # %% ../../nbs/15a_flops.ipynb #44339b10
 def mixed_peak(device_name:str|None, dtype_flops:dict) -> float|None:
-    "Peak FLOP/s for FLOPs split by dtype (`{'bf16': n, ...}`) on the GPU `device_name`: all FLOPs / the time each share takes at its peak"
+    """Peak FLOP/s for FLOPs split by dtype (`{'bf16': n, ...}`) on the GPU `device_name`: all FLOPs / the time each
+    share takes at its peak"""
     tot = sum(dtype_flops.values())
     if not tot: return None
     shares = []
@@ -117,7 +121,8 @@ def _family(op) -> str:
     return 'conv' if 'conv' in name else 'attention' if 'attention' in name else 'matmul'
 
 class FlopCount:
-    "A `FlopCounterMode` that can stop early, never raises from a FLOP formula, and splits FLOPs by compute dtype and op family"
+    """A `FlopCounterMode` that can stop early, never raises from a FLOP formula, and splits FLOPs by compute dtype and
+    op family"""
     def __init__(self):
         from torch.utils.flop_counter import FlopCounterMode
         self.mode = FlopCounterMode(display=False)
@@ -138,7 +143,8 @@ class FlopCount:
                 if t is not None:
                     self.by[(compute_dtype(t.dtype, t.device.type, fam), fam)] += int(n)
                     if fam == 'conv' and not bwd and t.dim() == 4 and self.channels_last is None:
-                        self.channels_last = t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+                        self.channels_last = (t.is_contiguous(memory_format=torch.channels_last)
+                                              and not t.is_contiguous())
                 return n
             except Exception as e:
                 self.errors.append(f"{name} ({type(e).__name__}: {e})")
@@ -146,7 +152,8 @@ class FlopCount:
         return count
 
     def start(self):
-        "Count from now, with `torch.compile`d code run eagerly (`force_eager`: compiled under a dispatch mode, it would never compile)"
+        """Count from now, with `torch.compile`d code run eagerly (`force_eager`: compiled under a dispatch mode, it
+        would never compile)"""
         if self.on: return self
         set_stance = getattr(torch.compiler, 'set_stance', None)
         self._stance = set_stance('force_eager') if set_stance is not None else contextlib.nullcontext()
@@ -184,13 +191,14 @@ class FlopCount:
 # %% ../../nbs/15a_flops.ipynb #578a7b7b
 def is_compiled(model) -> bool:
     "True if `model` or one of its modules is compiled (`torch.compile(module)` or `module.compile()`)"
-    return any(type(m).__name__ == 'OptimizedModule' or getattr(m, '_compiled_call_impl', None) is not None for m in model.modules())
+    return any(type(m).__name__ == 'OptimizedModule' or getattr(m, '_compiled_call_impl', None) is not None
+               for m in model.modules())
 
 _SETUP = []  # seconds the first `FlopCount` of this process took, once it ran
 
 def prepare_flop_counter() -> float:
-    """Count one tiny matmul, once per process, so that the counter's one-time set-up happens now and not in a batch; its seconds (0. after
-    the first)"""
+    """Count one tiny matmul, once per process, so that the counter's one-time set-up happens now and not in a batch;
+    its seconds (0. after the first)"""
     if _SETUP: return 0.
     t0 = time.perf_counter()
     with FlopCount(): torch.ones(1, 1) @ torch.ones(1, 1)

@@ -22,8 +22,8 @@ __all__ = ['TIMINGS', 'GPU_EVERY', 'check_timing', 'resolve_timing', 'EventPool'
 
 # %% ../../nbs/04_gpu_timing.ipynb #ad9e25d0
 TIMINGS = ('auto','events','sync','wall')
-# `learn.profile()` records CUDA events on one batch in this many past the warm-up (odd: never in step with samplers that take every 16th or
-# 32nd batch)
+# `learn.profile()` records CUDA events on one batch in this many past the warm-up (odd: never in step with samplers
+# that take every 16th or 32nd batch)
 GPU_EVERY = 7
 
 def check_timing(timing:str) -> str:
@@ -36,12 +36,14 @@ def resolve_timing(timing:str, device) -> str:
     dev_type = getattr(device, 'type', None) or str(device).split(':')[0]
     if timing == 'auto': return 'events' if dev_type == 'cuda' else 'wall'
     if timing in ('events','sync') and dev_type != 'cuda':
-        raise ValueError(f"`timing={timing!r}` needs a model on a CUDA device, but it trains on {device}: use 'wall' or 'auto'")
+        raise ValueError(f"`timing={timing!r}` needs a model on a CUDA device, but it trains on {device}: use 'wall' "
+                         "or 'auto'")
     return timing
 
 # %% ../../nbs/04_gpu_timing.ipynb #4dbc0199
 class EventPool:
-    "A fixed pool of `rows` rows of `N_MARKS` timing events from `make_event` (e.g. `torch.cuda.Event(enable_timing=True)`)"
+    """A fixed pool of `rows` rows of `N_MARKS` timing events from `make_event` (e.g.
+    `torch.cuda.Event(enable_timing=True)`)"""
     def __init__(self, make_event, rows:int=64,
                  spare:int|None=None, # The CUDA device index of events from `take_event`: given back when the pool goes
                 ):
@@ -70,17 +72,18 @@ class PendingBatch(NamedTuple):
 
 # %% ../../nbs/04_gpu_timing.ipynb #6db5caac
 class GpuProfileRecord(ProfileRecord):
-    """A `ProfileRecord` that also times each phase on the GPU with pooled events on `stream`, on one batch in `every` past the warm-up,
-    resolved lazily"""
+    """A `ProfileRecord` that also times each phase on the GPU with pooled events on `stream`, on one batch in `every`
+    past the warm-up, resolved lazily"""
     timing = 'events'
     # the events and their bookkeeping: nothing of them outlives the call
-    TRANSIENT = ProfileRecord.TRANSIENT + ('stream','pool','_pending','_gpu_buf','n_waits','_batch_no','_row','_cleared')
+    TRANSIENT = (ProfileRecord.TRANSIENT
+                 + ('stream','pool','_pending','_gpu_buf','n_waits','_batch_no','_row','_cleared'))
     def __init__(self,
         make_event=None, # Creates a timing event; default `torch.cuda.Event(enable_timing=True)`
         stream=None, # Stream to record events on (the model device's current stream); None: the current one
         pool_batches:int=64, # Batches whose events can be in flight at once
-        # Record events on one batch in this many past the warm-up (the others get wall marks only); `learn.profile()`'s default is
-        # `GPU_EVERY`
+        # Record events on one batch in this many past the warm-up (the others get wall marks only); `learn.profile()`'s
+        # default is `GPU_EVERY`
         every:int=1,
         **kwargs
     ):
@@ -98,7 +101,8 @@ class GpuProfileRecord(ProfileRecord):
         self._pending = deque()  # `PendingBatch`es, oldest first
         self._gpu_buf = []       # resolved batches not yet in the statistics: (phase, durations)
         self.n_waits,self._batch_no = 0,0  # times the pool ran dry and the profiler waited for the GPU; batches ended
-        self._row,self._cleared = None,0  # the row of events held for the batch in flight; the first ring row not yet written or cleared
+        # the row of events held for the batch in flight; the first ring row not yet written or cleared
+        self._row,self._cleared = None,0
 
     def mark(self, slot:int):
         "Record the wall time of boundary `slot`, and its event on the stream when the batch in flight is sampled"
@@ -111,8 +115,10 @@ class GpuProfileRecord(ProfileRecord):
         self._sample(0)
 
     def end_batch(self, bs:int):
-        "Queue the batch's marks; a sampled batch's row of events waits to be resolved; the next batch is sampled or not"
-        if self.evs is not None:  # sampled: past the warm-up, so only a batch that compiled (`set_apart`) stays out of the statistics
+        """Queue the batch's marks; a sampled batch's row of events waits to be resolved; the next batch is sampled or
+        not"""
+        # sampled: past the warm-up, so only a batch that compiled (`set_apart`) stays out of the statistics
+        if self.evs is not None:
             apart = any(a is self.marks for a in self._apart)
             self._pending.append(PendingBatch(self._row, self.phase, self._batch_no, apart, self.marks))
             self._row = self.evs = None
@@ -142,13 +148,15 @@ class GpuProfileRecord(ProfileRecord):
         return super().results()
 
     def state(self) -> dict:
-        "As `ProfileRecord.state`, every GPU time resolved first (events themselves stay behind: CUDA objects do not pickle)"
+        """As `ProfileRecord.state`, every GPU time resolved first (events themselves stay behind: CUDA objects do not
+        pickle)"""
         self.fold()
         self._resolve(block_all=True)
         return super().state()
 
     def _sample(self, i:int):
-        "Whether batch `i` of the phase (-1: none) records events: one in `gpu_every` past the warm-up; it takes a row of the pool if so"
+        """Whether batch `i` of the phase (-1: none) records events: one in `gpu_every` past the warm-up; it takes a row
+        of the pool if so"""
         on = i >= self.warmup and (i - self.warmup) % self.gpu_every == 0
         if on and self._row is None: self._take_row()
         elif not on and self._row is not None: self.pool.give(self._row); self._row = None
@@ -182,7 +190,8 @@ class GpuProfileRecord(ProfileRecord):
         if block_all: self._clear_ring(self._batch_no)
 
     def _clear_ring(self, upto:int):
-        "NaN in the GPU ring's rows of batches `_cleared`..`upto - 1`: batches that recorded no events (the ring's rows are reused)"
+        """NaN in the GPU ring's rows of batches `_cleared`..`upto - 1`: batches that recorded no events (the ring's
+        rows are reused)"""
         k,a = self.keep_batches,self._cleared
         if upto - a >= k: self.gpu_ring[:] = math.nan
         elif upto > a:
@@ -229,7 +238,8 @@ def sync_clock(device, clock=time.perf_counter):
 def make_record(timing:str, # A resolved timing mode: 'wall', 'sync' or 'events' (see `resolve_timing`)
                 device=None, # The CUDA device for 'sync' and 'events'
                 pool_batches:int=64, # Event rows for 'events'
-                events_every:int=1, # 'events': record them on one batch in this many past the warm-up (`GpuProfileRecord`'s `every`)
+                # 'events': record them on one batch in this many past the warm-up (`GpuProfileRecord`'s `every`)
+                events_every:int=1,
                 clock=time.perf_counter, # Wall clock
                 **kwargs # Passed to `ProfileRecord`
                ) -> ProfileRecord:
@@ -241,14 +251,14 @@ def make_record(timing:str, # A resolved timing mode: 'wall', 'sync' or 'events'
         return rec
     if timing == 'events':
         import torch
-        return GpuProfileRecord(stream=torch.cuda.current_stream(device), pool_batches=pool_batches, every=events_every, clock=clock,
-                                **kwargs)
+        return GpuProfileRecord(stream=torch.cuda.current_stream(device), pool_batches=pool_batches, every=events_every,
+                                clock=clock, **kwargs)
     raise ValueError(f"`timing` must be a resolved mode ('wall', 'sync' or 'events'), got {timing!r}")
 
 # %% ../../nbs/04_gpu_timing.ipynb #cba3652c
 def gpu_idle_share(rec:ProfileRecord, phase:str='train') -> float:
-    """Share of the step's wall time (draw + batch) in which the GPU ran none of the timed phases (from the means: GPU times come from the
-    sampled batches)"""
+    """Share of the step's wall time (draw + batch) in which the GPU ran none of the timed phases (from the means: GPU
+    times come from the sampled batches)"""
     g,st = rec.gpu_stats,rec.stats
     mean = lambda s: s.mean if s.n else 0.
     wall = mean(st[Row(phase,'draw')]) + mean(st[Row(phase,'batch')])
@@ -257,7 +267,8 @@ def gpu_idle_share(rec:ProfileRecord, phase:str='train') -> float:
 
 # %% ../../nbs/04_gpu_timing.ipynb #7c4f5460
 class Backlog(NamedTuple):
-    "One part of the step (its `Row`), from the means: its wall and GPU span, GPU work queued before and after it, which rows queued it"
+    """One part of the step (its `Row`), from the means: its wall and GPU span, GPU work queued before and after it,
+    which rows queued it"""
     row:Row; wall:float; gpu:float; before:float; after:float; blamed:dict
 
 def backlog_walk(rec, phase) -> list:

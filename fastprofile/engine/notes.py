@@ -19,28 +19,33 @@ def gpu_notes(rec:ProfileRecord, phase:str='train', ratio:float=2., material:flo
     "Plain-words notes on GPU idle time and on phases whose wall time waits for earlier phases' GPU work"
     notes = []
     idle = gpu_idle_share(rec, phase)
-    if not math.isnan(idle): notes.append(f"GPU idle: at least {fmt_pct(100*idle)} of the {phase} step (step wall time minus the GPU spans "
-                                          "of its phases; a span also counts time the GPU waited inside the phase, so idle time can be higher).")
+    if not math.isnan(idle):
+        notes.append(f"GPU idle: at least {fmt_pct(100*idle)} of the {phase} step (step wall time minus the GPU spans "
+                     "of its phases; a span also counts time the GPU waited inside the phase, so idle time can be "
+                     "higher).")
     walk = backlog_walk(rec, phase)
     step = sum(x.wall for x in walk)  # wall time of the step: draw, the named steps and the batch's `other`
     if walk and step > 0 and max(x.before for x in walk) < 0.1*step:
-        notes.append("The GPU keeps pace with the host: its queue empties within each phase, so the GPU spans are mostly "
-                     "host time and the GPU is idle for much of them; the step is host-bound (Python, callbacks, loader).")
-    name = lambda r: "the batch's `other` (callbacks; e.g. the Recorder copying the loss to the CPU)" if r.step=='other' else (r.step or r.action)
+        notes.append("The GPU keeps pace with the host: its queue empties within each phase, so the GPU spans are "
+                     "mostly host time and the GPU is idle for much of them; the step is host-bound (Python, "
+                     "callbacks, loader).")
+    name = (lambda r: "the batch's `other` (callbacks; e.g. the Recorder copying the loss to the CPU)"
+            if r.step=='other' else (r.step or r.action))
     for b in walk:
         # a wait: enough queued GPU work to explain most of the wall time, drained in this phase, and material
         if not (b.before >= 0.5*b.wall and b.after <= 0.25*b.before and b.wall > ratio*b.gpu + 1e-4
                 and b.wall - b.gpu >= material*step and b.blamed): continue
         top = max(b.blamed, key=b.blamed.get)
-        notes.append(f"Warning: {name(b.row)} wall time ({fmt_time(b.wall)}) is mostly waiting for GPU work queued earlier, "
-                     f"mostly the {top.step or top.action} pass's ({fmt_time(b.blamed[top])} of GPU time beyond its wall time). "
-                     f"Read the GPU columns for where GPU time goes.")
+        notes.append(f"Warning: {name(b.row)} wall time ({fmt_time(b.wall)}) is mostly waiting for GPU work queued "
+                     f"earlier, mostly the {top.step or top.action} pass's ({fmt_time(b.blamed[top])} of GPU time "
+                     "beyond its wall time). Read the GPU columns for where GPU time goes.")
     return notes
 
 # %% ../../nbs/05a_notes.ipynb #61c18797
 def _timing_note(rec) -> str:
     "How the table was timed, what `other` and `warmup` are, where percentiles come from: one line"
-    how = {'wall': "wall clock", 'sync': "wall clock, torch.cuda.synchronize() at each phase boundary (exact, but it stalls the GPU)",
+    how = {'wall': "wall clock",
+           'sync': "wall clock, torch.cuda.synchronize() at each phase boundary (exact, but it stalls the GPU)",
            'events': "wall clock and CUDA events (the GPU columns; no per-batch sync)"}[rec.timing]
     k = getattr(rec, 'gpu_every', None)
     if rec.timing == 'events' and k and k > 1 and rec.gpu_stats:  # events on a sample of the batches: say on how many
@@ -56,8 +61,8 @@ def _timing_note(rec) -> str:
                 f"phase"] if rec.warmup else []
         if na: what.append(f"{na} later batch{'es' if na > 1 else ''} that compiled (torch.compile)")
         warm = f" `warmup`: {' and '.join(what)} ({nw} in all, {fmt_time(tw)}), not in the per-batch rows."
-    return (f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed phases (other "
-            f"callbacks, metrics, logging).")
+    return (f"Timing: {how}; percentiles from a log histogram (within 0.5%).{warm} `other`: time between the timed "
+            "phases (other callbacks, metrics, logging).")
 
 def _cost_note(result) -> str|None:
     "What profiling cost: per training batch (timed in isolation) and outside the table, in one line"
@@ -65,10 +70,11 @@ def _cost_note(result) -> str|None:
     st = rec.stats[Row('train','batch')]
     if not math.isnan(rec.overhead_per_batch):
         share = f" ({fmt_pct(100*rec.overhead_per_batch/st.mean)} of a batch)" if st.n else ''
-        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself in isolation (from outside a fit, "
-                     f"BENCHMARKS.md measures 1-10x that)")
+        parts.append(f"{fmt_time(rec.overhead_per_batch)} per training batch{share} as it times itself in isolation "
+                     "(from outside a fit, BENCHMARKS.md measures 1-10x that)")
     if result.own_cost: parts.append(f"{fmt_time(result.own_cost)} set-up and closing")
-    for v in (getattr(result.facts, 'extra', None) or {}).values():  # what a probe measured after the fit (the batch sizes)
+    # what a probe measured after the fit (the batch sizes)
+    for v in (getattr(result.facts, 'extra', None) or {}).values():
         c = getattr(v, 'after_fit_cost', None)
         got = c() if callable(c) else None
         if got: parts.append(f"{fmt_time(got[0])} {got[1]}")
@@ -80,8 +86,8 @@ def _prefetch_note(facts) -> str|None:
     staged = {p:v for p,v in facts.staging.items() if v.batches}
     if not staged: return "CudaPrefetchCallback was active: `draw` is what is left of the wait for the next batch."
     per = ', '.join(f"{fmt_time(v.seconds/v.batches)} per {p} batch" for p,v in staged.items())
-    return (f"CudaPrefetchCallback was active: the next batch is drawn inside the current one, so its wait shows in the batch's `other` "
-            f"({per}).")
+    return ("CudaPrefetchCallback was active: the next batch is drawn inside the current one, so its wait shows in "
+            f"the batch's `other` ({per}).")
 
 def _about_note(result) -> str|None:
     "Where a profile loaded from a file ran, and with what"
@@ -89,23 +95,27 @@ def _about_note(result) -> str|None:
     if not a: return None
     v,dev,m = a.get('versions') or {},a.get('device') or {},a.get('machine') or {}
     where = f"{dev.get('type') or '?'}" + (f" ({dev['name']})" if dev.get('name') else '')
-    return (f"Saved {a.get('created') or '?'} by fastprofile {v.get('fastprofile', '?')} (fastai {v.get('fastai', '?')}, torch "
-            f"{v.get('torch', '?')}) "
-            f"on {m.get('host') or '?'}, {where}" + (f"; read from {a['source']}" if a.get('source') else '') + '.')
+    return (f"Saved {a.get('created') or '?'} by fastprofile {v.get('fastprofile', '?')} (fastai "
+            f"{v.get('fastai', '?')}, torch {v.get('torch', '?')}) on {m.get('host') or '?'}, {where}"
+            + (f"; read from {a['source']}" if a.get('source') else '') + '.')
 
 def report_notes(result) -> list:
-    """The notes under the table of `result` (a `fastprofile.engine.core.ProfileResult`), most important first: what is missing, how it was
-    timed, what profiling cost"""
+    """The notes under the table of `result` (a `fastprofile.engine.core.ProfileResult`), most important first: what is
+    missing, how it was timed, what profiling cost"""
     rec,notes = result.record,[]
     if not (rec.stats[Row('train','batch')].n or rec.stats[Row('train','warmup')].n):
-        notes.append("No training batch was recorded: the training loader was empty, or every fit was cancelled before its first batch.")
+        notes.append("No training batch was recorded: the training loader was empty, or every fit was cancelled before "
+                     "its first batch.")
     elif not rec.stats[Row('train','batch')].n:
-        notes.append(f"Every training batch was warm-up (`warmup={rec.warmup}`): the per-batch rows are empty; profile more batches or "
-                     f"lower `warmup`.")
-    if result.interrupted: notes.append(f"Partial profile: the call ended early ({result.interrupted}); times run to the last batch seen.")
+        notes.append(f"Every training batch was warm-up (`warmup={rec.warmup}`): the per-batch rows are empty; profile "
+                     "more batches or lower `warmup`.")
+    if result.interrupted:
+        notes.append(f"Partial profile: the call ended early ({result.interrupted}); times run to the last batch seen.")
     if len(rec.stages) > 1:
-        notes.append(f"{len(rec.stages)} fits in this call: " + ', then '.join(
-            f"{s.epochs} epoch{'s' if s.epochs != 1 else ''} ({fmt_time(s.seconds)})" for s in rec.stages) + "; the table sums them.")
+        notes.append(f"{len(rec.stages)} fits in this call: "
+                     + ', then '.join(f"{s.epochs} epoch{'s' if s.epochs != 1 else ''} ({fmt_time(s.seconds)})"
+                                      for s in rec.stages)
+                     + "; the table sums them.")
     if rec.gpu_stats: notes += gpu_notes(rec)
     notes.append(_timing_note(rec))
     notes += [n for n in (_prefetch_note(result.facts), _cost_note(result), _about_note(result)) if n]

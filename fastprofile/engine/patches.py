@@ -15,7 +15,8 @@ __all__ = ['Patch', 'Patches']
 # %% ../../nbs/02a_patches.ipynb #0cfbc38f
 _MISSING = object()  # an attribute that was not set on the instance
 
-def _strict() -> bool: return os.environ.get('FASTPROFILE_STRICT', '') not in ('', '0')  # as `fastprofile.engine.core.strict_mode`
+# as `fastprofile.engine.core.strict_mode`
+def _strict() -> bool: return os.environ.get('FASTPROFILE_STRICT', '') not in ('', '0')
 
 class Patch:
     "One change on the stack: `obj.attr` set to `value` over `prev`, or an `undo` action"
@@ -42,7 +43,8 @@ class Patches:
         return p
 
     def call(self, undo:Callable, *args, **kwargs) -> Patch:
-        "Remember to run `undo(*args, **kwargs)` at `restore()`: for a change that is not an attribute (callbacks added to a learner)"
+        """Remember to run `undo(*args, **kwargs)` at `restore()`: for a change that is not an attribute (callbacks
+        added to a learner)"""
         p = Patch(undo=lambda: undo(*args, **kwargs))
         p.undo.__name__ = getattr(undo, '__name__', 'undo')
         self._stack.append(p)
@@ -55,11 +57,13 @@ class Patches:
         del self._stack[i]
         if p.undo is not None: return p.undo()
         later = next((q for q in self._stack[i:] if q.obj is p.obj and q.attr == p.attr and q.prev is p.value), None)
-        if later is not None: later.prev = p.prev  # a later change sits on top of this one: it will put back what was under it
+        # a later change sits on top of this one: it will put back what was under it
+        if later is not None: later.prev = p.prev
         else: _put_back(p)
 
     def restore(self):
-        "Put everything back, last change first; an undo that fails does not stop the others (it warns; in strict mode it raises after)"
+        """Put everything back, last change first; an undo that fails does not stop the others (it warns; in strict mode
+        it raises after)"""
         errors = []
         while self._stack:
             p = self._stack.pop()

@@ -25,12 +25,12 @@ def unplain_num(v):
     return None if v is None else float(v)
 
 def to_plain(o):
-    """`o` (dicts, lists, numbers, strings) as plain JSON values; a float that is not finite as `plain_num` writes it; what JSON cannot
-    hold: None"""
+    """`o` (dicts, lists, numbers, strings) as plain JSON values; a float that is not finite as `plain_num` writes it;
+    what JSON cannot hold: None"""
     if isinstance(o, dict): return {str(k):to_plain(v) for k,v in o.items()}
     if isinstance(o, (list, tuple)): return [to_plain(v) for v in o]
-    if isinstance(o, (bool, np.bool_)) or o is None or isinstance(o, str): return None if o is None else o if isinstance(o,
-                                                                                                                         str) else bool(o)
+    if isinstance(o, (bool, np.bool_)) or o is None or isinstance(o, str):
+        return (None if o is None else o if isinstance(o, str) else bool(o))
     if isinstance(o, (int, np.integer)): return int(o)
     if isinstance(o, (float, np.floating)): return plain_num(o)
     return None
@@ -47,8 +47,8 @@ def stats_state(s:StreamingStats) -> dict:
     h = s.hist
     nz = np.flatnonzero(h.counts)
     return dict(n=int(s.n), mean=plain_num(s.mean), m2=plain_num(s.m2), total=plain_num(s.total), min=plain_num(s.min),
-                max=plain_num(s.max),
-                hist=dict(lo=h.lo, hi=h.hi, log_g=h._log_g, n_buckets=h.n_buckets, buckets=nz.tolist(), counts=h.counts[nz].tolist()))
+                max=plain_num(s.max), hist=dict(lo=h.lo, hi=h.hi, log_g=h._log_g, n_buckets=h.n_buckets,
+                                                buckets=nz.tolist(), counts=h.counts[nz].tolist()))
 
 def stats_from(d:dict) -> StreamingStats:
     "The `StreamingStats` that `stats_state` wrote"

@@ -36,13 +36,15 @@ class Step(NamedTuple):
     name:str; start:Slot; end:Slot
 
 TRAIN_STEPS = (Step('forward', Slot.FORWARD_START, Slot.FORWARD_END), Step('loss', Slot.LOSS_START, Slot.LOSS_END),
-               Step('backward', Slot.BACKWARD_START, Slot.BACKWARD_END), Step('opt_step', Slot.OPT_STEP_START, Slot.OPT_STEP_END),
+               Step('backward', Slot.BACKWARD_START, Slot.BACKWARD_END),
+               Step('opt_step', Slot.OPT_STEP_START, Slot.OPT_STEP_END),
                Step('zero_grad', Slot.ZERO_GRAD_START, Slot.ZERO_GRAD_END))
 VALID_STEPS = (Step('predict', Slot.FORWARD_START, Slot.FORWARD_END), Step('loss', Slot.LOSS_START, Slot.LOSS_END))
 STEPS = {'train':TRAIN_STEPS, 'valid':VALID_STEPS}  # validation calls its forward pass `predict`
 PHASES = ('train','valid')
 _NAN_MARKS = [math.nan]*N_MARKS
-_BATCH_END = int(Slot.BATCH_END)  # as a plain int: an enum member costs ~75 ns a read, and `end_batch` reads it each batch
+# as a plain int: an enum member costs ~75 ns a read, and `end_batch` reads it each batch
+_BATCH_END = int(Slot.BATCH_END)
 
 # %% ../../nbs/03_record.ipynb #5c0ced59
 class Row(NamedTuple):
@@ -54,7 +56,8 @@ class Row(NamedTuple):
 
     @classmethod
     def of(cls, r) -> Row:
-        "The key of results row `r`: anything with `Phase`, `Action`, `Step` (a DataFrame row, an `itertuples()` row, a dict)"
+        """The key of results row `r`: anything with `Phase`, `Action`, `Step` (a DataFrame row, an `itertuples()` row,
+        a dict)"""
         p,a,s = (r.Phase,r.Action,r.Step) if hasattr(r, 'Phase') else (r['Phase'],r['Action'],r['Step'])
         return cls(p, a, s if isinstance(s, str) else '')  # a CSV read back has NaN for ''
 
@@ -63,8 +66,10 @@ class Row(NamedTuple):
         "The row of part `name` of a batch of `phase` (a key of `batch_durations`: 'draw', 'batch', a step, or 'other')"
         return cls(phase, name) if name in ('draw','batch') else cls(phase, 'batch', name)
 
-FIT_ACTIONS = ('fit','epoch','train','valid','other')  # rows of the whole call: its fits, epochs, phases, and time between phases
-PHASE_ACTIONS = ('draw','batch','warmup','other')  # rows of a phase: waiting for batches, batches, warm-up batches, time between batches
+# rows of the whole call: its fits, epochs, phases, and time between phases
+FIT_ACTIONS = ('fit','epoch','train','valid','other')
+# rows of a phase: waiting for batches, batches, warm-up batches, time between batches
+PHASE_ACTIONS = ('draw','batch','warmup','other')
 ROW_KEYS = (*[Row('fit',a) for a in FIT_ACTIONS],  # every row of the results, in their order
             *[r for p in PHASES for r in (Row(p,'draw'), Row(p,'batch'), *[Row(p,'batch',s.name) for s in STEPS[p]],
                                           Row(p,'batch','other'), Row(p,'warmup'), Row(p,'other'))])
@@ -72,15 +77,17 @@ ROW_KEYS = (*[Row('fit',a) for a in FIT_ACTIONS],  # every row of the results, i
 # %% ../../nbs/03_record.ipynb #a1971c92
 def _part_slots(phase:str) -> tuple:
     "Start and end slots of `draw`, `batch` and each step of `phase`: the columns of `part_durations`"
-    parts = [(Slot.DRAW_START, Slot.BATCH_START), (Slot.BATCH_START, Slot.BATCH_END), *[(s.start, s.end) for s in STEPS[phase]]]
+    parts = [(Slot.DRAW_START, Slot.BATCH_START), (Slot.BATCH_START, Slot.BATCH_END),
+             *[(s.start, s.end) for s in STEPS[phase]]]
     return [int(a) for a,_ in parts],[int(z) for _,z in parts]  # plain ints: the fold indexes Python lists with them
 
 _PART_SLOTS = {p:_part_slots(p) for p in PHASES}
-_PART_ROWS = {p:[Row.part(p, a) for a in ('draw', 'batch', *[s.name for s in STEPS[p]], 'other')] for p in PHASES}  # their rows
+# their rows
+_PART_ROWS = {p:[Row.part(p, a) for a in ('draw', 'batch', *[s.name for s in STEPS[p]], 'other')] for p in PHASES}
 
 def part_durations(marks:np.ndarray, phase:str) -> np.ndarray:
-    """Per-batch durations (seconds) as an `(n, 3 + steps)` array: `draw`, `batch`, each step of `phase`, `other` (the columns of
-    `batch_durations`)"""
+    """Per-batch durations (seconds) as an `(n, 3 + steps)` array: `draw`, `batch`, each step of `phase`, `other` (the
+    columns of `batch_durations`)"""
     m = np.asarray(marks, dtype=np.float64).reshape(-1, N_MARKS)
     a,z = _PART_SLOTS[phase]
     d = np.empty((len(m), len(a)+1))
@@ -106,7 +113,8 @@ class RecentMarks(NamedTuple):
 
 @dataclass
 class EpochTotals:
-    "Seconds of each row in one epoch: `seconds[Row('train','batch','backward')]`; a phase's total is `Row('fit', phase)`"
+    """Seconds of each row in one epoch: `seconds[Row('train','batch','backward')]`; a phase's total is `Row('fit',
+    phase)`"""
     stage:int; epoch:int; seconds:dict=field(default_factory=dict)
 
 @dataclass
@@ -140,9 +148,9 @@ MAX_KEEP_BATCHES = 1_000_000  # `keep_batches` upper bound: the ring takes 152 b
 _RING_START = 64  # rows of a new record's ring: a short fit needs no more (a full one of 1,000 rows is 152 KB to write)
 
 class _Ring:
-    """`ProfileRecord.ring`, the ring of recent batches: made at its first read (a fold or a read: a short fit whose result is never read
-    makes none), then kept in the record's `__dict__`, where reads and writes (`_fold_segment` grows it up to `keep_batches` rows) find
-    it first"""
+    """`ProfileRecord.ring`, the ring of recent batches: made at its first read (a fold or a read: a short fit whose
+    result is never read makes none), then kept in the record's `__dict__`, where reads and writes (`_fold_segment`
+    grows it up to `keep_batches` rows) find it first"""
     def __get__(self, rec, cls=None):
         if rec is None: return self
         r = rec.__dict__['ring'] = np.full((min(rec.keep_batches, _RING_START), N_COLS), np.nan)
@@ -151,12 +159,15 @@ class _Ring:
 class ProfileRecord:
     "Timestamps of the batch in flight, the last `keep_batches` batches, and streaming statistics per report row"
     timing = 'wall'  # how marks were taken: 'wall', 'sync' or 'events' (`fastprofile.engine.gpu_timing`)
-    # the CUDA events of the batch in flight, when it records them (`GpuProfileRecord`: one batch in `gpu_every`); None: wall marks only
+    # the CUDA events of the batch in flight, when it records them (`GpuProfileRecord`: one batch in `gpu_every`); None:
+    # wall marks only
     evs = None
     gpu_every = None  # CUDA events on one batch in this many past the warm-up (`GpuProfileRecord`); None: no events
-    # What `state()` keeps (`STATE_KEYS`, set below the class): every attribute `__init__` makes but `TRANSIENT`, the live call's own,
-    # then `CLASS_STATE`, declared on the class (the ring, made when first used; the timing mode and sampling, set by those that differ)
-    TRANSIENT = ('clock','lazy','marks','_queue','_queue_bs','_queue_tokens','_sealed','_n_sealed','_later','_apart','_overhead_fn','evs')
+    # What `state()` keeps (`STATE_KEYS`, set below the class): every attribute `__init__` makes but `TRANSIENT`, the
+    # live call's own, then `CLASS_STATE`, declared on the class (the ring, made when first used; the timing mode and
+    # sampling, set by those that differ)
+    TRANSIENT = ('clock','lazy','marks','_queue','_queue_bs','_queue_tokens','_sealed','_n_sealed','_later','_apart',
+                 '_overhead_fn','evs')
     CLASS_STATE = ('ring','timing','gpu_every')
 
     def __init__(self,
@@ -165,18 +176,19 @@ class ProfileRecord:
         fold_every:int=256, # Batches queued before they are folded into the statistics
         keep_epochs:int=1000, # Epochs whose per-phase totals are kept (the most recent ones)
         clock=time.perf_counter, # Wall clock, in seconds
-        # Fold a phase's batches when they are read (`fold`, `results`...), not when it ends: a `Profile`'s records, so that a fit ends
-        # sooner
+        # Fold a phase's batches when they are read (`fold`, `results`...), not when it ends: a `Profile`'s records, so
+        # that a fit ends sooner
         lazy:bool=False,
     ):
-        for n,v,lo,hi in (('keep_batches',keep_batches,1,MAX_KEEP_BATCHES),('warmup',warmup,0,None),('fold_every',fold_every,1,None),
-                          ('keep_epochs',keep_epochs,1,None)): check_int(n, v, lo, hi)
+        for n,v,lo,hi in (('keep_batches',keep_batches,1,MAX_KEEP_BATCHES),('warmup',warmup,0,None),
+                          ('fold_every',fold_every,1,None),('keep_epochs',keep_epochs,1,None)): check_int(n, v, lo, hi)
         check_callable('clock', clock, 'a clock: a function returning seconds')
         self.keep_batches,self.warmup,self.fold_every,self.clock = keep_batches,warmup,fold_every,clock
         # ---- the statistics: what the report reads ----
         self.stats = {k:StreamingStats() for k in ROW_KEYS}
         self.samples = {k:0 for k in ROW_KEYS}
-        self.tokens = {k:0 for k in ROW_KEYS}  # token ids in the rows' batches, where batches are token ids (`add_tokens`)
+        # token ids in the rows' batches, where batches are token ids (`add_tokens`)
+        self.tokens = {k:0 for k in ROW_KEYS}
         self.n_batches = 0  # batches folded into the ring so far (all phases)
         self.epochs,self.stages = deque(maxlen=keep_epochs),[]
         self.gpu_stats = self.gpu_ring = None  # GPU time per row and per recent batch, when CUDA events were on
@@ -185,20 +197,25 @@ class ProfileRecord:
         self.phase,self.stage,self.epoch = None,-1,-1
         self.fit_start = self.stage_start = self.epoch_start = self.phase_start = None
         self._epoch_totals = None  # the open epoch's `EpochTotals`
-        self._phase_batches,self._phase_span = 0,0.  # the open phase's batches, and the sum of their spans (draw + batch)
-        self._stage_phases,self._stage_epochs,self._stage_train_batches = 0.,0,0  # the open stage's phase seconds, epochs, training batches
+        # the open phase's batches, and the sum of their spans (draw + batch)
+        self._phase_batches,self._phase_span = 0,0.
+        # the open stage's phase seconds, epochs, training batches
+        self._stage_phases,self._stage_epochs,self._stage_train_batches = 0.,0,0
         self.closed = False
         # ---- the batch in flight and the batches not folded yet (queue, seal, fold: see above) ----
         self.marks = list(_NAN_MARKS)
         self._queue,self._queue_bs,self._queue_tokens = [],[],{}
-        self._sealed,self._n_sealed,self.lazy = [],0,lazy  # queued batches of phases that ended, not yet folded (`_seal`)
-        self._later = []  # (row, seconds) of phases, epochs and stages that ended, for a lazy record's next fold (`_stat`)
+        # queued batches of phases that ended, not yet folded (`_seal`)
+        self._sealed,self._n_sealed,self.lazy = [],0,lazy
+        # (row, seconds) of phases, epochs and stages that ended, for a lazy record's next fold (`_stat`)
+        self._later = []
         self._apart = []  # the marks of batches `set_apart` (in flight or queued): folded with the warm-up
         # ---- about the call ----
-        self._overhead,self._overhead_fn = math.nan,None  # the profiler's own cost per training batch (`overhead_per_batch`)
+        # the profiler's own cost per training batch (`overhead_per_batch`)
+        self._overhead,self._overhead_fn = math.nan,None
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
-        # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.Telemetry`): gathered with the record
-        # under DDP
+        # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.Telemetry`): gathered
+        # with the record under DDP
         self.telemetry = None
 
     ring = _Ring()  # the ring of recent batches: made when first used, then a plain attribute
@@ -206,18 +223,20 @@ class ProfileRecord:
     # ---- where the record is, and the moves between ----
     @property
     def position(self) -> RecordAt:
-        "Where the record is (`RecordAt`), read from what is open in it: `closed`, `phase`, the open epoch's totals, `stage_start`"
+        """Where the record is (`RecordAt`), read from what is open in it: `closed`, `phase`, the open epoch's totals,
+        `stage_start`"""
         if self.closed: return RecordAt.CLOSED
         if self.phase is not None: return RecordAt.PHASE
         if self._epoch_totals is not None: return RecordAt.EPOCH
         return RecordAt.IDLE if self.stage_start is None else RecordAt.STAGE
 
     def _expect(self, method:str):
-        "Raise a clear error unless `method` may run where the record is (`TRANSITIONS`); once per stage, epoch or phase, never per batch"
+        """Raise a clear error unless `method` may run where the record is (`TRANSITIONS`); once per stage, epoch or
+        phase, never per batch"""
         ok,at = TRANSITIONS[method],self.position
         if at not in ok:
-            raise RuntimeError(f"`{type(self).__name__}.{method}` needs an open {min(ok).name.lower()}, but the record is at {at.name} "
-                               f"(allowed at {', '.join(a.name for a in ok)}: see `TRANSITIONS`)")
+            raise RuntimeError(f"`{type(self).__name__}.{method}` needs an open {min(ok).name.lower()}, but the record "
+                               f"is at {at.name} (allowed at {', '.join(a.name for a in ok)}: see `TRANSITIONS`)")
 
     # ---- the hot path: two methods per batch, a timestamp per mark and the finished row queued ----
     def mark(self, slot:int):
@@ -225,7 +244,8 @@ class ProfileRecord:
         self.marks[slot] = self.clock()
 
     def add_tokens(self, n:int):
-        "The batch in flight holds `n` token ids (call before its `end_batch`): the rows it lands in get a Tokens/Second"
+        """The batch in flight holds `n` token ids (call before its `end_batch`): the rows it lands in get a
+        Tokens/Second"""
         self._queue_tokens[len(self._queue)] = n
 
     def end_batch(self, bs:int):
@@ -238,8 +258,8 @@ class ProfileRecord:
         if len(self._queue) + self._n_sealed >= self.fold_every: self.fold()
 
     def set_apart(self) -> bool:
-        """The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics; False if no batch is
-        in flight"""
+        """The batch in flight is no steady state (it compiled): it goes to `warmup`, out of the per-batch statistics;
+        False if no batch is in flight"""
         m = self.marks
         if self.phase is None or math.isnan(m[Slot.DRAW_START]): return False
         if not any(a is m for a in self._apart): self._apart.append(m)
@@ -270,13 +290,15 @@ class ProfileRecord:
         self.marks = list(_NAN_MARKS)
 
     def end_phase(self, bs:int=0, at:float|None=None):
-        "End the open train/valid part (at time `at`, default now): close a batch cut short (of size `bs`), attribute the rest to `other`"
+        """End the open train/valid part (at time `at`, default now): close a batch cut short (of size `bs`), attribute
+        the rest to `other`"""
         self._expect('end_phase')
         if self.phase is None: return
         if not math.isnan(self.marks[Slot.BATCH_START]) and at is None:  # a batch cancelled out of its phase ends here
             self.mark(Slot.BATCH_END); self.end_batch(bs)
         self._seal()
-        if not self.lazy or self._n_sealed >= self.fold_every: self.fold()  # lazy: when read, or once `fold_every` batches wait
+        # lazy: when read, or once `fold_every` batches wait
+        if not self.lazy or self._n_sealed >= self.fold_every: self.fold()
         p,now = self.phase,(self.clock() if at is None else at)
         total = max(now - self.phase_start, self._phase_span)
         self._stat(Row('fit',p), total)
@@ -317,7 +339,8 @@ class ProfileRecord:
         if interrupted:
             self.marks = list(_NAN_MARKS)
             starts = [t for t in (self.phase_start, self.epoch_start, self.stage_start) if t is not None]
-            at = self.clock() if not starts else max([*starts, *([] if math.isnan(self.last_seen) else [self.last_seen])])
+            at = (self.clock() if not starts
+                  else max([*starts, *([] if math.isnan(self.last_seen) else [self.last_seen])]))
         self.end_stage(at=at)
         if not self.lazy: self.fold()
         self.closed = True
@@ -331,7 +354,8 @@ class ProfileRecord:
 
     # ---- the one serializer: pickling (`learn.export`), the DDP gather, saved files ----
     def state(self) -> dict:
-        "Everything recorded (`STATE_KEYS`), as plain Python and numpy values: no clock, nothing in flight, nothing device-side"
+        """Everything recorded (`STATE_KEYS`), as plain Python and numpy values: no clock, nothing in flight, nothing
+        device-side"""
         self.fold()
         self.ring  # made, if no batch was folded yet
         self.overhead_per_batch  # measured now if it was left to when first asked for
@@ -350,8 +374,8 @@ class ProfileRecord:
 
     @property
     def overhead_per_batch(self) -> float:
-        """The profiler's own cost per training batch, in seconds (NaN if not measured); a measurement set as a function runs when first
-        asked for"""
+        """The profiler's own cost per training batch, in seconds (NaN if not measured); a measurement set as a function
+        runs when first asked for"""
         f = self.__dict__.get('_overhead_fn')
         if f is not None: self._overhead_fn,self._overhead = None,float(f())
         return self.__dict__.get('_overhead', math.nan)
@@ -362,13 +386,14 @@ class ProfileRecord:
         else: self._overhead_fn,self._overhead = None,float(v)
 
     def _seal(self):
-        """Close the queue of the phase in flight into a segment: its bookkeeping now (batches, span, warm-up, set apart); its
-        statistics and ring rows when `fold`ed"""
+        """Close the queue of the phase in flight into a segment: its bookkeeping now (batches, span, warm-up, set
+        apart); its statistics and ring rows when `fold`ed"""
         if not self._queue: return
         p,queue,bss = self.phase,self._queue,self._queue_bs
         self._queue,self._queue_bs = [],[]
         n,i0 = len(queue),self._phase_batches
-        toks,self._queue_tokens = self._queue_tokens,{}  # token counts of the batches that have them, by position in the queue
+        # token counts of the batches that have them, by position in the queue
+        toks,self._queue_tokens = self._queue_tokens,{}
         tok = [toks.get(i, 0) for i in range(n)] if toks else None
         warm = [i0 + i < self.warmup for i in range(n)]
         if self._apart:  # batches set apart (they compiled): with the warm-up
@@ -399,14 +424,15 @@ class ProfileRecord:
         return bool(self._queue or self._sealed or self._later)
 
     def _stat(self, k:Row, v:float):
-        """Add `v` seconds to row `k`: at once, or, in a lazy record, at its next fold (a fit ends sooner: each path it runs then costs
-        tens of µs, caches cold)"""
+        """Add `v` seconds to row `k`: at once, or, in a lazy record, at its next fold (a fit ends sooner: each path it
+        runs then costs tens of µs, caches cold)"""
         if not self.lazy: return self.stats[k].update(v)
         self._later.append((k, v))
         if len(self._later) > 256: self.fold()  # phases without batches fold nothing: bounded all the same
 
     def _fold_segment(self, p, stage, epoch, i0, queue, bss, tok, warm, span, sec):
-        "A sealed segment's batches into the statistics, the samples and tokens of their rows, their epoch's seconds and the ring"
+        """A sealed segment's batches into the statistics, the samples and tokens of their rows, their epoch's seconds
+        and the ring"""
         # plain Python: in a fit, each numpy call costs 10-20 µs (cold caches), a phase's fold a few dozen of them
         n = len(queue)
         if any(warm):
@@ -427,7 +453,8 @@ class ProfileRecord:
             keys = _PART_ROWS[p]
             tot = update_columns([self.stats[k] for k in keys], rows)
             for j,k in enumerate(keys):
-                every = j < 2  # 'draw' and 'batch' count every kept batch's samples (and tokens); a step, the batches it ran in
+                # 'draw' and 'batch' count every kept batch's samples (and tokens); a step, the batches it ran in
+                every = j < 2
                 self.samples[k] += sum(bss[i] for r,i in zip(rows, kept) if every or r[j] == r[j])
                 if tok is not None: self.tokens[k] += sum(tok[i] for r,i in zip(rows, kept) if every or r[j] == r[j])
                 sec[k] = sec.get(k, 0.) + float(tot[j])
@@ -435,7 +462,8 @@ class ProfileRecord:
         if tok is not None: self.tokens[Row('fit',p)] += sum(tok)
         ph,k = PHASES.index(p),self.keep_batches
         room = min(k, self.n_batches + n)
-        if len(self.ring) < room:  # the ring grows (doubling) until it holds `keep_batches` rows; the rows so far stay where they are
+        # the ring grows (doubling) until it holds `keep_batches` rows; the rows so far stay where they are
+        if len(self.ring) < room:
             grown = np.full((min(k, max(room, 2*len(self.ring))), N_COLS), np.nan)
             grown[:len(self.ring)] = self.ring
             self.ring = grown
@@ -464,21 +492,24 @@ class ProfileRecord:
         q = np.array(self._queue[-n:] if n else [], dtype=np.float64).reshape(-1, N_MARKS)
         nq = len(q)
         qbs = np.array(self._queue_bs[-n:], dtype=np.float64) if nq else np.zeros(0)
-        qwarm = (self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase else np.zeros(nq, bool)
+        qwarm = ((self._phase_batches + len(self._queue) - nq + np.arange(nq)) < self.warmup if self.phase
+                 else np.zeros(nq, bool))
         if self._apart and nq: qwarm = qwarm | np.array([any(a is r for a in self._apart) for r in self._queue[-nq:]])
         need = n - nq
         if need > 0 and self.n_batches and self.phase:
             k = self.keep_batches
             take = min(need, self.n_batches, k)
             r = self.ring[(self.n_batches - take + np.arange(take)) % k]
-            r = r[(r[:,Col.PHASE] == PHASES.index(self.phase)) & (r[:,Col.EPOCH] == self.epoch) & (r[:,Col.STAGE] == self.stage)]
+            r = r[(r[:,Col.PHASE] == PHASES.index(self.phase)) & (r[:,Col.EPOCH] == self.epoch) & (
+                r[:,Col.STAGE] == self.stage)]
             q = np.concatenate([r[:,:N_MARKS], q])
             qbs = np.concatenate([r[:,Col.BS], qbs])
             qwarm = np.concatenate([r[:,Col.WARMUP].astype(bool), qwarm])
         return RecentMarks(q, qbs, qwarm)
 
     def phase_marks(self, phase:str, warmup:bool=False) -> np.ndarray:
-        "Marks `(n, N_MARKS)` of the recent batches of `phase` kept in the ring, warm-up batches left out unless `warmup`"
+        """Marks `(n, N_MARKS)` of the recent batches of `phase` kept in the ring, warm-up batches left out unless
+        `warmup`"""
         self.fold()
         r = self._ring_rows()
         r = r[r[:,Col.PHASE] == PHASES.index(phase)]
@@ -486,18 +517,21 @@ class ProfileRecord:
         return r[:,:N_MARKS]
 
     def recent(self) -> pd.DataFrame:
-        "The last `keep_batches` batches, oldest first: phase, stage, epoch, iteration, marks, bs and each step's duration"
+        """The last `keep_batches` batches, oldest first: phase, stage, epoch, iteration, marks, bs and each step's
+        duration"""
         self.fold()
         rows = self._ring_rows()
-        gpu = None if self.gpu_ring is None else (self.gpu_ring[:self.n_batches] if self.n_batches <= self.keep_batches
-                                                  else np.roll(self.gpu_ring, -(self.n_batches % self.keep_batches), axis=0))
+        gpu = (None if self.gpu_ring is None
+               else (self.gpu_ring[:self.n_batches] if self.n_batches <= self.keep_batches
+                     else np.roll(self.gpu_ring, -(self.n_batches % self.keep_batches), axis=0)))
         out = []
         for pi,p in enumerate(PHASES):
             sel = rows[:,Col.PHASE]==pi
             r = rows[sel]
             if not len(r): continue
             df = pd.DataFrame({'phase':p, 'stage':r[:,Col.STAGE].astype(int), 'epoch':r[:,Col.EPOCH].astype(int),
-                               'iter':r[:,Col.ITER].astype(int), 'warmup':r[:,Col.WARMUP].astype(bool), 'bs':r[:,Col.BS].astype(int)})
+                               'iter':r[:,Col.ITER].astype(int), 'warmup':r[:,Col.WARMUP].astype(bool),
+                               'bs':r[:,Col.BS].astype(int)})
             for s in Slot: df[SLOTS[s]] = r[:,s]
             for a,v in batch_durations(r[:,:N_MARKS], p).items(): df[a] = v
             if gpu is not None:
@@ -510,21 +544,26 @@ class ProfileRecord:
         "The report's numbers, in seconds: one row per phase/action/step (from the stages that ended)"
         self.fold()
         fit_total,rows,gpu = self.fit_total,[],self.gpu_stats or {}
-        tokens = self.tokens if any(self.tokens.values()) else None  # a Tokens/Second column only where batches were token ids
+        # a Tokens/Second column only where batches were token ids
+        tokens = self.tokens if any(self.tokens.values()) else None
         nan = math.nan
         def per_second(counts, row, s):
-            n = (counts[Row('fit','train')] + counts[Row('fit','valid')]) if row in (Row('fit','fit'),Row('fit','epoch')) else counts[row]
+            n = ((counts[Row('fit','train')] + counts[Row('fit','valid')])
+                 if row in (Row('fit','fit'),Row('fit','epoch')) else counts[row])
             return n/s.total if (n and s.total > 0 and 'other' not in (row.action, row.step)) else nan
         for row,s in self.stats.items():
             if s.n == 0 and row != Row('fit','fit'): continue
-            # GPU time per row, when CUDA events were recorded (on one batch in `gpu_every`: the total is the mean times the batches)
+            # GPU time per row, when CUDA events were recorded (on one batch in `gpu_every`: the total is the mean times
+            # the batches)
             g = gpu.get(row)
             rows.append(ResultRow(row, s.mean if s.n else nan, s.std, s.n, per_second(self.samples, row, s), s.total,
                                   100*s.total/fit_total if fit_total > 0 else nan, *s.quantiles((.5, .9, .99)),
                                   s.min if s.n else nan, s.max if s.n else nan,
                                   *((g.mean, g.mean*s.n) if g is not None and g.n else (nan, nan)),
                                   tokens_per_s=nan if tokens is None else per_second(tokens, row, s)))
-        return results_frame(rows, (('gpu_mean','gpu_total') if self.gpu_stats else ()) + (('tokens_per_s',) if tokens is not None else ()))
+        return results_frame(rows,
+                             (('gpu_mean','gpu_total') if self.gpu_stats else ())
+                             + (('tokens_per_s',) if tokens is not None else ()))
 
 def _state_keys(cls) -> tuple:
     "The attributes `cls.state()` keeps: those `__init__` makes, less `TRANSIENT`, then `CLASS_STATE`"
@@ -533,14 +572,17 @@ def _state_keys(cls) -> tuple:
 ProfileRecord.STATE_KEYS = _state_keys(ProfileRecord)  # derived: a new attribute is kept unless declared transient
 
 # %% ../../nbs/03_record.ipynb #d72c9558
-GPU_COLS = ('draw','batch','forward','predict','loss','backward','opt_step','zero_grad','other')  # columns of `gpu_ring`
+# columns of `gpu_ring`
+GPU_COLS = ('draw','batch','forward','predict','loss','backward','opt_step','zero_grad','other')
 
 # %% ../../nbs/03_record.ipynb #1068ff01
 KEY_COLUMNS = ['Phase','Action','Step']  # the columns of a results row's `Row`
 # `ResultRow` field -> column: those of every results table, in order; then those some have (CUDA events; FLOPs known)
-RESULT_COLUMNS = {'mean':'Mean Duration', 'std':'Duration Std Dev', 'calls':'Number of Calls', 'samples_per_s':'Samples/Second',
-                  'total':'Total Time', 'percent':'Percent of Total', 'p50':'P50', 'p90':'P90', 'p99':'P99', 'min':'Min', 'max':'Max'}
-EXTRA_COLUMNS = {'gpu_mean':'GPU Mean Duration', 'gpu_total':'GPU Total Time', 'flops_per_s':'FLOP/s', 'tokens_per_s':'Tokens/Second'}
+RESULT_COLUMNS = {'mean':'Mean Duration', 'std':'Duration Std Dev', 'calls':'Number of Calls',
+                  'samples_per_s':'Samples/Second', 'total':'Total Time', 'percent':'Percent of Total', 'p50':'P50',
+                  'p90':'P90', 'p99':'P99', 'min':'Min', 'max':'Max'}
+EXTRA_COLUMNS = {'gpu_mean':'GPU Mean Duration', 'gpu_total':'GPU Total Time', 'flops_per_s':'FLOP/s',
+                 'tokens_per_s':'Tokens/Second'}
 
 class ResultRow(NamedTuple):
     "One row of the results, its columns by name (seconds; NaN where the results have no value)"
@@ -556,7 +598,8 @@ def _result_row(d:dict) -> ResultRow:
     return ResultRow(Row.of(d), **v)
 
 def result_rows(results:pd.DataFrame) -> list:
-    "Every row of `results` (`ProfileRecord.results()`, `learn.simple_profile_results`, its CSV read back) as a `ResultRow`"
+    """Every row of `results` (`ProfileRecord.results()`, `learn.simple_profile_results`, its CSV read back) as a
+    `ResultRow`"""
     return [_result_row(d) for d in results.to_dict('records')]
 
 def result_row(results:pd.DataFrame, row:Row) -> ResultRow|None:
@@ -564,7 +607,9 @@ def result_row(results:pd.DataFrame, row:Row) -> ResultRow|None:
     return next((r for r in result_rows(results) if r.row == row), None)
 
 def results_frame(rows:list, extra=()) -> pd.DataFrame:
-    "`ResultRow`s as a results DataFrame: the key columns, every `RESULT_COLUMNS` column, and the `extra` fields' columns"
+    """`ResultRow`s as a results DataFrame: the key columns, every `RESULT_COLUMNS` column, and the `extra` fields'
+    columns"""
     d = {c:[r.row[i] for r in rows] for i,c in enumerate(KEY_COLUMNS)}
-    d.update({c:[getattr(r, f) for r in rows] for f,c in {**RESULT_COLUMNS, **{f:EXTRA_COLUMNS[f] for f in extra}}.items()})
+    d.update({c:[getattr(r, f) for r in rows]
+              for f,c in {**RESULT_COLUMNS, **{f:EXTRA_COLUMNS[f] for f in extra}}.items()})
     return pd.DataFrame(d)

@@ -16,7 +16,8 @@ __all__ = ['LogHistogram', 'StreamingStats', 'update_columns']
 # %% ../../nbs/01_stats.ipynb #37f1ff93
 _SMALL = 16  # at most this many values: updated in plain Python (numpy's per-call cost dominates there)
 
-_GEOMETRY = {}  # (lo, hi, rel_err) -> (log lo, log bucket ratio, buckets): worked out once (a record makes two dozen histograms a fit)
+# (lo, hi, rel_err) -> (log lo, log bucket ratio, buckets): worked out once (a record makes two dozen histograms a fit)
+_GEOMETRY = {}
 
 class LogHistogram:
     "Fixed-size histogram with log-spaced buckets from `lo` to `hi` (seconds)"
@@ -32,7 +33,8 @@ class LogHistogram:
             log_lo,log_g = math.log(lo),math.log1p(rel_err)
             g = _GEOMETRY[(lo, hi, rel_err)] = (log_lo, log_g, int(math.ceil((math.log(hi)-log_lo)/log_g)))
         self.lo,self.hi,(self._log_lo,self._log_g,self.n_buckets) = lo,hi,g
-        self._counts,self._pending = None,array('d')  # the counts, made when first read; values not yet counted (8 bytes each)
+        # the counts, made when first read; values not yet counted (8 bytes each)
+        self._counts,self._pending = None,array('d')
 
     _PENDING = 4096  # values held before they are counted (one vectorized pass)
     @property
@@ -64,14 +66,15 @@ class LogHistogram:
         self._count(xs[~np.isnan(xs)])
 
     def _update_small(self, vals:list):
-        """`update` for a few values (a phase of a short fit): held, and counted with the next ones in one vectorized pass when the counts
-        are read"""
+        """`update` for a few values (a phase of a short fit): held, and counted with the next ones in one vectorized
+        pass when the counts are read"""
         self._pending.extend(vals)
         if len(self._pending) > self._PENDING: self.counts
 
     def merge(self, other:LogHistogram):
         "Add the counts of `other` (same buckets)"
-        if other.n_buckets != self.n_buckets or other.lo != self.lo: raise ValueError("Histograms with different buckets")
+        if other.n_buckets != self.n_buckets or other.lo != self.lo:
+            raise ValueError("Histograms with different buckets")
         self.counts += other.counts
 
     def quantile(self, q:float) -> float:
@@ -79,14 +82,17 @@ class LogHistogram:
         return self.quantiles((q,))[0]
 
     def quantiles(self, qs) -> list:
-        """`quantile` of each of `qs`, the counts read once; with nothing counted yet but a few values held, from those values sorted (the
-        same buckets)"""
-        if self._counts is None and len(self._pending) <= self._PENDING:  # the bucket is monotonic in the value: the rank-th value's bucket
+        """`quantile` of each of `qs`, the counts read once; with nothing counted yet but a few values held, from those
+        values sorted (the same buckets)"""
+        # the bucket is monotonic in the value: the rank-th value's bucket
+        if self._counts is None and len(self._pending) <= self._PENDING:
             vals = sorted(x for x in self._pending if x == x)
             n,lo,last = len(vals),self.lo,self.n_buckets-1
             if n == 0: return [math.nan]*len(qs)
-            bs = [min(max(int(math.floor((math.log(max(vals[min(max(int(math.ceil(q*n)), 1), n) - 1], lo)) - self._log_lo)/self._log_g)),
-                          0), last)
+            bs = [min(max(int(math.floor((math.log(max(vals[min(max(int(math.ceil(q*n)), 1), n) - 1],
+                                                       lo)) - self._log_lo)/self._log_g)),
+                          0),
+                      last)
                   for q in qs]
         else:
             c = np.cumsum(self.counts)
@@ -139,7 +145,8 @@ class StreamingStats:
         return self
 
     def _add(self, nb:int, mb:float, m2b:float, tot:float, lo:float, hi:float):
-        "Fold in `nb` values of mean `mb`, squared deviations `m2b` from it, sum `tot`, min `lo` and max `hi` (the histogram apart)"
+        """Fold in `nb` values of mean `mb`, squared deviations `m2b` from it, sum `tot`, min `lo` and max `hi` (the
+        histogram apart)"""
         n = self.n + nb
         delta = mb - self.mean
         self.mean += delta*nb/n
@@ -170,11 +177,12 @@ class StreamingStats:
 
 
 # %% ../../nbs/01_stats.ipynb #52f09d6c
-_SMALL_ROWS = 64  # at most this many rows: `update_columns` in plain Python (in a fit, each numpy call costs 10-20 µs: cold caches)
+# at most this many rows: `update_columns` in plain Python (in a fit, each numpy call costs 10-20 µs: cold caches)
+_SMALL_ROWS = 64
 
 def update_columns(stats:list, xs) -> list:
-    """Fold column `j` of `xs` (n rows x k columns: an array or lists) into `stats[j]` (NaNs skipped), in plain Python for a few rows, else
-    a dozen numpy calls for all the columns; each column's sum"""
+    """Fold column `j` of `xs` (n rows x k columns: an array or lists) into `stats[j]` (NaNs skipped), in plain Python
+    for a few rows, else a dozen numpy calls for all the columns; each column's sum"""
     if len(xs) <= _SMALL_ROWS:  # a short phase: plain Python per column (as `update` does)
         sums = []
         for s,col in zip(stats, zip(*(xs.tolist() if isinstance(xs, np.ndarray) else xs))):

@@ -22,9 +22,10 @@ TOKEN_DTYPES = (torch.int64, torch.int32, torch.int16)  # what token ids are sto
 def _named(x, name:str) -> bool: return any(c.__name__ == name for c in type(x).__mro__)
 
 def token_ids(xb, model=None) -> torch.Tensor|None:
-    """The token ids in batch inputs `xb`, or None: its one input, a 2-d integer tensor (batch, sequence) that fastai typed as text
-    (`TensorText`) or that `model` embeds (it has an `nn.Embedding`)"""
-    if not isinstance(xb, (tuple, list)) or len(xb) != 1: return None  # tabular batches: categorical and continuous inputs
+    """The token ids in batch inputs `xb`, or None: its one input, a 2-d integer tensor (batch, sequence) that fastai
+    typed as text (`TensorText`) or that `model` embeds (it has an `nn.Embedding`)"""
+    # tabular batches: categorical and continuous inputs
+    if not isinstance(xb, (tuple, list)) or len(xb) != 1: return None
     x = xb[0]
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in TOKEN_DTYPES: return None
     if _named(x, 'TensorText'): return x  # fastai's text types (`LMTensorText` is one)
@@ -32,7 +33,8 @@ def token_ids(xb, model=None) -> torch.Tensor|None:
     return None
 
 # %% ../../nbs/06b_tokens.ipynb #51a0ba1b
-_PADDERS = ('pad_input', 'pad_input_chunk', 'pad_chunk', 'Pad_Input', 'Pad_Chunk')  # fastai's, whose `pad_idx` defaults to 1
+# fastai's, whose `pad_idx` defaults to 1
+_PADDERS = ('pad_input', 'pad_input_chunk', 'pad_chunk', 'Pad_Input', 'Pad_Chunk')
 
 def _pad_of(f) -> int|None:
     "The `pad_idx` of a `before_batch` transform `f`, if it pads"
@@ -46,8 +48,8 @@ def _pad_of(f) -> int|None:
     return 1 if name in _PADDERS or type(f).__name__ in _PADDERS else None
 
 def pad_index(dl) -> tuple:
-    """`(pad_idx, source)`: the token that pads loader `dl`'s batches and what says so; `(None, source)` for a loader that never pads,
-    `(None, '')` when nothing says"""
+    """`(pad_idx, source)`: the token that pads loader `dl`'s batches and what says so; `(None, source)` for a loader
+    that never pads, `(None, '')` when nothing says"""
     if dl is None: return None,''
     if _named(dl, 'LMDataLoader'): return None,'LMDataLoader: one contiguous stream of tokens, no padding'
     for f in getattr(getattr(dl, 'before_batch', None), 'fs', None) or ():
@@ -85,7 +87,8 @@ class TokenCounter:
         self.counts,self.every,self._n,self._pads = TokenPhase(pad_idx, source),every,0,None
 
     def add(self, x:torch.Tensor):
-        "After each batch of token ids `x`: a counter check; on a sampled batch its pad tokens are counted, without a sync"
+        """After each batch of token ids `x`: a counter check; on a sampled batch its pad tokens are counted, without a
+        sync"""
         n = self._n
         self._n = n + 1
         c = self.counts
@@ -101,21 +104,23 @@ class TokenCounter:
 
 # %% ../../nbs/06b_tokens.ipynb #1c0458f4
 def tokens_line(record, tokens:dict) -> str|None:
-    "The diagnosis' line on tokens: tokens/s per phase, tokens a sample, the padding share; None without token-id batches"
+    """The diagnosis' line on tokens: tokens/s per phase, tokens a sample, the padding share; None without token-id
+    batches"""
     tok = getattr(record, 'tokens', None) or {}
     rates = []
     for p,name in (('train','training'),('valid','validation')):
         r = Row(p,'batch')
         st,n,k = record.stats[r],tok.get(r, 0),record.samples[r]
-        if n and st.total > 0: rates.append(f"{fmt_rate(n/st.total)} tokens/s in {name}" + (f" ({fmt_num(n/k)} a sample)" if k else ''))
+        if n and st.total > 0:
+            rates.append(f"{fmt_rate(n/st.total)} tokens/s in {name}" + (f" ({fmt_num(n/k)} a sample)" if k else ''))
     if not rates: return None
     out = f"Tokens: {', '.join(rates)}"
     tp = tokens.get('train') or next(iter(tokens.values()), None)
     if tp is not None:
         sh = tp.pad_share
         if tp.pad_idx is None and tp.source: out += f"; no padding ({tp.source})"
-        elif sh is not None: out += (f"; padding: {fmt_pct(sh)} of the tokens in {tp.sampled} sampled "
-                                     f"batch{'es' if tp.sampled != 1 else ''} "
-                                    f"(token {tp.pad_idx}, from {tp.source})" + (": the model spends about that share of its work on "
-                                                                                 "padding" if sh >= 10 else ''))
+        elif sh is not None:
+            out += (f"; padding: {fmt_pct(sh)} of the tokens in {tp.sampled} sampled "
+                    f"batch{'es' if tp.sampled != 1 else ''} (token {tp.pad_idx}, from {tp.source})"
+                    + (": the model spends about that share of its work on padding" if sh >= 10 else ''))
     return out + '.'

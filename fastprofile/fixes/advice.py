@@ -35,8 +35,9 @@ def _plain(o) -> bool:
     "True when a deep copy of `o` copies its `__dict__` as it is (a module, or no copy protocol of its own)"
     if isinstance(o, nn.Module): return True
     t = type(o)
-    return (getattr(t, '__getstate__', object.__getstate__) is object.__getstate__ and t.__reduce_ex__ is object.__reduce_ex__
-            and t.__reduce__ is object.__reduce__ and not hasattr(t, '__deepcopy__'))
+    return (getattr(t, '__getstate__', object.__getstate__) is object.__getstate__
+            and t.__reduce_ex__ is object.__reduce_ex__ and t.__reduce__ is object.__reduce__
+            and not hasattr(t, '__deepcopy__'))
 
 def _put_back(o, c, back):
     "Give `o` the state of its copy `c`, in place; a reference to a copy in it becomes one to its original (`back`)"
@@ -57,7 +58,8 @@ def _put_back(o, c, back):
         o.__dict__.clear(); o.__dict__.update((k, back(v)) for k,v in c.__dict__.items())
 
 class _StateCopy:
-    "Deep copies of the state of `dicts` (each object's `__dict__`), to be put back into the same objects; `shared` is never copied"
+    """Deep copies of the state of `dicts` (each object's `__dict__`), to be put back into the same objects; `shared` is
+    never copied"""
     def __init__(self, dicts, shared):
         self.pairs = [(d, dict(d)) for d in dicts]  # the same objects under the same names
         for d in dicts:
@@ -89,31 +91,38 @@ class _LearnerState:
         self.state = _StateCopy([cb.__dict__ for cb in self.cbs] + [mt.__dict__ for mt in self.metrics],
                                 _shared(learn, self.cbs, self.metrics))
         self.weights = {k:v.detach().clone() for k,v in m.state_dict().items()}
-        self.layouts = [(t, t.stride()) for t in [*m.parameters(), *m.buffers()]]  # `model.to(memory_format=...)` changes them in place
+        # `model.to(memory_format=...)` changes them in place
+        self.layouts = [(t, t.stride()) for t in [*m.parameters(), *m.buffers()]]
         self.grad_copies = [(p, None if p.grad is None else p.grad.detach().clone()) for p in m.parameters()]
         self.modes,self.grads = [x.training for x in m.modules()],[p.requires_grad for p in m.parameters()]
         self.opt = learn.opt
         self.opt_state = deepcopy(self.opt.state_dict()) if self.opt is not None else None
         self.frozen_idx = getattr(self.opt, 'frozen_idx', None)
-        self.opt_parts = dict(self.opt.__dict__) if self.opt is not None else {}  # the containers `load_state_dict` replaces
-        self.dls = [(dl, dict(dl.__dict__), dl.rng, dl.rng.getstate() if isinstance(getattr(dl, 'rng', None), random.Random) else None,
-                     dict(dl.fake_l.__dict__) if hasattr(dl, 'fake_l') else None) for dl in _loaders(learn)]
+        # the containers `load_state_dict` replaces
+        self.opt_parts = dict(self.opt.__dict__) if self.opt is not None else {}
+        self.dls = [(dl, dict(dl.__dict__), dl.rng,
+                     dl.rng.getstate() if isinstance(getattr(dl, 'rng', None), random.Random) else None,
+                     dict(dl.fake_l.__dict__) if hasattr(dl, 'fake_l') else None)
+                    for dl in _loaders(learn)]
         self.rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
                      torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
 
     def restore(self, quiet:bool=False):
         "Put everything back; what fails is raised after the rest is back (with `quiet`: warned)"
         errors = []
-        for step in (self.put_learner, self.put_callbacks, self.put_model, self.put_optimizer, self.put_loaders, self.put_rngs):
+        for step in (self.put_learner, self.put_callbacks, self.put_model, self.put_optimizer, self.put_loaders,
+                     self.put_rngs):
             try: step()
             except Exception as e: errors.append((step.__name__[4:], e))
         if not errors: return
         if quiet:
-            for what,e in errors: warnings.warn(f"fastprofile: putting back the learner's {what} failed ({type(e).__name__}: {e})")
+            for what,e in errors:
+                warnings.warn(f"fastprofile: putting back the learner's {what} failed ({type(e).__name__}: {e})")
         else: raise errors[0][1]
 
     def put_learner(self):
-        "The learner's attributes and its `cbs` (the same `L`, with the same callbacks); callbacks added in the block are unbound"
+        """The learner's attributes and its `cbs` (the same `L`, with the same callbacks); callbacks added in the block
+        are unbound"""
         learn = self.learn
         for cb in list(learn.cbs):
             if cb not in self.cbs: cb.learn = None  # added inside the block
@@ -168,7 +177,8 @@ class _LearnerState:
 # %% ../../nbs/18_advice.ipynb #2995a6f0
 @contextmanager
 def preserved(learn:Learner):
-    "On leaving, however the block ends, put `learn` (model, optimizer, callbacks, Recorder, loaders, RNGs) back as it was"
+    """On leaving, however the block ends, put `learn` (model, optimizer, callbacks, Recorder, loaders, RNGs) back as it
+    was"""
     check_type('learn', learn, Learner, 'a fastai Learner')  # at `with preserved(learn)`, before anything is saved
     state = _LearnerState(learn)
     try: yield learn
@@ -184,7 +194,8 @@ SIDE_EFFECT_CBS = ('CSVLogger','WandbCallback','TensorBoardCallback','TensorBoar
 RESOURCES = ('host','per_batch','input','copy','batch_tfms','compute','optimizer','callbacks','outside','compile')
 
 class _Window(Callback):
-    "Stop training after `n_train` batches and validation after `n_valid`; the whole fit at `deadline` (a `time.perf_counter()` reading)"
+    """Stop training after `n_train` batches and validation after `n_valid`; the whole fit at `deadline` (a
+    `time.perf_counter()` reading)"""
     order = 1001  # after the profiler pair closed the batch
     def __init__(self, n_train, n_valid, deadline=None): store_attr()
     def before_train(self): self.seen = 0
@@ -223,9 +234,11 @@ class AdviceCheck:
         return self.measured/self.predicted - 1 if self.predicted else math.nan
     def summary(self) -> str:
         "The change, predicted and measured speedups, in two lines"
-        if self.change is None: return f"No automatic change for this advice: {self.finding.fix if self.finding else self.diagnosis.knob}"
+        if self.change is None:
+            return f"No automatic change for this advice: {self.finding.fix if self.finding else self.diagnosis.knob}"
         return (f"Change: {self.change}\nPredicted: {self.predicted:.2f}x  Measured: {self.measured:.2f}x "
-                f"({fmt_time(self.before)} -> {fmt_time(self.after)} per {self.unit}; prediction off by {fmt_pct(100*abs(self.error))})")
+                f"({fmt_time(self.before)} -> {fmt_time(self.after)} per {self.unit}; prediction off by "
+                f"{fmt_pct(100*abs(self.error))})")
     def _repr_html_(self):
         c = self.comparison
         return f'<pre>{html.escape(self.summary())}</pre>' + ('' if c is None else c._repr_html_())
@@ -235,8 +248,10 @@ class AdviceCheck:
 
 # %% ../../nbs/18_advice.ipynb #43e7990f
 class BuiltInWorkers:
-    "A loader's `create_batch` followed by one of its batch transforms: the transform runs where the batch is built (a worker)"
-    def __init__(self, dl, tfm, prev=None): self.dl,self.tfm,self.prev = dl,tfm,prev  # `prev`: a `create_batch` set on the loader
+    """A loader's `create_batch` followed by one of its batch transforms: the transform runs where the batch is built (a
+    worker)"""
+    # `prev`: a `create_batch` set on the loader
+    def __init__(self, dl, tfm, prev=None): self.dl,self.tfm,self.prev = dl,tfm,prev
     def __call__(self, b):
         b = self.prev(b) if self.prev is not None else type(self.dl).create_batch(self.dl, b)
         if not isinstance(self.tfm, Transform): return self.tfm(b)  # a plain function, as `DataLoader` calls it
@@ -244,8 +259,9 @@ class BuiltInWorkers:
     def __repr__(self): return f"create_batch, then {self.tfm!r}"
 
 def move_to_workers(dl, name:str) -> bool:
-    """Take the batch transform `name` (as the breakdown names it) out of loader `dl`'s `after_batch` (a `Pipeline`, or a plain function
-    given as `DataLoader(after_batch=fn)`) and run it after `create_batch`, in the workers; False if `dl` has none"""
+    """Take the batch transform `name` (as the breakdown names it) out of loader `dl`'s `after_batch` (a `Pipeline`, or
+    a plain function given as `DataLoader(after_batch=fn)`) and run it after `create_batch`, in the workers; False if
+    `dl` has none"""
     ab = getattr(dl, 'after_batch', None)
     if not isinstance(ab, Pipeline):
         if 'after_batch' not in dl.__dict__ or not callable(ab) or transform_names([ab]) != [name]: return False
@@ -254,13 +270,15 @@ def move_to_workers(dl, name:str) -> bool:
         return True
     f = next((f for n,f in zip(transform_names(ab.fs), ab.fs) if n == name), None)
     if f is None: return False
-    dl.after_batch = Pipeline([g for g in ab.fs if g is not f], split_idx=ab.split_idx)  # a new pipeline: the old one is left as it was
+    # a new pipeline: the old one is left as it was
+    dl.after_batch = Pipeline([g for g in ab.fs if g is not f], split_idx=ab.split_idx)
     dl.create_batch = BuiltInWorkers(dl, f, dl.__dict__.get('create_batch'))
     return True
 
 # %% ../../nbs/18_advice.ipynb #d1db88c9
 def _run_window(learn, n_train, n_valid, lr, deadline=None):
-    "Profile a fit of `n_train` training and `n_valid` validation batches (cut at `deadline`), with a breakdown; its `ProfileResult`"
+    """Profile a fit of `n_train` training and `n_valid` validation batches (cut at `deadline`), with a breakdown; its
+    `ProfileResult`"""
     learn.add_cb(_Window(n_train, n_valid, deadline))
     learn.profile(breakdown=True, show_report=False, logger_callback=None, save_csv=False)
     with warnings.catch_warnings():
@@ -289,11 +307,12 @@ def _finding(d, resource):
     "The first finding of the diagnosis `d` about `resource`"
     for f in d.findings:
         if f.resource == resource: return f
-    raise ValueError(f"No advice for {resource!r}: valid resources are {', '.join(repr(f.resource) for f in d.findings)}")
+    raise ValueError(f"No advice for {resource!r}: valid resources are "
+                     f"{', '.join(repr(f.resource) for f in d.findings)}")
 
 def _given(learn, resource):
-    """The finding the learner's last profile gave for `resource` (None: its verdict) with a change, as its report shows it: the change
-    `check_advice` applies; None without one, or without a profile of the loaders as they are now"""
+    """The finding the learner's last profile gave for `resource` (None: its verdict) with a change, as its report shows
+    it: the change `check_advice` applies; None without one, or without a profile of the loaders as they are now"""
     r = learn.__dict__.get('simple_profile')
     if r is None or not r.record.stats[Row('train','batch')].n: return None
     try: d = r.section('Diagnosis')
@@ -301,8 +320,10 @@ def _given(learn, resource):
     dls = _loaders(learn)
     W = dls[0].fake_l.num_workers if dls and hasattr(dls[0], 'fake_l') else None
     if not isinstance(d, Diagnosis) or W != d.numbers.get('num_workers'): return None  # the loaders changed since
-    if dls and r.facts is not None and getattr(dls[0], 'bs', None) != r.facts.batch_size: return None  # ... or their batch size
-    f = d.first if resource is None else next((f for f in d.findings if f.resource == resource and f.change is not None and f.offered), None)
+    # ... or their batch size
+    if dls and r.facts is not None and getattr(dls[0], 'bs', None) != r.facts.batch_size: return None
+    f = (d.first if resource is None
+         else next((f for f in d.findings if f.resource == resource and f.change is not None and f.offered), None))
     return f if f is not None and f.change is not None else None  # nothing to apply: the window's own finding
 
 # %% ../../nbs/18_advice.ipynb #378de43d
@@ -318,9 +339,11 @@ def check_advice(learn:Learner,
     n_valid = n_batches if n_valid is None else check_int('n_valid', n_valid, 1)
     if lr is not None: check_number('lr', lr, 0, lo_open=True)
     if resource is not None: check_choice('resource', resource, RESOURCES)
-    given = _given(learn, resource)  # what the learner's own report said: its change, with its values, is what is applied
+    # what the learner's own report said: its change, with its values, is what is applied
+    given = _given(learn, resource)
     with preserved(learn):
-        learn.remove_cbs([cb for cb in learn.cbs if type(cb).__name__ in SIDE_EFFECT_CBS or isinstance(cb, TrackerCallback)])
+        learn.remove_cbs([cb for cb in learn.cbs
+                          if type(cb).__name__ in SIDE_EFFECT_CBS or isinstance(cb, TrackerCallback)])
         r0 = _run_window(learn, n_batches, n_valid, lr)
         d = diagnose(r0, change=None if given is None else given.change)  # the window's model predicts that same change
         if given is None: c = d.findings[0] if resource is None else _finding(d, resource)
@@ -334,7 +357,8 @@ def check_advice(learn:Learner,
         s0,s1 = _per_sample(r0.record),_per_sample(r1.record)
         n = {p:s0[p][1] for p in s0}
         before,after = sum(n[p]*s0[p][0] for p in s0),sum(n[p]*s1[p][0] for p in s0 if p in s1)
-        return AdviceCheck(d, c.change, before/sum(n.values()), after/sum(n.values()), c.speedup, before/after, c, (r0, r1), 'sample')
+        return AdviceCheck(d, c.change, before/sum(n.values()), after/sum(n.values()), c.speedup, before/after, c,
+                           (r0, r1), 'sample')
     s0,s1 = _steady(r0.record),_steady(r1.record)
     n = {p:s0[p][1] for p in s0}
     before = sum(n[p]*s0[p][0] for p in s0)

@@ -41,7 +41,8 @@ def fmt_speedup(x:float) -> str:
 
 # %% ../../nbs/17b_compare.ipynb #ffc7a494
 class Steady(NamedTuple):
-    "A profile's steady-state training step: seconds per batch (draw + batch), samples per second, and the batches it rests on"
+    """A profile's steady-state training step: seconds per batch (draw + batch), samples per second, and the batches it
+    rests on"""
     step:float; samples_per_s:float; batches:int
 
 def steady_train(result:ProfileResult) -> Steady|None:
@@ -60,17 +61,21 @@ def train_batch_size(result:ProfileResult) -> float|None:
     return n/b if b else None
 
 def per_sample_needed(a:ProfileResult, b:ProfileResult) -> bool:
-    "True when `a` and `b` trained with different batch sizes: a time per batch or per call would compare different work"
+    """True when `a` and `b` trained with different batch sizes: a time per batch or per call would compare different
+    work"""
     ba,bb = train_batch_size(a),train_batch_size(b)
     return bool(ba and bb and ba != bb)
 
 # %% ../../nbs/17b_compare.ipynb #7675cac7
 def as_profile(x, name:str='a') -> ProfileResult:
-    "`x` as a `ProfileResult`: itself, a profiled `Learner`'s last profile, or a profile saved at a path (`load_profile`)"
+    """`x` as a `ProfileResult`: itself, a profiled `Learner`'s last profile, or a profile saved at a path
+    (`load_profile`)"""
     if isinstance(x, ProfileResult): return x
     if isinstance(x, (str, os.PathLike)) and not isinstance(x, bytes): return load_profile(x)
-    if isinstance(getattr(type(x), 'simple_profile', None), property): return x.simple_profile  # a Learner: says so if never profiled
-    raise TypeError(f"`{name}` must be a ProfileResult, a profiled Learner or the path of a saved profile, got {x!r} ({type(x).__name__})")
+    # a Learner: says so if never profiled
+    if isinstance(getattr(type(x), 'simple_profile', None), property): return x.simple_profile
+    raise TypeError(f"`{name}` must be a ProfileResult, a profiled Learner or the path of a saved profile, got {x!r} "
+                    f"({type(x).__name__})")
 
 # %% ../../nbs/17b_compare.ipynb #db8b6625
 _PHASE_ORDER = {'fit':0, 'train':1, 'valid':2}
@@ -78,22 +83,23 @@ PER_SAMPLE = 'Per sample'  # the time columns' label when the batch sizes differ
 
 def comparison_table(a:ProfileResult, b:ProfileResult, names=('before','after'), main:bool=False,
                      per_sample:bool|None=None) -> pd.DataFrame:
-    """Per row of either profile: the mean per call (per sample where the batch sizes differ) in `a` and in `b`, the change and its percent,
-    samples/s in each (numbers; NaN where a row is in one only)"""
+    """Per row of either profile: the mean per call (per sample where the batch sizes differ) in `a` and in `b`, the
+    change and its percent, samples/s in each (numbers; NaN where a row is in one only)"""
     na,nb = names
     if per_sample is None: per_sample = per_sample_needed(a, b)
     cols = ['Mean Duration','Samples/Second']
     ra,rb = (r[KEY_COLUMNS + cols] for r in (a.results, b.results))
     if main: ra,rb = ra[ra.Step == ''],rb[rb.Step == '']
-    keys = pd.concat([ra[KEY_COLUMNS], rb[KEY_COLUMNS]]).drop_duplicates()  # `a`'s rows in their order, then those of `b` only
+    # `a`'s rows in their order, then those of `b` only
+    keys = pd.concat([ra[KEY_COLUMNS], rb[KEY_COLUMNS]]).drop_duplicates()
     keys = keys.iloc[keys.Phase.map(lambda p: _PHASE_ORDER.get(p, 3)).argsort(kind='stable')]  # ... each in its phase
     t = keys.merge(ra, on=KEY_COLUMNS, how='left').merge(rb, on=KEY_COLUMNS, how='left', suffixes=(' a',' b'))
     m,s = (PER_SAMPLE if per_sample else col_label('Mean Duration')),col_label('Samples/Second')
     ra_,rb_ = t['Samples/Second a'],t['Samples/Second b']
     # per sample: a row's seconds per sample, the inverse of its samples/s (NaN for a row without samples: `other`)
     ma,mb = (1/ra_.where(ra_ > 0),1/rb_.where(rb_ > 0)) if per_sample else (t['Mean Duration a'],t['Mean Duration b'])
-    return pd.DataFrame({**{k:t[k] for k in KEY_COLUMNS}, f'{m} {na}':ma, f'{m} {nb}':mb, 'Δ':mb - ma, 'Δ%':100*(mb/ma - 1),
-                         f'{s} {na}':ra_, f'{s} {nb}':rb_})
+    return pd.DataFrame({**{k:t[k] for k in KEY_COLUMNS}, f'{m} {na}':ma, f'{m} {nb}':mb, 'Δ':mb - ma,
+                         'Δ%':100*(mb/ma - 1), f'{s} {na}':ra_, f'{s} {nb}':rb_})
 
 # %% ../../nbs/17b_compare.ipynb #3e5ae43d
 def _diagnosis(result):
@@ -108,11 +114,13 @@ def _speed_words(r:float) -> str:
     return f'{fmt_pct(100*(1/r - 1))} slower' if r > 1/1.5 else f'{1/r:.2f}x slower'
 
 def verdict_lines(a:ProfileResult, b:ProfileResult, names=('before','after')) -> list:
-    "The comparison in words: where the bottleneck went (the headline), the steady-state step then and now, the verdicts"
+    """The comparison in words: where the bottleneck went (the headline), the steady-state step then and now, the
+    verdicts"""
     (na,nb),(da,db) = names,(_diagnosis(a), _diagnosis(b))
     sa,sb = steady_train(a),steady_train(b)
-    if da is None or db is None: head = (f"No verdict to compare: the {na if da is None else nb} profile has no diagnosis (no training "
-                                         f"batch past the warm-up).")
+    if da is None or db is None:
+        head = (f"No verdict to compare: the {na if da is None else nb} profile has no diagnosis (no training "
+                f"batch past the warm-up).")
     elif da.verdict == db.verdict: head = (f"Still bound by {db.label}: {fmt_pct(da.first.share)} of the fit {na}, "
                                            f"{fmt_pct(db.first.share)} {nb}.")
     else: head = f"The bottleneck moved from {da.label} to {db.label}."
@@ -120,10 +128,11 @@ def verdict_lines(a:ProfileResult, b:ProfileResult, names=('before','after')) ->
     if sa is not None and sb is not None:
         words = (f"{fmt_rate(sa.samples_per_s)} -> {fmt_rate(sb.samples_per_s)} samples/s: "
                  f"{_speed_words(sb.samples_per_s/sa.samples_per_s)}.")
-        if per_sample_needed(a, b):  # a step of 64 samples against one of 32: per sample, or the words contradict the rates
+        # a step of 64 samples against one of 32: per sample, or the words contradict the rates
+        if per_sample_needed(a, b):
             ps = lambda s: 1/s.samples_per_s if s.samples_per_s > 0 else math.nan
-            out.append(f"Training step (steady state), per sample (batch size {train_batch_size(a):g} -> {train_batch_size(b):g}): "
-                       f"{fmt_time(ps(sa))} -> {fmt_time(ps(sb))} per sample, {words}")
+            out.append(f"Training step (steady state), per sample (batch size {train_batch_size(a):g} -> "
+                       f"{train_batch_size(b):g}): {fmt_time(ps(sa))} -> {fmt_time(ps(sb))} per sample, {words}")
         else: out.append(f"Training step (steady state): {fmt_time(sa.step)} -> {fmt_time(sb.step)} per batch, {words}")
     for n,d in ((na, da), (nb, db)):
         if d is None: continue
@@ -144,7 +153,8 @@ def _describe(result:ProfileResult) -> str:
                               f"{fmt_time(rec.fit_total)}"])
 
 class Comparison:
-    "Two profiles side by side: each row's mean before and after with its change, samples/s, and the verdict then and now"
+    """Two profiles side by side: each row's mean before and after with its change, samples/s, and the verdict then and
+    now"""
     def __init__(self, a:ProfileResult, b:ProfileResult, names=('before','after'), main:bool=False):
         self.a,self.b,self.names = a,b,tuple(names)
         self.table = comparison_table(a, b, self.names, main)
@@ -158,7 +168,8 @@ class Comparison:
 
     @property
     def slower_by(self) -> float:
-        "How much slower the steady-state training step is after, per sample, as a fraction (negative: faster; NaN if unknown)"
+        """How much slower the steady-state training step is after, per sample, as a fraction (negative: faster; NaN if
+        unknown)"""
         s = self.speedup
         return math.nan if _missing(s) or s <= 0 else 1/s - 1
 
@@ -168,13 +179,14 @@ class Comparison:
         na,nb = self.names
         per = per_sample_needed(self.a, self.b)
         m,s = (PER_SAMPLE if per else col_label('Mean Duration')),col_label('Samples/Second')
-        fmts = {f'{m} {na}':fmt_time, f'{m} {nb}':fmt_time, 'Δ':fmt_change_time, 'Δ%':fmt_change_pct, f'{s} {na}':fmt_rate,
-                f'{s} {nb}':fmt_rate}
-        what = (f"of each row's time per sample (the batch sizes differ: {train_batch_size(self.a):g} -> {train_batch_size(self.b):g})"
-                if per else "of each row's mean per call")
+        fmts = {f'{m} {na}':fmt_time, f'{m} {nb}':fmt_time, 'Δ':fmt_change_time, 'Δ%':fmt_change_pct,
+                f'{s} {na}':fmt_rate, f'{s} {nb}':fmt_rate}
+        what = (f"of each row's time per sample (the batch sizes differ: {train_batch_size(self.a):g} -> "
+                f"{train_batch_size(self.b):g})" if per else "of each row's mean per call")
         notes = [f"Δ: {nb} minus {na}, {what}; negative is faster.",
                  f"{na.capitalize()}: {_describe(self.a)}.", f"{nb.capitalize()}: {_describe(self.b)}."]
-        return ProfileReport(self.table, notes, [Section('Verdict', verdict_lines(self.a, self.b, self.names), self, headline=True)],
+        return ProfileReport(self.table, notes,
+                             [Section('Verdict', verdict_lines(self.a, self.b, self.names), self, headline=True)],
                              title=f'Profile comparison: {na} -> {nb}', formats=fmts)
 
     def plain(self, width:int=120) -> str:
@@ -196,7 +208,8 @@ def compare(a, # The profile before: a `ProfileResult`, a profiled `Learner`, or
             names=('before','after'), # What to call them
             rows:str='all', # 'all' the rows, or 'main': the actions, their steps left out
            ) -> Comparison:
-    "Two profiles side by side, per row and in the verdict: where the time went before and after, and where the bottleneck moved"
+    """Two profiles side by side, per row and in the verdict: where the time went before and after, and where the
+    bottleneck moved"""
     names = check_items('names', names, str, 'two names', 2)
     if len(names) != 2 or names[0] == names[1] or not all(n.strip() for n in names):
         raise ValueError(f"`names` must be two different non-empty names, got {names!r}")

@@ -44,7 +44,8 @@ def _workers(learn, n, trial):
     for dl in _loaders(learn):
         if hasattr(dl, 'fake_l'): dl.fake_l.num_workers = n
 
-def _batch_size(learn, bs, trial): _apply(learn, dict(kind='batch_size', value=bs))  # training and validation, as `check_advice`
+# training and validation, as `check_advice`
+def _batch_size(learn, bs, trial): _apply(learn, dict(kind='batch_size', value=bs))
 
 def _channels_last(learn, _, trial): learn.model.to(memory_format=torch.channels_last)
 
@@ -56,11 +57,13 @@ def _prefetch(learn, _, trial): learn.prefetch()
 
 def _to_fp16(learn, _, trial): learn.to_fp16()
 
-def _move_tfm(learn, change, trial): _apply(learn, change)  # the diagnosis' change: a batch transform run in the loader's workers
+# the diagnosis' change: a batch transform run in the loader's workers
+def _move_tfm(learn, change, trial): _apply(learn, change)
 
 # %% ../../nbs/18a_tune.ipynb #b7da5792
 class ValidateOnceCallback(Callback):
-    "Compute `metrics` on the validation set once, when a fit ends, instead of after every epoch; their values in `values`"
+    """Compute `metrics` on the validation set once, when a fit ends, instead of after every epoch; their values in
+    `values`"""
     order = Recorder.order + 1
     def __init__(self,
         metrics, # The metrics taken out of `learn.metrics`
@@ -68,9 +71,10 @@ class ValidateOnceCallback(Callback):
     def after_fit(self):
         if self.running or hasattr(self.learn, 'lr_finder') or hasattr(self.learn, 'gather_preds'): return
         learn,rec = self.learn,self.learn.recorder
-        # `validate` runs `before_fit` (the Recorder starts a new history) and `after_epoch`: the fit's history is put back
-        kept,final,mets = {k:getattr(rec, k) for k in Recorder._stateattrs + ('metric_names',)},getattr(learn, 'final_record',
-                                                                                                        None),learn.metrics
+        # `validate` runs `before_fit` (the Recorder starts a new history) and `after_epoch`: the fit's history is put
+        # back
+        kept,final,mets = ({k:getattr(rec, k) for k in Recorder._stateattrs + ('metric_names',)},
+                           getattr(learn, 'final_record', None),learn.metrics)
         self.running,learn.metrics = True,L(mets) + self.once
         try: res = learn.validate()
         finally:
@@ -93,12 +97,14 @@ def torch_optimizer(learn, gpu:bool=False):
     base,kw = (f.func, dict(f.keywords)) if isinstance(f, partial) else (f, {})
     dec = kw.get('decouple_wd', True)
     if base is Adam:
-        opt,args = (torch.optim.AdamW if dec else torch.optim.Adam),dict(betas=(kw.get('mom', .9), kw.get('sqr_mom', .99)),
-                    eps=kw.get('eps', 1e-5), weight_decay=kw.get('wd', .01))
+        opt,args = (torch.optim.AdamW if dec else torch.optim.Adam),dict(
+            betas=(kw.get('mom', .9), kw.get('sqr_mom', .99)), eps=kw.get('eps', 1e-5), weight_decay=kw.get('wd', .01))
     elif base is SGD and not (dec and kw.get('wd', 0.)):  # torch's SGD decays weights by L2 only
         opt,args = torch.optim.SGD,dict(momentum=kw.get('mom', 0.), weight_decay=kw.get('wd', 0.))
     else: return None
-    try: opt([torch.zeros(1, requires_grad=True, device='cuda' if gpu else 'cpu')], lr=1e-3, fused=True, **args); k = 'fused'
+    try:
+        opt([torch.zeros(1, requires_grad=True, device='cuda' if gpu else 'cpu')], lr=1e-3, fused=True, **args)
+        k = 'fused'
     except Exception: k = 'foreach'
     return partial(OptimWrapper, opt=opt, **args, **{k:True})
 
@@ -110,9 +116,9 @@ def _optimizer(learn, opt_func, trial):
         learn.create_opt()
         learn.opt.freeze_to(frozen)
 
-CHANGES = {'num_workers':_workers, 'batch_size':_batch_size, 'validate_once':_validate_once, 'remove_callback':_remove_callback,
-           'move_tfm':_move_tfm, 'channels_last':_channels_last, 'optimizer':_optimizer, 'compile':_compile, 'prefetch':_prefetch,
-           'to_fp16':_to_fp16}
+CHANGES = {'num_workers':_workers, 'batch_size':_batch_size, 'validate_once':_validate_once,
+           'remove_callback':_remove_callback, 'move_tfm':_move_tfm, 'channels_last':_channels_last,
+           'optimizer':_optimizer, 'compile':_compile, 'prefetch':_prefetch, 'to_fp16':_to_fp16}
 # the same training, faster: what `apply=True` keeps
 SAFE_CHANGES = ('num_workers','validate_once','move_tfm','channels_last','optimizer','compile','prefetch')
 
@@ -132,8 +138,10 @@ def _predict(phases:dict, step) -> float:
     return sum(ph.n*ph.step for ph in phases.values())/t if t > 0 else math.nan
 
 def _worker_counts(now:int, cpus:int, advised:int|None) -> list:
-    "Numbers of workers to try: 0, powers of two and the CPUs (and the diagnosis' advice), up to the CPUs; not the one in use"
-    ws = {0, cpus, *[2**i for i in range(8) if 2**i <= cpus]} | ({advised} if advised is not None and advised <= cpus else set())
+    """Numbers of workers to try: 0, powers of two and the CPUs (and the diagnosis' advice), up to the CPUs; not the one
+    in use"""
+    ws = {0, cpus, *[2**i for i in range(8) if 2**i <= cpus]} | ({advised} if advised is not None and advised <= cpus
+                                                                 else set())
     return sorted(ws - {now})
 
 # %% ../../nbs/18a_tune.ipynb #8ec52765
@@ -145,18 +153,20 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
     if W is not None and sys.platform != 'darwin':  # fastai runs no workers on macOS
         adv = d.change['value'] if d.change and d.change['kind'] == 'num_workers' else None
         for w in _worker_counts(W, f.cpus or 1, adv):
-            out.append(Change('num_workers', w, f'num_workers={w}', _predict(ph, lambda p, w=w: p.step_with(workers=w)) if known()
-                              else math.nan))
+            out.append(Change('num_workers', w, f'num_workers={w}',
+                              _predict(ph, lambda p, w=w: p.step_with(workers=w)) if known() else math.nan))
     bs,dl = f.batch_size,learn.dls.train
-    g = next((g for g in d.findings if (g.change or {}).get('kind') == 'batch_size'), None)  # the diagnosis' measured batch size
+    # the diagnosis' measured batch size
+    g = next((g for g in d.findings if (g.change or {}).get('kind') == 'batch_size'), None)
     if g is not None:
         n = g.change['value']
-        out.append(Change('batch_size', n, f'batch size {n}', g.speedup, 'it changes the optimisation: retune the learning rate'))
+        out.append(Change('batch_size', n, f'batch size {n}', g.speedup,
+                          'it changes the optimisation: retune the learning rate'))
     elif bs and len(getattr(dl, 'dataset', ())) >= 8*bs and (batch_growth is None or batch_growth >= 2):
         fixed = lambda p: p.optimizer + p.callbacks + p.receive  # per-batch work: paid once for twice the samples
         per = lambda p: (p.step - fixed(p)/2) if p.phase == 'train' else p.step
-        out.append(Change('batch_size', 2*bs, f'batch size {2*bs}', _predict(ph, per), 'it changes the optimisation: retune the learning '
-                                                                             'rate'))
+        out.append(Change('batch_size', 2*bs, f'batch size {2*bs}', _predict(ph, per),
+                          'it changes the optimisation: retune the learning rate'))
     for g in d.findings:
         k = (g.change or {}).get('kind')
         if k == 'remove_metric' and g.speedup >= MIN_GAIN:
@@ -167,11 +177,13 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
         elif k == 'remove_callback' and g.speedup >= MIN_GAIN:
             out.append(Change('remove_callback', g.change['name'], f'without {g.change["name"]}', g.speedup,
                               'what the callback does is lost'))
-    if f.model.get('conv2d') and not f.model.get('channels_last'): out.append(Change('channels_last', True, 'channels_last'))
+    if f.model.get('conv2d') and not f.model.get('channels_last'):
+        out.append(Change('channels_last', True, 'channels_last'))
     opt = None if isinstance(learn.opt_func, OptimWrapper) else torch_optimizer(learn, gpu)
     if opt is not None:
         k = 'fused' if opt.keywords.get('fused') else 'foreach'
-        out.append(Change('optimizer', opt, f'{k} {opt.keywords["opt"].__name__}', note='a new optimizer: its state starts afresh'))
+        out.append(Change('optimizer', opt, f'{k} {opt.keywords["opt"].__name__}',
+                          note='a new optimizer: its state starts afresh'))
     if gpu and not any(type(cb).__name__ == 'CudaPrefetchCallback' for cb in learn.cbs):
         cp = next((g.speedup for g in d.findings if g.resource == 'copy' and g.kind == 'model'), math.nan)
         out.append(Change('prefetch', True, 'learn.prefetch()', cp))
@@ -179,12 +191,13 @@ def candidates(learn:Learner, d:Diagnosis, compile:bool=False, batch_growth:floa
         out.append(Change('to_fp16', True, 'to_fp16()', note='half precision: check the loss and metrics'))
     if compile and not f.model.get('compiled'): out.append(Change('compile', True, 'torch.compile',
                                                                   note='the first batches compile the model'))
-    return sorted(out, key=lambda c: -c.predicted if not math.isnan(c.predicted) else 0.)  # stable: unpredicted ones keep their order
+    # stable: unpredicted ones keep their order
+    return sorted(out, key=lambda c: -c.predicted if not math.isnan(c.predicted) else 0.)
 
 # %% ../../nbs/18a_tune.ipynb #70b93b9d
 def _settled(t:np.ndarray, k:int) -> int:
-    """Leading entries of `t` (seconds per sample, in order) still warming up: until a block of `k` takes at most 1.5 times the median block
-    of the second half; at most half"""
+    """Leading entries of `t` (seconds per sample, in order) still warming up: until a block of `k` takes at most 1.5
+    times the median block of the second half; at most half"""
     if len(t) < 2*k: return 0
     half = t[len(t)//2:]
     ref = np.median([half[i:i+k].sum() for i in range(0, len(half) - k + 1, k)])
@@ -193,12 +206,12 @@ def _settled(t:np.ndarray, k:int) -> int:
     return i
 
 def per_sample(result:ProfileResult) -> dict:
-    """Per phase of a window: seconds per sample past the warm-up (draw + batch) and the samples; the median over blocks of consecutive
-    batches"""
-    # A block of at least 4 batches and twice the loader's workers: workers that start together deliver batches in bursts (one
-    # draw waits, the next finds its batch ready), which a block averages out; the median over blocks leaves out a burst of
-    # other work on the machine (with fewer than 3 blocks: the mean of all). Leading batches still slower than the settled
-    # speed (a shape autotuned for longer than the warm-up foresaw) are left out with the warm-up
+    """Per phase of a window: seconds per sample past the warm-up (draw + batch) and the samples; the median over blocks
+    of consecutive batches"""
+    # A block of at least 4 batches and twice the loader's workers: workers that start together deliver batches in
+    # bursts (one draw waits, the next finds its batch ready), which a block averages out; the median over blocks leaves
+    # out a burst of other work on the machine (with fewer than 3 blocks: the mean of all). Leading batches still slower
+    # than the settled speed (a shape autotuned for longer than the warm-up foresaw) are left out with the warm-up
     df,out = result.record.recent(),{}
     if not len(df): return out
     k = max(4, 2*((result.facts.num_workers or 0) if result.facts is not None else 0))
@@ -232,11 +245,12 @@ def _mean(*pss) -> dict:
 
 @dataclass
 class Trial:
-    """One change (or several together) measured in a window: its speedup against the baseline windows beside it, samples/s before and
-    after, and what trying it cost"""
+    """One change (or several together) measured in a window: its speedup against the baseline windows beside it,
+    samples/s before and after, and what trying it cost"""
     changes:list  # the `Change`s made
     status:str='measured'  # 'measured', 'cut short' (by the budget), 'skipped' or 'failed'
-    measured:float=math.nan  # speedup over the baseline windows measured before and after it, samples in the baseline's proportions
+    # speedup over the baseline windows measured before and after it, samples in the baseline's proportions
+    measured:float=math.nan
     before:float=math.nan; after:float=math.nan  # samples/s of the baseline windows beside it and of this one
     cost:float=math.nan  # seconds this trial took: the change, the window, putting the learner back (NaN: not tried)
     why:str=''  # why it was skipped, failed or cut short
@@ -249,21 +263,22 @@ class Trial:
 
     @property
     def off_by(self) -> float:
-        "How far the measured speedup is from the predicted one, in percent of the prediction (NaN: no prediction or no measure)"
+        """How far the measured speedup is from the predicted one, in percent of the prediction (NaN: no prediction or
+        no measure)"""
         p = self.changes[0].predicted if len(self.changes) == 1 else math.nan
         return 100*(self.measured/p - 1) if p > 0 and self.measured > 0 else math.nan
 
 # %% ../../nbs/18a_tune.ipynb #9da1cbcd
 def _warm_batches(learn:Learner, n_train:int) -> int:
-    """Batches of each phase a window runs before it is timed: its workers', 3 on a GPU (1 on a CPU), 2 more compiled; at most half of
-    `n_train`, fewer than the loader holds"""
+    """Batches of each phase a window runs before it is timed: its workers', 3 on a GPU (1 on a CPU), 2 more compiled;
+    at most half of `n_train`, fewer than the loader holds"""
     f = learner_facts(learn)
     w = (f.num_workers or 0) + (3 if f.on_gpu else 1) + (2 if f.model.get('compiled') else 0)
     return max(1, min(w, n_train//2, len(learn.dls.train) - 1))
 
 def _window(learn, n_train, n_valid, lr, deadline=None) -> tuple:
-    """Profile a fit of `n_train` training and `n_valid` validation batches past a warm-up of their own (cut at `deadline`): its
-    `ProfileResult` and the warm-up"""
+    """Profile a fit of `n_train` training and `n_valid` validation batches past a warm-up of their own (cut at
+    `deadline`): its `ProfileResult` and the warm-up"""
     warm = _warm_batches(learn, n_train)
     gc.collect()  # an earlier window's garbage is not collected inside this one
     learn.add_cb(_Window(n_train + warm, n_valid + warm, deadline))
@@ -275,9 +290,10 @@ def _window(learn, n_train, n_valid, lr, deadline=None) -> tuple:
     finally: learn.remove_cbs(learn._grab_cbs(_Window))
     return learn.simple_profile,warm
 
-def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, deadline=None, base:dict|None=None) -> Trial:
-    """Make `changes` on `learn` inside `preserved` and profile a warmed-up window of `n_train` + `n_valid` batches (cut at `deadline`); its
-    speedup over `base` (`per_sample`)"""
+def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, deadline=None,
+            base:dict|None=None) -> Trial:
+    """Make `changes` on `learn` inside `preserved` and profile a warmed-up window of `n_train` + `n_valid` batches (cut
+    at `deadline`); its speedup over `base` (`per_sample`)"""
     t0 = time.perf_counter()
     try:
         with preserved(learn):
@@ -296,11 +312,12 @@ def measure(learn:Learner, changes:list, n_train:int, n_valid:int, lr=None, dead
 
 # %% ../../nbs/18a_tune.ipynb #b576ae24
 class TuneResult:
-    """What `tune` measured: each change's speedup in a window against the baseline windows beside it, ranked; what it kept (`apply`);
-    before and after side by side"""
-    def __init__(self, trials, baseline:Trial, diagnosis:Diagnosis|None, kept=(), combined:Trial|None=None, budget:float=math.nan,
-                 elapsed:float=math.nan, windows:tuple=(), baselines:list|None=None):
-        self.trials = sorted(trials, key=lambda t: (math.isnan(t.measured), -(0. if math.isnan(t.measured) else t.measured)))
+    """What `tune` measured: each change's speedup in a window against the baseline windows beside it, ranked; what it
+    kept (`apply`); before and after side by side"""
+    def __init__(self, trials, baseline:Trial, diagnosis:Diagnosis|None, kept=(), combined:Trial|None=None,
+                 budget:float=math.nan, elapsed:float=math.nan, windows:tuple=(), baselines:list|None=None):
+        self.trials = sorted(trials,
+                             key=lambda t: (math.isnan(t.measured), -(0. if math.isnan(t.measured) else t.measured)))
         self.baseline,self.diagnosis,self.kept,self.combined = baseline,diagnosis,list(kept),combined
         # every baseline window, in order: the first, then one after each change
         self.baselines = list(baselines) if baselines is not None else [baseline]
@@ -319,25 +336,27 @@ class TuneResult:
 
     @property
     def drift(self) -> float:
-        "How much faster the last baseline window ran than the first, as a fraction (negative: slower; NaN with fewer than two)"
+        """How much faster the last baseline window ran than the first, as a fraction (negative: slower; NaN with fewer
+        than two)"""
         b = [t for t in self.baselines if t.samples]
         return speedup(b[0].samples, b[-1].samples) - 1 if len(b) > 1 else math.nan
 
     @property
     def table(self) -> pd.DataFrame:
-        """The ranked changes as numbers: predicted and measured speedups and how far apart (percent), samples/s before and after, seconds
-        trying cost, status"""
-        return pd.DataFrame([dict(Change=t.text, Kind=t.changes[0].kind, Predicted=t.changes[0].predicted, Measured=t.measured,
-                                  **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after, 'Cost':t.cost},
+        """The ranked changes as numbers: predicted and measured speedups and how far apart (percent), samples/s before
+        and after, seconds trying cost, status"""
+        return pd.DataFrame([dict(Change=t.text, Kind=t.changes[0].kind, Predicted=t.changes[0].predicted,
+                                  Measured=t.measured, **{'Off by':t.off_by, 'Samples/s before':t.before,
+                                                          'Samples/s after':t.after, 'Cost':t.cost},
                                   Status=t.status, Why=t.why)
                              for t in self.trials],
-                             columns=['Change','Kind','Predicted','Measured','Off by','Samples/s before','Samples/s after','Cost','Status',
-                                      'Why'])
+                            columns=['Change','Kind','Predicted','Measured','Off by','Samples/s before',
+                                     'Samples/s after','Cost','Status','Why'])
 
     @cached_property
     def comparison(self) -> Comparison|None:
-        """The baseline window and the window of what was kept (or of the best change), side by side (per sample where the batch sizes
-        differ)"""
+        """The baseline window and the window of what was kept (or of the best change), side by side (per sample where
+        the batch sizes differ)"""
         a = self.after
         if a is None or a.profile is None: return None
         return compare(self.baseline.profile, a.profile, names=('before', 'after'), rows='main')
@@ -347,46 +366,53 @@ class TuneResult:
         b,out = self.best,[]
         if self.kept:
             c = self.combined
-            together = f"{fmt_speedup(c.measured)} measured together" if len(self.kept) > 1 else f"{fmt_speedup(c.measured)} measured"
+            together = (f"{fmt_speedup(c.measured)} measured together" if len(self.kept) > 1
+                        else f"{fmt_speedup(c.measured)} measured")
             out.append(f"Kept: {', '.join(f'`{k.text}`' for k in self.kept)}: {together}.")
         elif b is not None:
-            pred = f" (predicted {fmt_speedup(b.changes[0].predicted)})" if not math.isnan(b.changes[0].predicted) else ''
-            out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep it with "
-                       f"`tune(apply=True)` or by hand.")
+            pred = (f" (predicted {fmt_speedup(b.changes[0].predicted)})" if not math.isnan(b.changes[0].predicted)
+                    else '')
+            out.append(f"Fastest: `{b.text}`, {fmt_speedup(b.measured)} measured{pred}; the learner is as it was: keep "
+                       "it with `tune(apply=True)` or by hand.")
         else: out.append("No change measured 5% faster or more: the learner is as it was.")
         if self.diagnosis is not None:
-            out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the window.")
+            out.append(f"Baseline: bound by {self.diagnosis.label}, {fmt_pct(self.diagnosis.first.share)} of the "
+                       "window.")
         bs,dr = [t for t in self.baselines if t.samples],self.drift
         if len(bs) > 1:
             out.append(f"Baseline windows, one before and after each change: {len(bs)}, {fmt_rate(bs[0].after)} -> "
-                       f"{fmt_rate(bs[-1].after)} samples/s first to last ({fmt_change_pct(100*dr)}); each change is measured against the "
-                       "two beside it"
+                       f"{fmt_rate(bs[-1].after)} samples/s first to last ({fmt_change_pct(100*dr)}); each change is "
+                       "measured against the two beside it"
                        + (": the machine's speed changed while tuning (other work on it?); measure again where it is "
                           "quiet." if abs(dr) > DRIFT else '.'))
         for t in self.trials:
             if t.status != 'measured': out.append(f"`{t.text}`: {t.status}" + (f" ({t.why})" if t.why else '') + '.')
         for t in self.trials:
-            if t.status == 'measured' and t.measured >= MIN_GAIN and t.changes[0].note: out.append(f"`{t.text}`: {t.changes[0].note}.")
+            if t.status == 'measured' and t.measured >= MIN_GAIN and t.changes[0].note:
+                out.append(f"`{t.text}`: {t.changes[0].note}.")
         n,v = self.windows or ('?', '?')
         w = sorted({t.warmup for t in [*self.baselines, *self.trials] if t.profile is not None})
         warm = f" past {w[0]}{f'-{w[-1]}' if len(w) > 1 else ''} warm-up batches each" if w else ''
-        out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it was, samples "
-                   f"in the baseline's proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} budget.")
+        out.append(f"Each measured in a window of {n} training and {v} validation batches{warm} from the learner as it "
+                   f"was, samples in the baseline's proportions; {fmt_time(self.elapsed)} of a {fmt_time(self.budget)} "
+                   "budget.")
         return out
 
     @property
     def report(self) -> ProfileReport:
         "The ranked table and its lines as a `ProfileReport` (rich text, HTML, plain text, markdown)"
-        rows = [dict(Phase='measured, fastest first' if t.status in ('measured',) else 'not measured', Action=t.text, Step='',
-                     Predicted=t.changes[0].predicted, Measured=t.measured,
+        rows = [dict(Phase='measured, fastest first' if t.status in ('measured',) else 'not measured', Action=t.text,
+                     Step='', Predicted=t.changes[0].predicted, Measured=t.measured,
                      **{'Off by':t.off_by, 'Samples/s before':t.before, 'Samples/s after':t.after}, Cost=t.cost)
                 for t in self.trials]
-        df = pd.DataFrame(rows, columns=['Phase','Action','Step','Predicted','Measured','Off by','Samples/s before','Samples/s after',
-                                         'Cost'])
-        df = df.iloc[df.Phase.map({'measured, fastest first':0, 'not measured':1}).argsort(kind='stable')].reset_index(drop=True)
+        df = pd.DataFrame(rows, columns=['Phase','Action','Step','Predicted','Measured','Off by','Samples/s before',
+                                         'Samples/s after','Cost'])
+        df = df.iloc[df.Phase.map({'measured, fastest first':0, 'not measured':1}).argsort(
+            kind='stable')].reset_index(drop=True)
         fmts = dict(Predicted=fmt_speedup, Measured=fmt_speedup,
                     **{'Off by':fmt_change_pct, 'Samples/s before':fmt_rate, 'Samples/s after':fmt_rate}, Cost=fmt_time)
-        return ProfileReport(df, [], [Section('Tune', self.lines(), self, headline=True)], title='Tune: changes measured', formats=fmts)
+        return ProfileReport(df, [], [Section('Tune', self.lines(), self, headline=True)],
+                             title='Tune: changes measured', formats=fmts)
 
     def plain(self, width:int=120) -> str:
         "The table, its lines and the before/after comparison as plain text"
@@ -427,15 +453,18 @@ def _keep(trials, kinds) -> list:
     best = {}
     for t in trials:
         k = t.changes[0].kind
-        if len(t.changes) == 1 and k in kinds and t.status == 'measured' and t.measured >= MIN_GAIN and t.measured > best.get(k, (0,))[0]:
+        if (len(t.changes) == 1 and k in kinds and t.status == 'measured' and t.measured >= MIN_GAIN
+            and t.measured > best.get(k, (0,))[0]):
             best[k] = (t.measured, t)
     return [t for _,t in sorted(best.values(), key=lambda mt: -mt[0])]
 
 # %% ../../nbs/18a_tune.ipynb #9fee9692
 @patch
 def tune(self:Learner,
-    budget:float=60., # Seconds `tune` may take in all: what no longer fits is skipped, a window the time runs out in is cut short
-    # True: keep the best change of each kind in `SAFE_CHANGES` that gained 5% or more, measured together; or a list of kinds to keep
+    # Seconds `tune` may take in all: what no longer fits is skipped, a window the time runs out in is cut short
+    budget:float=60.,
+    # True: keep the best change of each kind in `SAFE_CHANGES` that gained 5% or more, measured together; or a list of
+    # kinds to keep
     apply:bool|list=False,
     n_batches:int=30, # Training batches in each window
     n_valid:int|None=None, # Validation batches in each window (default: in the loaders' proportion, at least 3)
@@ -444,14 +473,16 @@ def tune(self:Learner,
     lr:float|None=None, # Learning rate of the windows (default `learn.lr`)
     progress:bool=True, # Show a progress bar
 ) -> TuneResult:
-    "Measure the diagnosis' changes one by one in short windows, ranked; the learner is as it was unless `apply` keeps the best"
+    """Measure the diagnosis' changes one by one in short windows, ranked; the learner is as it was unless `apply` keeps
+    the best"""
     budget = check_number('budget', budget, 0, lo_open=True)
     if not isinstance(apply, bool): apply = [check_choice('apply', k, tuple(CHANGES))
                                              for k in check_items('apply', apply, str, 'kinds of change')]
     n_train,n_valid = _window_sizes(self, check_int('n_batches', n_batches, 2), None if n_valid is None
                                     else check_int('n_valid', n_valid, 1))
     check_bool('compile', compile); check_bool('progress', progress)
-    if kinds is not None: kinds = [check_choice('kinds', k, tuple(CHANGES)) for k in check_items('kinds', kinds, str, 'kinds of change')]
+    if kinds is not None:
+        kinds = [check_choice('kinds', k, tuple(CHANGES)) for k in check_items('kinds', kinds, str, 'kinds of change')]
     if lr is not None: check_number('lr', lr, 0, lo_open=True)
     keep_kinds = SAFE_CHANGES if apply is True else (apply or [])
     t0 = time.perf_counter()
@@ -471,8 +502,8 @@ def _against(trial:Trial, before:Trial|None, after:Trial|None):
     if trial.samples and ps: trial.measured,trial.before = speedup(ps, trial.samples),_rate(ps)
 
 def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, progress) -> TuneResult:
-    """The baseline, then each candidate followed by the baseline again (A B A C A ...), then what to keep measured together; within
-    `deadline`"""
+    """The baseline, then each candidate followed by the baseline again (A B A C A ...), then what to keep measured
+    together; within `deadline`"""
     base = measure(learn, [], n_train, n_valid, lr, deadline)
     if not base.samples or base.status != 'measured': return TuneResult([], base, None)
     base.before = base.after
@@ -480,7 +511,8 @@ def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, pro
     except ValueError: return TuneResult([], base, None)
     growth = efficiency_summary(base.profile)['batch_size_growth'] if base.profile.facts.on_gpu else None
     cands = [c for c in candidates(learn, d, compile, growth) if kinds is None or c.kind in kinds]
-    reserve = 2*base.cost if keep_kinds else 0.  # the changes kept are measured together at the end, and the baseline beside them
+    # the changes kept are measured together at the end, and the baseline beside them
+    reserve = 2*base.cost if keep_kinds else 0.
     trials,baselines,pb = [],[base],progress_bar(cands, display=progress, leave=False)
     for c in pb:
         pb.comment = c.text
@@ -489,16 +521,19 @@ def _tune(learn, deadline, n_train, n_valid, lr, compile, kinds, keep_kinds, pro
             trials.append(Trial([c], 'skipped', why='not enough of the budget left')); continue
         t = measure(learn, [c], n_train, n_valid, lr, deadline - reserve)
         trials.append(t)
-        if not t.samples: continue  # failed or cut short before a batch: the last baseline is still the one beside the next
+        # failed or cut short before a batch: the last baseline is still the one beside the next
+        if not t.samples: continue
         again = measure(learn, [], n_train, n_valid, lr, deadline - reserve)
         _against(t, baselines[-1], again if again.status == 'measured' else None)
         if again.status == 'measured': baselines.append(again)
-        if t.status == 'cut short' and t.profile is not None and t.profile.record.stats[Row('train','batch')].n < 3: t.measured = math.nan
+        if t.status == 'cut short' and t.profile is not None and t.profile.record.stats[Row('train','batch')].n < 3:
+            t.measured = math.nan
     kept = _keep(trials, keep_kinds)
     combined = kept[0] if len(kept) == 1 else None
     if len(kept) > 1:
         combined = measure(learn, [t.changes[0] for t in kept], n_train, n_valid, lr, deadline)
-        again = measure(learn, [], n_train, n_valid, lr, deadline) if time.perf_counter() + base.cost < deadline else None
+        again = (measure(learn, [], n_train, n_valid, lr, deadline) if time.perf_counter() + base.cost < deadline
+                 else None)
         _against(combined, baselines[-1], again if again is not None and again.status == 'measured' else None)
         if again is not None and again.status == 'measured': baselines.append(again)
         # together no faster than the best alone

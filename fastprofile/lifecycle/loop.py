@@ -16,7 +16,8 @@ _fastai_all_batches = Learner.all_batches  # fastai's own, kept for comparison i
 
 def draw_listeners(learn) -> list:
     "The callbacks of `learn`, in order, that define `before_draw`"
-    return [cb for cb in learn.cbs.sorted('order') if callable(getattr(type(cb), 'before_draw', None)) or 'before_draw' in cb.__dict__]
+    return [cb for cb in learn.cbs.sorted('order')
+            if callable(getattr(type(cb), 'before_draw', None)) or 'before_draw' in cb.__dict__]
 
 @patch
 def all_batches(self:Learner):

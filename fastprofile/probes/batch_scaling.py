@@ -19,9 +19,12 @@ __all__ = ['GROWTH', 'MIN_BATCHES', 'REPS', 'DRAWS', 'BUDGET', 'budget_for', 'Ba
 # %% ../../nbs/16j_batch_scaling.ipynb #48f3d050
 GROWTH = (2, 4, 8)  # the larger batch sizes measured, as multiples of the fit's
 MIN_BATCHES = 4  # a size is measured only if an epoch of the training set still holds this many batches of it
-REPS = 7  # timed repeats of each size's steps, interleaved (the median is kept; 3 left a 2x conv step's ratio anywhere in 1.3-2.2 on a CPU)
+# timed repeats of each size's steps, interleaved (the median is kept; 3 left a 2x conv step's ratio anywhere in 1.3-2.2
+# on a CPU)
+REPS = 7
 DRAWS = 3  # timed draws of each size (the median is kept): drawing is slow where it matters (decoding), and steadier
-BUDGET = (0., .03, 2.)  # seconds the measurement may take: at least the first, else this share of the fit, at most the last
+# seconds the measurement may take: at least the first, else this share of the fit, at most the last
+BUDGET = (0., .03, 2.)
 
 def budget_for(fit:float) -> float:
     "Seconds the measurement may take after a fit of `fit` seconds (`BUDGET`)"
@@ -31,11 +34,16 @@ def budget_for(fit:float) -> float:
 # %% ../../nbs/16j_batch_scaling.ipynb #f842d42a
 @dataclass
 class BatchScaling:
-    "Seconds per batch of the step's parts at several batch sizes, measured after the fit on the learner's own model, loss and training loader"
+    """Seconds per batch of the step's parts at several batch sizes, measured after the fit on the learner's own model,
+    loss and training loader"""
     sizes:list=field(default_factory=list)  # Batch sizes measured; the first is the fit's
-    train:list=field(default_factory=list)  # Seconds per batch of forward + loss + backward at each size (median of `reps`)
-    valid:list=field(default_factory=list)  # Seconds per batch of forward + loss without gradients (the validation step)
-    draw:list=field(default_factory=list)  # Seconds per batch of drawing a batch from the training loader in the main process (build, `after_batch`, copy); NaN: not measured
+    # Seconds per batch of forward + loss + backward at each size (median of `reps`)
+    train:list=field(default_factory=list)
+    # Seconds per batch of forward + loss without gradients (the validation step)
+    valid:list=field(default_factory=list)
+    # Seconds per batch of drawing a batch from the training loader in the main process (build, `after_batch`, copy);
+    # NaN: not measured
+    draw:list=field(default_factory=list)
     reps:int=0  # Timed repeats of each size
     items:int=0  # Samples in the training set (0: unknown)
     seconds:float=0.  # What measuring took
@@ -56,25 +64,28 @@ class BatchScaling:
         fit:float=0., # Seconds of the profiled fit: the measurement may take `budget_for(fit)`
         growth:float|None=None, # How many times the batch memory allows (on a GPU), if known
         draw:float=0., # Seconds to draw a training batch in the fit (its wait, copy and transforms)
-        compute:float=0., # ... and of its forward, loss and backward: where the budget cannot hold two sizes' draws and repeats,
+        # ... and of its forward, loss and backward: where the budget cannot hold two sizes' draws and repeats,
+        compute:float=0.,
                           # nothing is measured
     ) -> BatchScaling:
         "Measure now if not measured yet; self"
         m,self._pending = self._pending,None
         if m is not None:
             m.growth,b = growth,budget_for(fit)
-            # the fit's size and twice it: each drawn DRAWS + 1 times, stepped REPS + 1 times (a validation step a third of a training one)
+            # the fit's size and twice it: each drawn DRAWS + 1 times, stepped REPS + 1 times (a validation step a third
+            # of a training one)
             least = 3*((DRAWS + 1)*draw + (REPS + 1)*4/3*compute)
             if least > 2*b:
-                self.failure = (f"not measured: it would take {fmt_time(least)} at least; this fit ({fmt_time(fit)}) leaves "
-                                f"{fmt_time(b)} for it")
+                self.failure = (f"not measured: it would take {fmt_time(least)} at least; this fit ({fmt_time(fit)}) "
+                                f"leaves {fmt_time(b)} for it")
                 return self
             got = m(b)
             for f in fields(self): setattr(self, f.name, getattr(got, f.name))
         return self
 
     def ratio(self, part:str, n:int) -> float:
-        "Part `part`'s ('train', 'valid', 'draw') seconds per batch at size `n` over those at the fit's size (NaN: not measured)"
+        """Part `part`'s ('train', 'valid', 'draw') seconds per batch at size `n` over those at the fit's size (NaN: not
+        measured)"""
         if n not in self.sizes: return math.nan
         v = getattr(self, part)
         a,b = v[0],v[self.sizes.index(n)]
@@ -84,7 +95,8 @@ class BatchScaling:
         "What was measured, in words"
         if not self.measured: return [f"Batch sizes: {self.failure or 'not measured'}."]
         per = lambda v: ', '.join(f"bs {n}: {fmt_time(t)}" for n,t in zip(self.sizes, v) if not math.isnan(t))
-        out = [f"Batch sizes (measured after the fit in {fmt_time(self.seconds)}, median of {self.reps}): forward+loss+backward {per(self.train)}"]
+        out = [f"Batch sizes (measured after the fit in {fmt_time(self.seconds)}, median of {self.reps}): "
+               f"forward+loss+backward {per(self.train)}"]
         if any(not math.isnan(t) for t in self.draw): out.append(f"  drawing a batch {per(self.draw)}")
         if self.stopped: out.append(f"  {self.stopped}")
         return out
@@ -96,20 +108,23 @@ def _sync(dev):
     if dev is not None and dev.type == 'cuda': torch.cuda.synchronize(dev)
 
 class _Kept:
-    "What measuring could change on the model and in the process, taken before and put back after: modes, buffers, plain attributes, random states"
+    """What measuring could change on the model and in the process, taken before and put back after: modes, buffers,
+    plain attributes, random states"""
     def __init__(self, model):
         self.modules = list(model.modules())
         self.modes = [m.training for m in self.modules]
         self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
-        self.attrs = [{k:v for k,v in m.__dict__.items() if not k.startswith('_') and k != 'training'} for m in self.modules]
-        self.rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-                     torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
+        self.attrs = [{k:v for k,v in m.__dict__.items() if not k.startswith('_') and k != 'training'}
+                      for m in self.modules]
+        self.rngs = (random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.cuda.get_rng_state_all()
+                     if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
 
     def restore(self):
         with torch.no_grad():
             for b,c in self.buffers: b.copy_(c)
         for m,t,a in zip(self.modules, self.modes, self.attrs):
-            for k in [k for k in m.__dict__ if not k.startswith('_') and k != 'training' and k not in a]: del m.__dict__[k]
+            for k in [k for k in m.__dict__ if not k.startswith('_') and k != 'training' and k not in a]:
+                del m.__dict__[k]
             m.__dict__.update(a); m.training = t
         py,host,cpu,cuda = self.rngs
         random.setstate(py); np.random.set_state(host); torch.set_rng_state(cpu)
@@ -117,9 +132,11 @@ class _Kept:
 
 # %% ../../nbs/16j_batch_scaling.ipynb #e01322b8
 def _draws(dl, n:int, k:int, dev) -> tuple:
-    "A batch of `n` from a copy of loader `dl` (in the main process, not shuffled), and the seconds of up to `k` more draws"
-    # the copy indexes only the items it draws: fastai lists an index per item of its data set at each `iter` (160,000 ints for
-    # a 20,000-batch epoch of 8), and the result's objects made meanwhile kept those freed pages from going back to the system
+    """A batch of `n` from a copy of loader `dl` (in the main process, not shuffled), and the seconds of up to `k` more
+    draws"""
+    # the copy indexes only the items it draws: fastai lists an index per item of its data set at each `iter` (160,000
+    # ints for a 20,000-batch epoch of 8), and the result's objects made meanwhile kept those freed pages from going
+    # back to the system
     upto = dict(n=min(dl.n, n*(k+1))) if isinstance(getattr(dl, 'n', None), int) else {}
     d2 = dl.new(bs=n, shuffle=False, drop_last=True, num_workers=0, **upto)
     it = iter(d2)
@@ -139,12 +156,14 @@ def _items(dl) -> int:
     except Exception: return 0
 
 class Measurement:
-    "The measurement `BatchScaling.ensure` runs: the learner's model, loss and training loader, at the fit's batch size `bs` and larger"
+    """The measurement `BatchScaling.ensure` runs: the learner's model, loss and training loader, at the fit's batch
+    size `bs` and larger"""
     def __init__(self,
         learn, # The learner, after its fit
         bs:int, # The fit's training batch size
         device=None, # Where the model trained (`torch.device`)
-        growth:float|None=None, # How many times the batch memory allows (on a GPU: `Efficiency.batch_growth`); None: no limit known
+        # How many times the batch memory allows (on a GPU: `Efficiency.batch_growth`); None: no limit known
+        growth:float|None=None,
         autocast:dict|None=None, # `torch.autocast` arguments if the fit ran in mixed precision
     ): self.learn,self.bs,self.device,self.growth,self.autocast = learn,bs,device,growth,autocast
 
@@ -153,8 +172,12 @@ class Measurement:
         bs,n = self.bs,_items(self.learn.dls.train) or None
         out,why = [bs],''
         for g in GROWTH:
-            if n is not None and bs*g*MIN_BATCHES > n: why = f"bs {bs*g} and larger not measured: the training set ({n:,} samples) would hold fewer than {MIN_BATCHES} batches"; break
-            if self.growth is not None and g > self.growth: why = f"bs {bs*g} and larger not measured: memory allows ~{self.growth:.1f}x the batch"; break
+            if n is not None and bs*g*MIN_BATCHES > n:
+                why = (f"bs {bs*g} and larger not measured: the training set ({n:,} samples) would hold fewer than "
+                       f"{MIN_BATCHES} batches")
+                break
+            if self.growth is not None and g > self.growth:
+                why = f"bs {bs*g} and larger not measured: memory allows ~{self.growth:.1f}x the batch"; break
             out.append(bs*g)
         return out,why
 
@@ -164,7 +187,8 @@ class Measurement:
         try: return self._measure(budget, t0)
         except Exception as e:
             if strict_mode(): raise
-            return BatchScaling([self.bs], failure=f"not measured ({type(e).__name__}: {e})", seconds=time.perf_counter() - t0)
+            return BatchScaling([self.bs], failure=f"not measured ({type(e).__name__}: {e})",
+                                seconds=time.perf_counter() - t0)
         finally: self.learn = None  # measured once: the learner is not kept
 
     def _step(self, xb, yb, train:bool, params) -> float:
@@ -189,14 +213,20 @@ class Measurement:
             model.train(); tr[n].append(self._step(xb, yb, True, params))
             model.eval(); va[n].append(self._step(xb, yb, False, params))
         try:
-            for n in sizes:  # each size: a batch and its draws, one untimed step (new shapes allocate, cuDNN tunes), one timed
-                if got:  # the next size: its set-up and steps cost about twice the last one's; then every size's other repeats
+            # each size: a batch and its draws, one untimed step (new shapes allocate, cuDNN tunes), one timed
+            for n in sizes:
+                # the next size: its set-up and steps cost about twice the last one's; then every size's other repeats
+                if got:
                     last = got[-1][3]
-                    more = 2*last + 2*(tr[got[-1][0]][0] + va[got[-1][0]][0])*REPS + (REPS - 1)*sum(tr[m][0] + va[m][0] for m,*_ in got)
+                    more = (2*last + 2*(tr[got[-1][0]][0] + va[got[-1][0]][0])*REPS
+                            + (REPS - 1)*sum(tr[m][0] + va[m][0] for m,*_ in got))
                     spent = time.perf_counter() - t0
-                    if spent + more > (budget if len(got) > 1 else 2*budget):  # twice the batch may take up to twice the budget: one larger size at least
-                        why = (f"bs {n} and larger not measured: the measurement's time budget ({fmt_time(budget)}) was spent" if len(got) > 1 else
-                               f"the measurement's time budget ({fmt_time(budget)}) did not leave time for bs {n}"); break
+                    # twice the batch may take up to twice the budget: one larger size at least
+                    if spent + more > (budget if len(got) > 1 else 2*budget):
+                        why = (f"bs {n} and larger not measured: the measurement's time budget ({fmt_time(budget)}) "
+                               "was spent" if len(got) > 1
+                               else f"the measurement's time budget ({fmt_time(budget)}) did not leave time for "
+                               f"bs {n}"); break
                 try:
                     ts = time.perf_counter()
                     b,dt = _draws(learn.dls.train, n, DRAWS, dev)
@@ -214,13 +244,16 @@ class Measurement:
                 for n,xb,yb,_ in got: step(n, xb, yb)
         finally: kept.restore()
         ns = [n for n,*_ in got]
-        if len(ns) < 2: return BatchScaling(ns, failure=f"not measured: {why}" if why else 'not measured', seconds=time.perf_counter() - t0)
-        return BatchScaling(ns, [float(np.median(tr[n])) for n in ns], [float(np.median(va[n])) for n in ns], draws, REPS,
-                            _items(learn.dls.train), time.perf_counter() - t0, why)
+        if len(ns) < 2:
+            return BatchScaling(ns, failure=f"not measured: {why}" if why else 'not measured',
+                                seconds=time.perf_counter() - t0)
+        return BatchScaling(ns, [float(np.median(tr[n])) for n in ns], [float(np.median(va[n])) for n in ns], draws,
+                            REPS, _items(learn.dls.train), time.perf_counter() - t0, why)
 
 # %% ../../nbs/16j_batch_scaling.ipynb #6512f5a5
 def _autocast(learn, dev) -> dict|None:
-    "`torch.autocast` arguments for a learner that trains in mixed precision on a GPU (fastai's `MixedPrecision`), else None"
+    """`torch.autocast` arguments for a learner that trains in mixed precision on a GPU (fastai's `MixedPrecision`),
+    else None"""
     mp = next((cb for cb in learn.cbs if type(cb).__name__ == 'MixedPrecision'), None)
     if mp is None or dev is None or dev.type != 'cuda': return None
     bf16 = str(getattr(mp.amp_mode, 'value', mp.amp_mode)).lower() == 'bf16'
@@ -229,21 +262,25 @@ def _autocast(learn, dev) -> dict|None:
 def _why_not(learn, bs) -> str|None:
     "Why the batch sizes cannot be measured on `learn`, or None"
     if not bs: return "the training loader's batch size is unknown"
-    if torch.distributed.is_available() and torch.distributed.is_initialized(): return "not measured under distributed training"
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return "not measured under distributed training"
     dl = getattr(getattr(learn, 'dls', None), 'train', None)
     if not callable(getattr(dl, 'new', None)): return "the training loader is not a fastai `DataLoader` (no `new`)"
     m = learn.model
     mods = m.__dict__.get('_modules')
-    if isinstance(mods, dict) and '_orig_mod' in mods: return "the model is compiled (`torch.compile`): a new batch size would recompile it"
+    if isinstance(mods, dict) and '_orig_mod' in mods:
+        return "the model is compiled (`torch.compile`): a new batch size would recompile it"
     if isinstance(m, torch.jit.ScriptModule): return "the model is a TorchScript module"
     return None
 
 class BatchProbe(Probe):
-    "A probe: at the end of each fit, what `BatchScaling` needs to measure the learner at larger batch sizes when a diagnosis asks"
+    """A probe: at the end of each fit, what `BatchScaling` needs to measure the learner at larger batch sizes when a
+    diagnosis asks"""
     key,options,probe_order = 'batch_scaling',('batch_sizes',),65
     def __init__(self, learn): self.learn,self.result = learn,None
     @classmethod
-    def make(cls, call): return cls(call.learn) if call.options.batch_sizes else None  # `learn.profile(batch_sizes=False)`: none
+    # `learn.profile(batch_sizes=False)`: none
+    def make(cls, call): return cls(call.learn) if call.options.batch_sizes else None
     def start(self, s): self.result = None
     def end_stage(self, s):
         learn = self.learn
@@ -257,7 +294,8 @@ class BatchProbe(Probe):
         self.result = r
     def measured(self): return self.result
     @classmethod
-    def to_json(cls, r:BatchScaling) -> dict: return to_plain(asdict(r.ensure()))  # saved while the learner is there: measured first
+    # saved while the learner is there: measured first
+    def to_json(cls, r:BatchScaling) -> dict: return to_plain(asdict(r.ensure()))
     @classmethod
     def from_json(cls, d:dict) -> BatchScaling: return BatchScaling(**from_plain(d))
 

@@ -13,8 +13,8 @@ from fastai.basics import *
 from fastai.callback.core import _events
 from ..lifecycle.session import ProbeCallback
 from ..engine.checks import check_bool
-from .costs import (event_methods, stand_in, _phase, costs_state, costs_from, squares_state, squares_from, cost_spread,
-                                      fmt_time_spread)
+from .costs import (event_methods, stand_in, _phase, costs_state, costs_from, squares_state,
+                                      squares_from, cost_spread, fmt_time_spread)
 from ..engine.core import register
 from ..engine.plain import stats_state, stats_from
 from ..data.pipeline import timed_pipelines
@@ -37,8 +37,10 @@ class BreakdownCallback(ProbeCallback):
     ):
         check_bool('callbacks', callbacks); check_bool('draw', draw)
         store_attr()
-        self._wrapped,self._phases,self.active,self._draw_start,self._stack,self._patches,self._phase = [],[],False,None,[],None,None
-        self._batch = {}  # (phase, name, event) -> seconds in the batch in flight: its squares go to the result at its end
+        self._wrapped,self._phases,self.active,self._draw_start,self._stack,self._patches,self._phase = (
+            [],[],False,None,[],None,None)
+        # (phase, name, event) -> seconds in the batch in flight: its squares go to the result at its end
+        self._batch = {}
         self.result = Breakdown()  # what every fit this callback sees adds up to
 
     # ---- fastai's fit and phase events: only when added by hand (a session tells the probe otherwise) ----
@@ -51,7 +53,8 @@ class BreakdownCallback(ProbeCallback):
 
     # ---- the probe ----
     def stage(self, s):
-        "A fit of the call starts: shadow each callback's event methods and each metric's `accumulate` with timed stand-ins"
+        """A fit of the call starts: shadow each callback's event methods and each metric's `accumulate` with timed
+        stand-ins"""
         self._patches,self.active = s.patches,True
         self._stack[:],self._draw_start,self._parts,self._batch = [],None,{},{}
         if self.callbacks:
@@ -78,9 +81,9 @@ class BreakdownCallback(ProbeCallback):
     def make(cls, call): return cls() if call.options.breakdown else None
     @classmethod
     def to_json(cls, b) -> dict:
-        return dict(draw={p:{k:stats_state(s) for k,s in parts.items()} for p,parts in b.draw.items()}, costs=costs_state(b.costs),
-                    batches=dict(b.batches),
-                    squares=squares_state(b.squares), callback_squares=squares_state(b.callback_squares))
+        return dict(draw={p:{k:stats_state(s) for k,s in parts.items()} for p,parts in b.draw.items()},
+                    costs=costs_state(b.costs), batches=dict(b.batches), squares=squares_state(b.squares),
+                    callback_squares=squares_state(b.callback_squares))
     @classmethod
     def from_json(cls, d:dict):
         b = Breakdown()
@@ -148,16 +151,19 @@ class BreakdownCallback(ProbeCallback):
 def _part_stats(): return defaultdict(StreamingStats)  # a module-level function: a `Breakdown` pickles
 
 class Breakdown:
-    "What a `BreakdownCallback` measured: per-batch draw parts and the cost of each callback at each event, each with its spread"
+    """What a `BreakdownCallback` measured: per-batch draw parts and the cost of each callback at each event, each with
+    its spread"""
     def __init__(self):
         self.draw = defaultdict(_part_stats)  # phase -> part -> per-batch seconds
         self.costs = {}  # (phase, name, event) -> [total seconds, calls]
         self.batches = defaultdict(int)  # phase -> batches seen
-        # (phase, name, event) -> its seconds in each batch of the phase, squared and summed (train and valid: its spread)
+        # (phase, name, event) -> its seconds in each batch of the phase, squared and summed (train and valid: its
+        # spread)
         self.squares = {}
         self.callback_squares = {}  # (phase, name) -> the same for a callback's or metric's events in a batch added up
 
-    def __setstate__(self, d): self.__init__(); self.__dict__.update(d)  # pickled by fastprofile 0.2 or older: no squares
+    # pickled by fastprofile 0.2 or older: no squares
+    def __setstate__(self, d): self.__init__(); self.__dict__.update(d)
 
     def _count_batch(self, phase): self.batches[phase] += 1
     def _add_draw(self, phase, wait, parts):
@@ -181,27 +187,32 @@ class Breakdown:
         return {k:s.mean for k,s in self.draw.get(phase, {}).items() if s.n}
 
     def draw_spread(self, phase:str='train') -> dict:
-        "How far each of `draw_parts(phase)` may be off, in seconds: 2 standard errors of its mean over the draws (NaN for fewer than 2)"
-        return {k:2*math.sqrt(s.m2/(s.n - 1)/s.n) if s.n > 1 else math.nan for k,s in self.draw.get(phase, {}).items() if s.n}
+        """How far each of `draw_parts(phase)` may be off, in seconds: 2 standard errors of its mean over the draws (NaN
+        for fewer than 2)"""
+        return {k:2*math.sqrt(s.m2/(s.n - 1)/s.n) if s.n > 1 else math.nan for k,s in self.draw.get(phase, {}).items()
+                if s.n}
 
     def spread(self, phase:str, name:str, event:str|None=None) -> float:
-        """How far the seconds per batch of `name`'s `event` (None: its events added up) in `phase` may be off: 2 standard errors; NaN for
-        'fit'"""
+        """How far the seconds per batch of `name`'s `event` (None: its events added up) in `phase` may be off: 2
+        standard errors; NaN for 'fit'"""
         return cost_spread(self, phase, name, event)
 
     def callback_costs(self) -> pd.DataFrame:
-        "One row per (phase, callback or metric, event): total seconds, calls, seconds per batch of the phase and its spread"
+        """One row per (phase, callback or metric, event): total seconds, calls, seconds per batch of the phase and its
+        spread"""
         rows = []
         nb = sum(self.batches.values())
         for (p,name,e),(tot,n) in self.costs.items():
             per = self.batches.get(p, 0) if p != 'fit' else nb
             rows.append({'phase':p, 'name':name, 'event':e, 'total':tot, 'calls':n,
-                         'per_batch':tot/per if per else math.nan, 'spread':self.spread(p, name, e) if p != 'fit' else math.nan})
+                         'per_batch':tot/per if per else math.nan,
+                         'spread':self.spread(p, name, e) if p != 'fit' else math.nan})
         df = pd.DataFrame(rows, columns=['phase','name','event','total','calls','per_batch','spread'])
         return df.sort_values('total', ascending=False, kind='stable').reset_index(drop=True)
 
     def top_cost(self, exclude=('Recorder',)):
-        "The (name, event) costing most inside the batches (`batch/other`; Recorder's own work excluded unless asked), or None"
+        """The (name, event) costing most inside the batches (`batch/other`; Recorder's own work excluded unless asked),
+        or None"""
         df = self.callback_costs()
         # `before_draw` runs before the draw is marked (between batches), or inside the draw (order > 1000)
         df = df[df.phase.isin(['train','valid']) & (df.event != 'before_draw') & ~df.name.isin(list(exclude))]
@@ -214,10 +225,13 @@ class Breakdown:
         out = []
         for p in ('train','valid'):
             parts,sp = self.draw_parts(p),self.draw_spread(p)
-            if parts: out.append(f"{p} draw: " + ', '.join(f"{k} {fmt_time_spread(v, sp[k])}" for k,v in parts.items()) + ' per batch')
+            if parts:
+                out.append(f"{p} draw: " + ', '.join(f"{k} {fmt_time_spread(v, sp[k])}" for k,v in parts.items())
+                           + ' per batch')
         df = self.callback_costs()
         for r in df.head(n).itertuples():
-            out.append(f"{r.name}.{r.event} ({r.phase}): {fmt_time_spread(r.per_batch, r.spread)} per batch, {fmt_time(r.total)} in all")
+            out.append(f"{r.name}.{r.event} ({r.phase}): {fmt_time_spread(r.per_batch, r.spread)} per batch, "
+                       f"{fmt_time(r.total)} in all")
         return out
 
     def __repr__(self): return '\n'.join(self.lines()) or 'Breakdown (empty)'

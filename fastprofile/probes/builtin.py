@@ -24,12 +24,13 @@ __all__ = ['BUILTIN_PROBES', 'probe_table']
 
 # %% ../../nbs/16h_builtin.ipynb #8d4f6de0
 # fastprofile's own, in `probe_order`
-BUILTIN_PROBES = (LoadTimer, MachineProbe, CompileProbe, CostSampler, BreakdownCallback, EfficiencyCallback, LayerTimer, TelemetryProbe,
-                  BatchProbe, MemorySnapshot)
+BUILTIN_PROBES = (LoadTimer, MachineProbe, CompileProbe, CostSampler, BreakdownCallback, EfficiencyCallback, LayerTimer,
+                  TelemetryProbe, BatchProbe, MemorySnapshot)
 
 def probe_table(probes=None) -> pd.DataFrame:
-    """The registered probes (or `probes`): each one's key, class, the `ProfileOptions` it reads, its place in the call (`probe_order`), and
-    whether it has a report section of its own"""
+    """The registered probes (or `probes`): each one's key, class, the `ProfileOptions` it reads, its place in the call
+    (`probe_order`), and whether it has a report section of its own"""
     cls = list(PROBES.values()) if probes is None else list(probes)
     return pd.DataFrame([dict(key=c.key, probe=c.__name__, options=', '.join(c.options) or '-', order=c.probe_order,
-                              section=c.section.__func__ is not Probe.section.__func__) for c in cls]).sort_values('order', kind='stable')
+                              section=c.section.__func__ is not Probe.section.__func__)
+                         for c in cls]).sort_values('order', kind='stable')

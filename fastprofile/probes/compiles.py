@@ -33,14 +33,15 @@ def recompile_kind(reason:str|None) -> str:
     "What a dynamo guard failure says changed: a key of `RECOMPILE_KINDS` ('first' when there is none)"
     if not reason: return 'first'
     r = reason.lower()
-    if any(k in r for k in ('size mismatch', 'stride mismatch', 'dim mismatch', 'dimensionality', 'rank mismatch')): return 'shape'
+    if any(k in r for k in ('size mismatch', 'stride mismatch', 'dim mismatch', 'dimensionality', 'rank mismatch')):
+        return 'shape'
     if 'grad_mode' in r or 'training' in r: return 'eval'
     if any(k in r for k in ('obj_id', 'id_match', 'type_match', 'type_id', '==', '!=', ' is ')): return 'attribute'
     return 'other'
 
 def main_reason(reasons) -> str|None:
-    """Of the guard failures of one recompile (one per graph already compiled), the one that says what changed: a shape or an attribute
-    before eval mode, which the other phase's graphs always fail"""
+    """Of the guard failures of one recompile (one per graph already compiled), the one that says what changed: a shape
+    or an attribute before eval mode, which the other phase's graphs always fail"""
     order = list(RECOMPILE_KINDS)
     return min(reasons, key=lambda r: order.index(recompile_kind(r))) if reasons else None
 
@@ -69,13 +70,15 @@ class Compile(NamedTuple):
     def recompile(self) -> bool: return self.reason is not None and self.trigger != 'LAZY_BACKWARD'
 
 class Baseline(NamedTuple):
-    "The same learner's earlier profile of its model uncompiled: seconds per training batch (draw + batch, steady state)"
+    """The same learner's earlier profile of its model uncompiled: seconds per training batch (draw + batch, steady
+    state)"""
     seconds:float; batch_size:int|None; device:str; batches:int
 
 # %% ../../nbs/08c_compiles.ipynb #0c8aea7f
 @dataclass
 class CompileStats:
-    "What torch.compile cost in a profiled call: its compiles in order, its graph breaks, and the model uncompiled (if profiled before)"
+    """What torch.compile cost in a profiled call: its compiles in order, its graph breaks, and the model uncompiled (if
+    profiled before)"""
     compiles:list=field(default_factory=list)  # `Compile`s, in order
     graph_breaks:dict=field(default_factory=dict)  # reason -> graph breaks dynamo took during the call
     baseline:Baseline|None=None  # the learner's earlier profile of the model uncompiled, if any
@@ -94,13 +97,14 @@ class CompileStats:
         return dict(Counter((c.phase, c.kind) for c in self.recompiles))
 
     def lines(self, fit:float|None=None, most:int=6) -> list:
-        """The report's lines: the total and its share of the fit `fit`, then each compile by phase (at most `most`), graph breaks, the
-        batches set apart"""
+        """The report's lines: the total and its share of the fit `fit`, then each compile by phase (at most `most`),
+        graph breaks, the batches set apart"""
         cs,T = self.compiles,self.seconds
         share = f", {fmt_pct(100*T/fit)} of the fit" if fit else ''
         nr,nb = len(self.recompiles),sum(c.kind == 'backward' for c in cs)
-        out = [f"torch.compile: {fmt_time(T)} compiling (dynamo + inductor){share}, in {len(cs)} compile{'s' if len(cs) != 1 else ''}: "
-               f"{len(cs) - nr - nb} first, {nr} recompile{'s' if nr != 1 else ''}" + (f", {nb} backward" if nb else '') + '.']
+        out = [f"torch.compile: {fmt_time(T)} compiling (dynamo + inductor){share}, in {len(cs)} "
+               f"compile{'s' if len(cs) != 1 else ''}: {len(cs) - nr - nb} first, {nr} "
+               f"recompile{'s' if nr != 1 else ''}" + (f", {nb} backward" if nb else '') + '.']
         for p in ('train','valid','fit'):
             got = [c for c in cs if c.phase == p]
             if not got: continue
@@ -111,23 +115,26 @@ class CompileStats:
         out.append("Graph breaks: none." if not gb else f"Graph breaks: {sum(gb.values())} (" +
                    '; '.join(f"{r} x{n}" for r,n in sorted(gb.items(), key=lambda kv: -kv[1])[:3]) + ").")
         apart = [c for c in cs if c.set_apart]
-        if apart: out.append("The batches that compiled past the warm-up (" + ', '.join(f"{c.phase} batch {c.batch}" for c in apart[:most])
-                             + ") are in `warmup`, not in the per-batch rows: steady-state statistics hold no compile time.")
+        if apart:
+            out.append("The batches that compiled past the warm-up ("
+                       + ', '.join(f"{c.phase} batch {c.batch}" for c in apart[:most])
+                       + ") are in `warmup`, not in the per-batch rows: steady-state statistics hold no compile time.")
         return out
 
 # %% ../../nbs/08c_compiles.ipynb #d8294ef8
 def _what(c:Compile) -> str:
-    where = f"batch {c.batch}" + (" (the last of its phase)" if c.last else '') if c.batch >= 0 else "outside the batches"
+    where = (f"batch {c.batch}" + (" (the last of its phase)" if c.last else '') if c.batch >= 0
+             else "outside the batches")
     if c.kind == 'first': return f"{where}: first compile, {fmt_time(c.seconds)}"
     if c.kind == 'backward': return f"{where}: its backward graph, {fmt_time(c.seconds)}"
     return f"{where}: recompiled for {RECOMPILE_KINDS[c.kind]}, {fmt_time(c.seconds)} (guard: {c.reason})"
 
 # %% ../../nbs/08c_compiles.ipynb #12117999
 def earlier_baseline(learn_or_result) -> Baseline|None:
-    """The learner's last profile (`learn.simple_profile`, before this call replaces it; or that `ProfileResult`) as a `Baseline`, if its
-    model was not compiled"""
-    r = learn_or_result if isinstance(learn_or_result,
-                                      ProfileResult) or learn_or_result is None else learn_or_result.__dict__.get('simple_profile')
+    """The learner's last profile (`learn.simple_profile`, before this call replaces it; or that `ProfileResult`) as a
+    `Baseline`, if its model was not compiled"""
+    r = (learn_or_result if isinstance(learn_or_result, ProfileResult) or learn_or_result is None
+         else learn_or_result.__dict__.get('simple_profile'))
     f = getattr(r, 'facts', None)
     if f is None or f.model.get('compiled') or (f.compile is not None and f.compile.compiles): return None
     st = r.record.stats
@@ -135,7 +142,8 @@ def earlier_baseline(learn_or_result) -> Baseline|None:
     return Baseline(d.mean + b.mean, f.batch_size, f.device, b.n) if b.n else None
 
 def _unregister(remove, f):
-    "Take `f` off torch's compile callbacks with torch's own `remove`, unless it is gone already (`torch._dynamo.reset()` clears them)"
+    """Take `f` off torch's compile callbacks with torch's own `remove`, unless it is gone already
+    (`torch._dynamo.reset()` clears them)"""
     try: remove(f)
     except ValueError: pass
 
@@ -148,15 +156,18 @@ def _graph_breaks() -> Counter:
     return out
 
 class CompileProbe(Probe):
-    """A probe: torch.compile's compiles and recompiles in the call, from torch's compile callbacks (nothing per batch); a batch that
-    compiled leaves the steady state"""
+    """A probe: torch.compile's compiles and recompiles in the call, from torch's compile callbacks (nothing per batch);
+    a batch that compiled leaves the steady state"""
     def __init__(self, learn): self.learn,self.stats,self._s,self._on,self._earlier = learn,None,None,False,None
-    def __getstate__(self): return {'learn':self.learn, 'stats':None, '_s':None, '_on':False}  # pickled with the learner: nothing in flight
+    # pickled with the learner: nothing in flight
+    def __getstate__(self): return {'learn':self.learn, 'stats':None, '_s':None, '_on':False}
 
     def start(self, s):
-        "The call starts: listen to torch's compile callbacks (through the session's `patches`) if torch.compile is loaded"
+        """The call starts: listen to torch's compile callbacks (through the session's `patches`) if torch.compile is
+        loaded"""
         self._s,self.stats,self._on,self._open,self._got = s,None,False,[],[]
-        self._earlier = self.learn.__dict__.get('simple_profile')  # read only if something compiles (reading it folds that record)
+        # read only if something compiles (reading it folds that record)
+        self._earlier = self.learn.__dict__.get('simple_profile')
         h = getattr(sys.modules.get('torch._dynamo'), 'callback_handler', None)  # `torch.compile` imports torch._dynamo
         if h is None: return  # nothing is compiled in this process (or this torch has no compile callbacks)
         self._breaks,self._since,self._seen = _graph_breaks(),time.time_ns()//1000,self._failures()
@@ -165,29 +176,31 @@ class CompileProbe(Probe):
         self._on = True
 
     def end(self, s):
-        """The call ends: a reason from torch's compilation metrics for a recompile whose guard failures were not kept, the graph breaks,
-        the stats"""
+        """The call ends: a reason from torch's compilation metrics for a recompile whose guard failures were not kept,
+        the graph breaks, the stats"""
         earlier,self._earlier = self._earlier,None  # the last call's result: not kept alive past this one
         if not self._on: return
         self._on = False
         from torch._dynamo.utils import get_compilation_metrics
-        ms = {str(m.compile_id):m for m in get_compilation_metrics() if m.is_forward is not False and (m.start_time_us or 0) >= self._since}
+        ms = {str(m.compile_id):m for m in get_compilation_metrics()
+              if m.is_forward is not False and (m.start_time_us or 0) >= self._since}
         reason = lambda c: getattr(ms.get(c.compile_id), 'recompile_reason', None)
-        got = [c._replace(reason=clean_reason(r)) if c.reason is None and c.trigger == 'DYNAMO' and (r := reason(c)) else c
-               for c in self._got]
+        got = [c._replace(reason=clean_reason(r)) if c.reason is None and c.trigger == 'DYNAMO' and (r := reason(c))
+               else c for c in self._got]
         gb = {k:n for k,v in _graph_breaks().items() if (n := v - self._breaks.get(k, 0)) > 0}
         if got or gb: self.stats = CompileStats(got, gb, earlier_baseline(earlier))
 
     def measured(self): return self.stats
 
-    # on the registry: made for every call (it costs nothing unless something compiles); its facts `facts.compile`, a `CompileStats`
+    # on the registry: made for every call (it costs nothing unless something compiles); its facts `facts.compile`, a
+    # `CompileStats`
     key,probe_order = 'compile',20
     @classmethod
     def make(cls, call): return cls(call.learn)
     @classmethod
     def to_json(cls, c:CompileStats) -> dict:
-        return to_plain({'compiles':[x._asdict() for x in c.compiles], 'graph_breaks':c.graph_breaks, 'baseline':None if c.baseline is None
-                         else c.baseline._asdict()})
+        return to_plain({'compiles':[x._asdict() for x in c.compiles], 'graph_breaks':c.graph_breaks,
+                         'baseline':None if c.baseline is None else c.baseline._asdict()})
     @classmethod
     def from_json(cls, d:dict) -> CompileStats:
         d = from_plain(d)
@@ -212,7 +225,8 @@ class CompileProbe(Probe):
         self._open.append(time.perf_counter())
 
     def _ended(self, args):
-        "torch is done compiling: note where (phase, batch), how long and why; the batch in flight leaves the steady state"
+        """torch is done compiling: note where (phase, batch), how long and why; the batch in flight leaves the steady
+        state"""
         t1 = time.perf_counter()
         t0 = self._open.pop() if self._open else t1
         try:
@@ -223,11 +237,12 @@ class CompileProbe(Probe):
             i = getattr(learn, 'iter', -1) if inside else -1
             apart = inside and s.record.set_apart() and i >= s.record.warmup
             self._got.append(Compile(s.phase if inside else 'fit', s.stage, getattr(learn, 'epoch', 0), i,
-                                     inside and i == getattr(learn, 'n_iter', 0) - 1, t1 - t0, trigger, str(args.compile_id),
-                                     None if why is None else clean_reason(why), apart))
+                                     inside and i == getattr(learn, 'n_iter', 0) - 1, t1 - t0, trigger,
+                                     str(args.compile_id), None if why is None else clean_reason(why), apart))
         except Exception as e:  # never into torch's compile
             if strict_mode(): raise
-            warnings.warn(f"fastprofile: noting a torch.compile compile failed ({type(e).__name__}: {e}); training is unaffected")
+            warnings.warn(f"fastprofile: noting a torch.compile compile failed ({type(e).__name__}: {e}); training is "
+                          "unaffected")
 
 # %% ../../nbs/08c_compiles.ipynb #17dce24c
 def _guard_failures() -> dict:

@@ -21,13 +21,17 @@ __all__ = ['EfficiencyCallback']
 
 # %% ../../nbs/16a_efficiency_probe.ipynb #cb6d0f30
 class EfficiencyCallback(ProbeCallback):
-    "Count FLOPs per sample on the warm-up batches; sample peak memory per phase (CUDA) and the process's resident memory"
+    """Count FLOPs per sample on the warm-up batches; sample peak memory per phase (CUDA) and the process's resident
+    memory"""
     order,remove_on_fetch = 990,True  # between the pair (-1000, 1000): its work lands in a batch's `other`
     def __init__(self,
         peak_flops:float|None=None, # The device's peak FLOP/s for MFU (default: `PEAK_FLOPS`, by GPU and compute dtype)
-        warmup:int=1, # Batches at the start of each phase left out of the profile's statistics: counting and memory sampling happen there
+        # Batches at the start of each phase left out of the profile's statistics: counting and memory sampling happen
+        # there
+        warmup:int=1,
         count_flops:bool=True, # Count FLOPs per sample on each fit's first training and validation batch
-        cuda_api=None, # The `torch.cuda` API for memory (default: `torch.cuda` when the model trains on a GPU); tests pass a stand-in
+        # The `torch.cuda` API for memory (default: `torch.cuda` when the model trains on a GPU); tests pass a stand-in
+        cuda_api=None,
     ):
         if peak_flops is not None: peak_flops = check_number('peak_flops', peak_flops, 0, lo_open=True)
         check_int('warmup', warmup, 0); check_bool('count_flops', count_flops)
@@ -35,27 +39,31 @@ class EfficiencyCallback(ProbeCallback):
         self.result = Efficiency(peak_flops=peak_flops)
         if count_flops:  # the counter's one-time set-up, now rather than inside a batch; it fails here if it cannot run
             try: self.result.setup_seconds = prepare_flop_counter()
-            except Exception as e: self.result.failure = f"counting failed: the FLOP counter could not start ({type(e).__name__}: {e})"
+            except Exception as e:
+                self.result.failure = f"counting failed: the FLOP counter could not start ({type(e).__name__}: {e})"
         self._stage,self._counter,self._shadowed,self._mem,self._patches,self._paused = None,None,None,None,None,None
         self._phase,self._batches,self._reads,self._compiled,self._driven = None,0,{},False,False
-        # its dispatch tables, swapped as fits and phases start and end (all the lifecycle's tables: fastprofile.lifecycle.session,
-        # "The per-batch fast path"); fastai's fit and phase events go to a session of its own, when added by hand (a session tells the
-        # probe otherwise)
+        # its dispatch tables, swapped as fits and phases start and end (all the lifecycle's tables:
+        # fastprofile.lifecycle.session, "The per-batch fast path"); fastai's fit and phase events go to a session of
+        # its own, when added by hand (a session tells the probe otherwise)
         self._handlers = self._idle = {'before_fit': self.hand_fit_starts, 'after_fit': self.hand_fit_ends}
         self._per_phase = dict(self._idle, before_train=lambda: self.hand_phase_starts('train'),
-                               before_validate=lambda: self.hand_phase_starts('valid'), after_train=self.hand_phase_ends,
-                               after_validate=self.hand_phase_ends)
+                               before_validate=lambda: self.hand_phase_starts('valid'),
+                               after_train=self.hand_phase_ends, after_validate=self.hand_phase_ends)
         self._per_batch = dict(self._per_phase, before_batch=self._before_batch, after_pred=self._after_pred,
                                before_backward=self._before_backward, after_backward=self._after_backward,
-                               before_step=self._before_step, after_step=self._after_step, after_batch=self._after_batch)
+                               before_step=self._before_step, after_step=self._after_step,
+                               after_batch=self._after_batch)
 
-    # on the registry: made for a call with `efficiency=True`, or 'auto' on a GPU or with `peak_flops`; its facts `facts.efficiency`
+    # on the registry: made for a call with `efficiency=True`, or 'auto' on a GPU or with `peak_flops`; its facts
+    # `facts.efficiency`
     key,options,probe_order = 'efficiency',('efficiency','peak_flops','warmup'),40
     @classmethod
     def make(cls, call):
         o = call.options
         # counting's first use costs 1-3 s (torch._dynamo)
-        on = o.efficiency if o.efficiency != 'auto' else o.peak_flops is not None or train_device(call.learn).type == 'cuda'
+        on = (o.efficiency if o.efficiency != 'auto'
+              else o.peak_flops is not None or train_device(call.learn).type == 'cuda')
         return cls(peak_flops=o.peak_flops, warmup=o.warmup) if on else None
     @classmethod
     def to_json(cls, e:Efficiency) -> dict: return to_plain(asdict(e))
@@ -83,7 +91,8 @@ class EfficiencyCallback(ProbeCallback):
                 if r.device_name is None: self._mem = None
             r.rss_start,r.maxrss_start = rss_bytes(),maxrss_bytes()
         self._stage,self._compiled = StageFlops(),is_compiled(self.learn.model)
-        self._driven = s is not self._own  # a session of the call tells it the fits and phases: in `learn.cbs` only for per-batch work
+        # a session of the call tells it the fits and phases: in `learn.cbs` only for per-batch work
+        self._driven = s is not self._own
         r.stages.append(self._stage)
         if self.count_flops and not self.warmup and r.failure is None:
             r.failure = "not counted: `warmup=0` puts the first batch in the statistics, and counting slows it down"
@@ -115,11 +124,13 @@ class EfficiencyCallback(ProbeCallback):
         "Whether the first batch of `phase` is to be counted"
         s = self._stage
         if not (self.count_flops and self.warmup and s is not None and self.result.failure is None): return False
-        if self._compiled and getattr(self.learn, 'epoch', 0) == 0: return False  # the first epoch compiles: count the next
+        # the first epoch compiles: count the next
+        if self._compiled and getattr(self.learn, 'epoch', 0) == 0: return False
         return (s.forward is None or s.backward is None) if phase == 'train' else s.predict is None
 
     def _start_phase(self, phase):
-        "Start `phase`: shadow its first batch if it is counted; per-batch events only while there is work in the warm-up batches"
+        """Start `phase`: shadow its first batch if it is counted; per-batch events only while there is work in the
+        warm-up batches"""
         self._phase,self._batches = phase,0
         count = self._wants_count(phase)
         if count: self._shadow(phase)
@@ -151,7 +162,8 @@ class EfficiencyCallback(ProbeCallback):
             finally:
                 if fc is not None: fc.stop()
                 self._counter = None
-                if fc is not None: guarded('recording the FLOP count', self._record, phase, fc, time.perf_counter() - t0)
+                if fc is not None:
+                    guarded('recording the FLOP count', self._record, phase, fc, time.perf_counter() - t0)
         self._shadowed = self._patches.set(learn, '_do_one_batch', counted)
 
     def _unshadow(self):
@@ -180,13 +192,13 @@ class EfficiencyCallback(ProbeCallback):
         s.dtypes,s.families = fc.dtypes(),fc.families()
         if fc.channels_last is not None: r.channels_last = fc.channels_last
         if reads['forward'] == 0 and r.failure is None:
-            r.failure = ("none counted: the model ran no matmul, convolution or attention that torch's FLOP counter knows "
-                         "(custom kernels are not counted)")
+            r.failure = ("none counted: the model ran no matmul, convolution or attention that torch's FLOP counter "
+                         "knows (custom kernels are not counted)")
 
     # ---- memory in the warm-up batches (CUDA)
     def _listen(self, on:bool):
-        """Driven by a session, be in `learn.cbs` only while there is per-batch work (fastai calls every callback at every event: ~10
-        calls a batch for nothing); added by hand, always"""
+        """Driven by a session, be in `learn.cbs` only while there is per-batch work (fastai calls every callback at
+        every event: ~10 calls a batch for nothing); added by hand, always"""
         if not self._driven or self.learn is None: return
         cbs = self.learn.cbs
         if on and self not in cbs: cbs.append(self)
@@ -202,8 +214,8 @@ class EfficiencyCallback(ProbeCallback):
         except Exception as e:
             self._mem = None
             if strict_mode(): raise
-            warnings.warn(f"fastprofile: sampling CUDA memory failed and is off for this call ({type(e).__name__}: {e}); training is "
-                          f"unaffected")
+            warnings.warn(f"fastprofile: sampling CUDA memory failed and is off for this call ({type(e).__name__}: "
+                          f"{e}); training is unaffected")
             return None
 
     def _mem_reset(self):
@@ -267,20 +279,23 @@ class EfficiencyCallback(ProbeCallback):
         if self._counter is not None: self._counter.stop(); self._counter = None
         self._unshadow()
         self._handlers,self._paused = self._idle,None
-        if self._stage is not None and self.learn is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
+        if self._stage is not None and self.learn is not None:
+            self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
         self._stage = None
         r = self.result
         if self._compiled and r.failure is None and not any(x.forward is not None for x in r.stages):
-            r.failure = ("not counted: the model is compiled (`torch.compile`), so its FLOPs are counted in the first batch of a "
-                         "fit's second epoch (the first epoch compiles it), and no fit here had one")
+            r.failure = ("not counted: the model is compiled (`torch.compile`), so its FLOPs are counted in the first "
+                         "batch of a fit's second epoch (the first epoch compiles it), and no fit here had one")
         r.rss_end,r.maxrss_end,r.mem_available = rss_bytes(),maxrss_bytes(),mem_available()
         if self._mem is not None:
             info = self._mem_call(self._mem.mem_get_info, self._dev)
             held = self._mem_call(self._mem.memory_reserved, self._dev) if self._mem is not None else None
-            if info is not None and held is not None: r.device_usable,r.device_total = int(info[0]) + int(held),int(info[1])
+            if info is not None and held is not None:
+                r.device_usable,r.device_total = int(info[0]) + int(held),int(info[1])
 
     def start(self, s):
-        "The call starts: its `Efficiency` is in the session's facts from now on (a sink reads FLOPs per sample while training)"
+        """The call starts: its `Efficiency` is in the session's facts from now on (a sink reads FLOPs per sample while
+        training)"""
         s.facts.efficiency = self.result
 
     def contribute(self, facts:Facts):

@@ -22,8 +22,8 @@ _LOAD_SLOTS = 64  # processes timed per loader: the main process (slot 0) and wo
 _LOAD_KEY = '_fastprofile_load'  # where a timed loader keeps its `_LoadTimes`
 
 class LoadField(IntEnum):
-    """A process's slot in `_LoadTimes`' shared buffer (slot `s` at `s*_PER_SLOT`): the first batch of an epoch (wall, n), the rest (wall,
-    n), CPU time of one batch in `_CPU_EVERY` (cpu, wall), the transfer probe (send, receive, n)"""
+    """A process's slot in `_LoadTimes`' shared buffer (slot `s` at `s*_PER_SLOT`): the first batch of an epoch (wall,
+    n), the rest (wall, n), CPU time of one batch in `_CPU_EVERY` (cpu, wall), the transfer probe (send, receive, n)"""
     FIRST_WALL = 0 # Seconds building the first batch of each epoch (start-up: imports, opening files)
     FIRST_N = 1 # First batches built
     WALL = 2 # Seconds building the other batches
@@ -38,7 +38,8 @@ _PER_SLOT = len(LoadField)  # doubles per process
 _MISSING = object()  # no `create_batches` set on the loader instance
 _CPU_EVERY = 8  # a CPU clock costs ~0.5 µs to read: taken on one batch in 8
 
-_PROBES = {}  # batch signature -> (send, receive) seconds: probed once per process for each kind of batch (as `pair_overhead`)
+# batch signature -> (send, receive) seconds: probed once per process for each kind of batch (as `pair_overhead`)
+_PROBES = {}
 _FREE = []  # shared buffers of ended calls that only the main process wrote, to reuse (`LoadTimer.contribute`)
 _MOST_FREE = 8  # buffers kept for reuse, at most (4.6 KB each)
 
@@ -63,11 +64,12 @@ def _transfer_cost(b) -> tuple:
     return _PROBES[k]
 
 def _transfer_probe(b, budget:float=.005, most:int=3) -> tuple:
-    """Median seconds to send a copy of batch `b` between processes as the loader's workers do (pickled into shared memory), and to receive
-    it"""
+    """Median seconds to send a copy of batch `b` between processes as the loader's workers do (pickled into shared
+    memory), and to receive it"""
     from multiprocessing.reduction import ForkingPickler
     import copy, pickle  # torch's reductions (tensors through shared memory) are registered by `import torch`
-    ForkingPickler.loads(ForkingPickler.dumps(copy.deepcopy(b)))  # once untimed: the first sets up the sharing (a thread, a socket)
+    # once untimed: the first sets up the sharing (a thread, a socket)
+    ForkingPickler.loads(ForkingPickler.dumps(copy.deepcopy(b)))
     sent,got,t_end = [],[],time.perf_counter() + budget
     while len(sent) < most and (not sent or time.perf_counter() < t_end):
         c = copy.deepcopy(b)  # the batch itself is left as it is
@@ -85,21 +87,23 @@ class _LoadTimes:
     kept,workers = None,None
     def __init__(self,
                  prev=None, # The loader's own `create_batches`, if set on it
-                 workers:int|None=None): # The loader's workers when the call started (a buffer is reused only if it had none)
+                 # The loader's workers when the call started (a buffer is reused only if it had none)
+                 workers:int|None=None):
         self.prev,self.workers = prev,workers
         if _FREE: self.buf = _FREE.pop(); self.reset()  # no process writes it any more (`LoadTimer.contribute`)
         else: self.buf = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS)
     def reset(self): ctypes.memset(self.buf, 0, ctypes.sizeof(self.buf))
     def __getstate__(self):
-        "To a worker started by `spawn` the shared buffer itself; anywhere else (`learn.export()`) a fresh one; never a kept batch"
+        """To a worker started by `spawn` the shared buffer itself; anywhere else (`learn.export()`) a fresh one; never
+        a kept batch"""
         from multiprocessing.context import get_spawning_popen
         return {'buf':self.buf, 'prev':self.prev} if get_spawning_popen() is not None else {'prev':self.prev}
     def __setstate__(self, d):
         self.__dict__.update(d)
         if 'buf' not in d: self.buf = multiprocessing.RawArray('d', _PER_SLOT*_LOAD_SLOTS)
     def totals(self, workers:bool) -> tuple:
-        """Per built batch of the workers' slots (or the main process's): (seconds, cpu seconds, batches, send, receive), past the first
-        batch when there are any"""
+        """Per built batch of the workers' slots (or the main process's): (seconds, cpu seconds, batches, send,
+        receive), past the first batch when there are any"""
         v = self.buf[_PER_SLOT:] if workers else self.buf[:_PER_SLOT]  # plain floats: no numpy call at a fit's end
         a = [math.fsum(v[f::_PER_SLOT]) for f in range(_PER_SLOT)]
         F = LoadField
@@ -109,7 +113,8 @@ class _LoadTimes:
 
 # %% ../../nbs/08b_loads.ipynb #30415521
 def _timed_create_batches(dl, samps):
-    "`create_batches` of loader `dl`, each batch timed where it is built (a worker, or the main process) into its `_LoadTimes`"
+    """`create_batches` of loader `dl`, each batch timed where it is built (a worker, or the main process) into its
+    `_LoadTimes`"""
     lt = dl.__dict__.get(_LOAD_KEY)
     gen = lt.prev(samps) if lt is not None and lt.prev is not None else type(dl).create_batches(dl, samps)
     if lt is None:
@@ -140,24 +145,29 @@ def _timed_create_batches(dl, samps):
             # once per process and call: what sending a batch to the main process costs
             if not buf[o + LoadField.PROBES] and lt.kept is None:
                 try:
-                    # a worker pays it for every batch: probed now (a known kind of batch: at once); a batch on a GPU is not kept
+                    # a worker pays it for every batch: probed now (a known kind of batch: at once); a batch on a GPU is
+                    # not kept
                     if slot or not _on_host(b):
                         sent,got = _transfer_cost(b)
-                        buf[o + LoadField.SEND] += sent; buf[o + LoadField.RECEIVE] += got; buf[o + LoadField.PROBES] += 1.
-                    # the main process sends nothing: probed later (a known kind: from `_PROBES`), only if the diagnosis reads it
-                    # (`LoadTimer.result`)
+                        buf[o + LoadField.SEND] += sent; buf[o + LoadField.RECEIVE] += got
+                        buf[o + LoadField.PROBES] += 1.
+                    # the main process sends nothing: probed later (a known kind: from `_PROBES`), only if the diagnosis
+                    # reads it (`LoadTimer.result`)
                     else: lt.kept = b
                 except Exception: pass
             w,n = o + LoadField.WALL,o + LoadField.N
         i += 1
         yield b
-_timed_create_batches.__name__ = 'create_batches'  # a bound method pickles as `getattr(dl, 'create_batches')`: the plain one
+# a bound method pickles as `getattr(dl, 'create_batches')`: the plain one
+_timed_create_batches.__name__ = 'create_batches'
 
 # %% ../../nbs/08b_loads.ipynb #4214b551
 class LoadTimer(Probe):
-    "A probe: time each batch of the learner's training and validation loaders where it is built, in its worker process or inline"
+    """A probe: time each batch of the learner's training and validation loaders where it is built, in its worker
+    process or inline"""
     def __init__(self, learn): self.learn,self.timed = learn,{}  # phase -> (loader, `_LoadTimes`)
-    def __getstate__(self): return {'learn':self.learn, 'timed':{}}  # pickled with the learner (`learn.export()`): not its loaders
+    # pickled with the learner (`learn.export()`): not its loaders
+    def __getstate__(self): return {'learn':self.learn, 'timed':{}}
 
     # on the registry: made for every call; its facts `facts.loading`, phase -> `LoadTime`
     key,probe_order = 'loading',10
@@ -171,8 +181,8 @@ class LoadTimer(Probe):
     def from_json(cls, d:dict) -> dict: return {p:LoadTime(**from_plain(lt)) for p,lt in d.items()}
 
     def start(self, s):
-        """The call starts: shadow `create_batches` on the learner's fastai loaders (before their workers start), through the session's
-        `patches`"""
+        """The call starts: shadow `create_batches` on the learner's fastai loaders (before their workers start),
+        through the session's `patches`"""
         dls,self.timed = getattr(self.learn, 'dls', None),{}
         for p,i in (('train',0),('valid',1)):
             try: dl = dls[i]
@@ -180,7 +190,8 @@ class LoadTimer(Probe):
             if not isinstance(dl, _load.DataLoader) or _LOAD_KEY in dl.__dict__: continue
             prev = dl.__dict__.get('create_batches', _MISSING)
             lt = _LoadTimes(prev if prev is not _MISSING else None, _workers(dl))
-            s.patches.set(dl, _LOAD_KEY, lt); s.patches.set(dl, 'create_batches', types.MethodType(_timed_create_batches, dl))
+            s.patches.set(dl, _LOAD_KEY, lt)
+            s.patches.set(dl, 'create_batches', types.MethodType(_timed_create_batches, dl))
             self.timed[p] = (dl, lt)
 
     def contribute(self, facts):
@@ -198,10 +209,12 @@ class LoadTimer(Probe):
             w = _workers(dl)
             if w is None: continue
             s,c,n,sent,got = lt.totals(workers=w > 0)
-            # the main process's probe, deferred out of the call: it keeps the first batch the main process built (one batch of
-            # host memory, as the loader held while training; no copy) until the diagnosis first reads `send` or `receive`,
-            # the result is pickled or saved (it then carries the numbers), or the result goes (the next profiled call)
-            probe = functools.partial(_transfer_cost, lt.kept) if w == 0 and lt.kept is not None and math.isnan(sent) else None
+            # the main process's probe, deferred out of the call: it keeps the first batch the main process built (one
+            # batch of host memory, as the loader held while training; no copy) until the diagnosis first reads `send`
+            # or `receive`, the result is pickled or saved (it then carries the numbers), or the result goes (the next
+            # profiled call)
+            probe = (functools.partial(_transfer_cost, lt.kept) if w == 0 and lt.kept is not None and math.isnan(sent)
+                     else None)
             if n: out[p] = LoadTime(float(s/n), float(c/n), int(n), w, float(sent), float(got), probe=probe)
         return out
 

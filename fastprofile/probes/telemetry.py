@@ -28,41 +28,47 @@ __all__ = ['RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS',
 RECENT_SAMPLES = 4096  # samples kept (the most recent) in `Telemetry.recent`
 BUSY_UTIL = 50  # % GPU utilization from which a sample counts as busy: throttling is judged on busy samples
 THROTTLED_CLOCK = .95  # a busy sample is throttled when its SM clock is below this share of the maximum
-THROTTLE_REASONS = {0x1:'GPU idle', 0x2:'application clocks setting', 0x4:'SW power cap', 0x8:'HW slowdown', 0x10:'sync boost',
+THROTTLE_REASONS = {0x1:'GPU idle', 0x2:'application clocks setting', 0x4:'SW power cap', 0x8:'HW slowdown',
+                    0x10:'sync boost',
                     # NVML's clock event reasons (the bits of nvml.h)
-                    0x20:'SW thermal slowdown', 0x40:'HW thermal slowdown', 0x80:'HW power brake', 0x100:'display clock setting'}
+                    0x20:'SW thermal slowdown', 0x40:'HW thermal slowdown', 0x80:'HW power brake',
+                    0x100:'display clock setting'}
 # a GPU reading: utilization and memory utilization (%), power (W), SM clock (MHz), temperature (°C)
 GPU_FIELDS = ('util','mem_util','power','clock','temp')
 
 class Where(IntEnum):
-    """Where the main process is when a sample is taken: a row of a phase, outside the phases of a fit, nested in a fit (a `validate()` from
-    a callback), or between the fits of the call"""
-    TRAIN_DRAW=0; TRAIN_BATCH=1; TRAIN_OTHER=2; VALID_DRAW=3; VALID_BATCH=4; VALID_OTHER=5; FIT_OTHER=6; NESTED=7; CALL_OTHER=8
+    """Where the main process is when a sample is taken: a row of a phase, outside the phases of a fit, nested in a fit
+    (a `validate()` from a callback), or between the fits of the call"""
+    TRAIN_DRAW=0; TRAIN_BATCH=1; TRAIN_OTHER=2; VALID_DRAW=3; VALID_BATCH=4; VALID_OTHER=5; FIT_OTHER=6; NESTED=7
+    CALL_OTHER=8
 
-ROWS = (Row('train','draw'), Row('train','batch'), Row('train','other'), Row('valid','draw'), Row('valid','batch'), Row('valid','other'),
+ROWS = (Row('train','draw'), Row('train','batch'), Row('train','other'), Row('valid','draw'), Row('valid','batch'),
+        Row('valid','other'),
         # the report's `Row` of each `Where` (the last two are telemetry's own)
         Row('fit','other'), Row('fit','nested'), Row('call','other'))
 
 # %% ../../nbs/16c_telemetry.ipynb #8d1316ae
 def where(rec, nested=None) -> tuple:
-    """Where the main process is now, read from record `rec` (None: no fit yet): a `Where`, and a token that stays the same while it stays
-    in one span of that row"""
+    """Where the main process is now, read from record `rec` (None: no fit yet): a `Where`, and a token that stays the
+    same while it stays in one span of that row"""
     if nested is not None: return Where.NESTED,('nested', nested)
     if rec is None: return Where.CALL_OTHER,('call', None)
     p = rec.phase
-    if p is None: return (Where.CALL_OTHER if rec.stage_start is None else Where.FIT_OTHER),('fit', rec.stage, rec.phase_start)
+    if p is None:
+        return (Where.CALL_OTHER if rec.stage_start is None else Where.FIT_OTHER),('fit', rec.stage, rec.phase_start)
     m = rec.marks  # the batch in flight: its list of marks is its token
     b,d = m[Slot.BATCH_START],m[Slot.DRAW_START]
     return Where((0 if p == 'train' else 3) + (1 if b == b else 0 if d == d else 2)),m
 
 # %% ../../nbs/16c_telemetry.ipynb #0f8a1c86
 class GpuReading(NamedTuple):
-    "Mean GPU readings over `n` samples: utilization and memory utilization (%), power (W), SM clock (MHz), temperature (°C)"
+    """Mean GPU readings over `n` samples: utilization and memory utilization (%), power (W), SM clock (MHz),
+    temperature (°C)"""
     n:int; util:float; mem_util:float; power:float; clock:float; temp:float
 
 class Throttling(NamedTuple):
-    """How often the busy GPU ran below its maximum SM clock (`clock`: the mean SM clock then, MHz), and NVML's reasons (name -> share of
-    the throttled samples)"""
+    """How often the busy GPU ran below its maximum SM clock (`clock`: the mean SM clock then, MHz), and NVML's reasons
+    (name -> share of the throttled samples)"""
     busy:int; throttled:int; clock:float; max_clock:float; reasons:dict
     @property
     def share(self) -> float: return self.throttled/self.busy if self.busy else math.nan
@@ -72,8 +78,8 @@ def _zeros(*shape): return field(default_factory=lambda: np.zeros(shape))
 # %% ../../nbs/16c_telemetry.ipynb #0d106e83
 @dataclass
 class Telemetry:
-    """What `TelemetryProbe` measured in one process: the GPU's readings per row (NVML), energy and throttling; the process's CPU
-    utilization per phase and per row"""
+    """What `TelemetryProbe` measured in one process: the GPU's readings per row (NVML), energy and throttling; the
+    process's CPU utilization per phase and per row"""
     device:str='cpu' # Where the model trained
     every:float=TELEMETRY_EVERY # Seconds between samples
     sampled:bool=False # A sampler thread ran (False: CPU utilization per phase only)
@@ -83,14 +89,18 @@ class Telemetry:
     samples:int=0 # Samples taken
     first:float=math.nan # When the first sample was taken (the record's clock, seconds)
     last:float=math.nan # ... and the last
-    gpu_sums:np.ndarray=_zeros(len(Where), len(GPU_FIELDS)) # Sum of each of `GPU_FIELDS` over the samples of each `Where`
-    gpu_counts:np.ndarray=_zeros(len(Where), len(GPU_FIELDS)) # Samples that gave each reading, per `Where` (a GPU may not report one)
+    # Sum of each of `GPU_FIELDS` over the samples of each `Where`
+    gpu_sums:np.ndarray=_zeros(len(Where), len(GPU_FIELDS))
+    # Samples that gave each reading, per `Where` (a GPU may not report one)
+    gpu_counts:np.ndarray=_zeros(len(Where), len(GPU_FIELDS))
     # CPU and wall seconds per `Where`, over the intervals between samples that lie inside one span of it
     cpu_rows:np.ndarray=_zeros(len(Where), 2)
     cpu_total:np.ndarray=_zeros(2) # CPU and wall seconds from the first sample to the last
-    phases:dict=field(default_factory=dict) # phase -> [CPU seconds, wall seconds] of the process, read at each phase's start and end
+    # phase -> [CPU seconds, wall seconds] of the process, read at each phase's start and end
+    phases:dict=field(default_factory=dict)
     energy:float=math.nan # Joules: the power readings integrated over the samples (trapezoids)
-    energy_counter:float=math.nan # Joules on NVML's energy counter from the first sample to the last (GPUs from Volta on)
+    # Joules on NVML's energy counter from the first sample to the last (GPUs from Volta on)
+    energy_counter:float=math.nan
     max_clock:float=math.nan # The SM clock's maximum, MHz
     busy:int=0 # Samples with the GPU busy (utilization >= `BUSY_UTIL`)
     throttled:int=0 # ... with its SM clock below `THROTTLED_CLOCK` of the maximum
@@ -102,8 +112,10 @@ class Telemetry:
     recent:np.ndarray|None=None
 
     def gpu(self, phase:str|None=None, action:str|None=None) -> GpuReading|None:
-        "Mean GPU readings over the samples taken in `phase` (None: all) and its `action` (None: all of the phase); None without any"
-        sel = [w for w,r in zip(Where, ROWS) if (phase is None or r.phase == phase) and (action is None or r.action == action)]
+        """Mean GPU readings over the samples taken in `phase` (None: all) and its `action` (None: all of the phase);
+        None without any"""
+        sel = [w for w,r in zip(Where, ROWS)
+               if (phase is None or r.phase == phase) and (action is None or r.action == action)]
         s,c = self.gpu_sums[sel].sum(0),self.gpu_counts[sel].sum(0)
         n = int(c.max()) if len(c) else 0
         if not n: return None
@@ -111,8 +123,8 @@ class Telemetry:
         return GpuReading(n, *map(float, m))
 
     def cpu(self, phase:str, action:str|None=None) -> float|None:
-        """CPU cores the process kept busy (CPU seconds per wall second) in `phase`, read at its boundaries, or in its `action` (the
-        sampler's whole intervals); None where nothing was measured"""
+        """CPU cores the process kept busy (CPU seconds per wall second) in `phase`, read at its boundaries, or in its
+        `action` (the sampler's whole intervals); None where nothing was measured"""
         if action is None: c,w = self.phases.get(phase, (0., 0.))
         else:
             sel = [w for w,r in zip(Where, ROWS) if r == Row(phase, action)]
@@ -122,7 +134,8 @@ class Telemetry:
     def throttling(self) -> Throttling:
         "The busy samples, those below the maximum SM clock, their mean clock and NVML's reasons"
         n = self.throttled
-        reasons = ({THROTTLE_REASONS.get(b, f'reason {b:#x}'):k/n for b,k in sorted(self.reasons.items(), key=lambda kv: -kv[1])}
+        reasons = ({THROTTLE_REASONS.get(b, f'reason {b:#x}'):k/n
+                    for b,k in sorted(self.reasons.items(), key=lambda kv: -kv[1])}
                    if n else {})
         return Throttling(self.busy, n, self.throttled_clock/n if n else math.nan, self.max_clock, reasons)
 
@@ -131,7 +144,8 @@ class Telemetry:
         return self.energy/samples if samples and not math.isnan(self.energy) else None
 
     def frame(self) -> pd.DataFrame:
-        "The recent samples, oldest first: time, phase and action, the GPU readings, throttle reasons, CPU cores since the sample before"
+        """The recent samples, oldest first: time, phase and action, the GPU readings, throttle reasons, CPU cores since
+        the sample before"""
         r = np.zeros((0, 9)) if self.recent is None or not len(self.recent) else self.recent
         df = pd.DataFrame(r, columns=['time','where',*GPU_FIELDS,'reasons','cpu'])
         w = df.pop('where').astype(int)
@@ -140,8 +154,8 @@ class Telemetry:
 
 # %% ../../nbs/16c_telemetry.ipynb #176b3365
 class NvmlReader:
-    """One GPU through NVML: `read()` gives its utilization, memory utilization (%), power (W), SM clock (MHz), temperature (°C) and
-    throttle reasons, NaN for what it does not report"""
+    """One GPU through NVML: `read()` gives its utilization, memory utilization (%), power (W), SM clock (MHz),
+    temperature (°C) and throttle reasons, NaN for what it does not report"""
     def __init__(self,
         nvml, # The `pynvml` module (nvidia-ml-py), or a stand-in (`fastprofile.testing.FakeNvml`)
         index:int=0, # The GPU's NVML index
@@ -155,12 +169,15 @@ class NvmlReader:
             sm,gpu = getattr(nvml, 'NVML_CLOCK_SM', 1),getattr(nvml, 'NVML_TEMPERATURE_GPU', 0)
             why = getattr(nvml, 'nvmlDeviceGetCurrentClocksEventReasons', None) or getattr(nvml,
                     'nvmlDeviceGetCurrentClocksThrottleReasons', None)
-            reads = dict(util=lambda: nvml.nvmlDeviceGetUtilizationRates(h), power=lambda: nvml.nvmlDeviceGetPowerUsage(h),
-                         clock=lambda: nvml.nvmlDeviceGetClockInfo(h, sm), temp=lambda: nvml.nvmlDeviceGetTemperature(h, gpu),
-                         reasons=None if why is None else (lambda: why(h)), energy=lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
+            reads = dict(util=lambda: nvml.nvmlDeviceGetUtilizationRates(h),
+                         power=lambda: nvml.nvmlDeviceGetPowerUsage(h),
+                         clock=lambda: nvml.nvmlDeviceGetClockInfo(h, sm),
+                         temp=lambda: nvml.nvmlDeviceGetTemperature(h, gpu),
+                         reasons=None if why is None else (lambda: why(h)),
+                         energy=lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
             self._reads = {k:f for k,f in reads.items() if f is not None and _answers(f, err)}  # what this GPU reports
-            self.max_clock = float(nvml.nvmlDeviceGetMaxClockInfo(h, sm)) if _answers(lambda: nvml.nvmlDeviceGetMaxClockInfo(h, sm),
-                                                                                      err) else math.nan
+            self.max_clock = (float(nvml.nvmlDeviceGetMaxClockInfo(h, sm))
+                              if _answers(lambda: nvml.nvmlDeviceGetMaxClockInfo(h, sm), err) else math.nan)
         except BaseException:
             nvml.nvmlShutdown()
             raise
@@ -169,9 +186,9 @@ class NvmlReader:
         "(utilization, memory utilization, power, SM clock, temperature, throttle reason bits) now"
         r,nan = self._reads,math.nan
         u = r['util']() if 'util' in r else None
-        return (nan if u is None else float(u.gpu), nan if u is None else float(u.memory), float(r['power']())/1e3 if 'power' in r else nan,
-                float(r['clock']()) if 'clock' in r else nan, float(r['temp']()) if 'temp' in r else nan, int(r['reasons']())
-                if 'reasons' in r else 0)
+        return (nan if u is None else float(u.gpu), nan if u is None else float(u.memory),
+                float(r['power']())/1e3 if 'power' in r else nan, float(r['clock']()) if 'clock' in r else nan,
+                float(r['temp']()) if 'temp' in r else nan, int(r['reasons']()) if 'reasons' in r else 0)
 
     def energy(self) -> float:
         "Joules on the GPU's energy counter (NaN where it has none)"
@@ -190,7 +207,8 @@ def reads_gpu(device) -> bool:
     return torch.device(device).type == 'cuda'
 
 def open_gpu(device, nvml=None) -> NvmlReader|str:
-    "An `NvmlReader` of `device`'s GPU (its NVML index, as `CUDA_VISIBLE_DEVICES` maps it), or one line saying why there is none"
+    """An `NvmlReader` of `device`'s GPU (its NVML index, as `CUDA_VISIBLE_DEVICES` maps it), or one line saying why
+    there is none"""
     if nvml is None:
         try: import pynvml as nvml
         except ImportError: return "nvidia-ml-py is not installed (`pip install nvidia-ml-py`)"
@@ -202,8 +220,8 @@ def open_gpu(device, nvml=None) -> NvmlReader|str:
 
 # %% ../../nbs/16c_telemetry.ipynb #841e73e9
 class TelemetrySampler:
-    """A daemon thread that takes a sample every `every` seconds: the GPU's readings (`reader`, if any) and the process's CPU time, each
-    tagged by `where()`, added to `tel`"""
+    """A daemon thread that takes a sample every `every` seconds: the GPU's readings (`reader`, if any) and the
+    process's CPU time, each tagged by `where()`, added to `tel`"""
     def __init__(self,
         tel:Telemetry, # Where the numbers go
         where, # `where() -> (Where, token)`: where the main process is now
@@ -234,7 +252,8 @@ class TelemetrySampler:
         try:
             self.sample(counter=True)
             due = self.clock()
-            while True:  # at a fixed rate: the next sample is due `every` seconds after the last was due (or now, when behind)
+            # at a fixed rate: the next sample is due `every` seconds after the last was due (or now, when behind)
+            while True:
                 due += self.every
                 if self._stop.wait(max(due - self.clock(), 0.)): break
                 if self.clock() - due > self.every: due = self.clock()
@@ -243,8 +262,8 @@ class TelemetrySampler:
         except BaseException as e: self.error = e  # read by the probe at the end of the call
 
     def sample(self, counter:bool=False):
-        """Take one sample now (the thread calls this every `every` seconds); with `counter`, read the GPU's energy counter too (the
-        first and the last)"""
+        """Take one sample now (the thread calls this every `every` seconds); with `counter`, read the GPU's energy
+        counter too (the first and the last)"""
         t0 = self.clock()
         w,tok = self.where()  # right after the clock: the sample's time and its row belong together
         cpu = self.cpu_clock()
@@ -263,8 +282,8 @@ class TelemetrySampler:
         self.tel.cost += self.clock() - t0
 
     def _add(self, t, cpu, w, tok, g):
-        """Add a sample: CPU time to its row when the interval since the last one lies in one span of it; energy (trapezoid); the GPU
-        readings"""
+        """Add a sample: CPU time to its row when the interval since the last one lies in one span of it; energy
+        (trapezoid); the GPU readings"""
         tel,prev,nan = self.tel,self._prev,math.nan
         rate = nan
         if prev is None: tel.first = t
@@ -274,7 +293,8 @@ class TelemetrySampler:
             if dt > 0:
                 rate = (cpu - pcpu)/dt
                 tel.cpu_total += (cpu - pcpu, dt)
-                if w == pw and (tok is ptok if isinstance(tok, list) else tok == ptok): tel.cpu_rows[w] += (cpu - pcpu, dt)
+                if w == pw and (tok is ptok if isinstance(tok, list) else tok == ptok):
+                    tel.cpu_rows[w] += (cpu - pcpu, dt)
                 if g is not None and pg is not None and g[2] == g[2] and pg[2] == pg[2]:
                     tel.energy = (0. if math.isnan(tel.energy) else tel.energy) + (g[2] + pg[2])/2*dt
         tel.samples += 1; tel.last = t
@@ -301,31 +321,35 @@ def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data
 def _array_from(d): return None if d is None else np.asarray(from_plain(d['data']), dtype=d['dtype'])
 
 class TelemetryProbe(Probe):
-    """The process's CPU utilization per phase (read at its boundaries); with a sampler, the GPU's readings (NVML) and the CPU per row, from
-    a thread"""
+    """The process's CPU utilization per phase (read at its boundaries); with a sampler, the GPU's readings (NVML) and
+    the CPU per row, from a thread"""
     def __init__(self,
-        # Run the sampler thread: 'auto' when the model trains on a GPU; True on a CPU too (CPU per row); False: per phase only
+        # Run the sampler thread: 'auto' when the model trains on a GPU; True on a CPU too (CPU per row); False: per
+        # phase only
         sampler:bool|str='auto',
         every:float=TELEMETRY_EVERY, # Seconds between the sampler's samples
-        # The NVML module (default: `pynvml`, imported when the model trains on a GPU); a stand-in given here is read whatever the device
+        # The NVML module (default: `pynvml`, imported when the model trains on a GPU); a stand-in given here is read
+        # whatever the device
         nvml=None,
     ):
-        self.sampler,self.every,self.nvml = check_choice('sampler', sampler, ('auto', True, False)),check_number('every', every,
-                                                                                                                 *EVERY_RANGE),nvml
-        self.result,self._sampler,self._reader,self._profile,self._nested,self._pauses,self._phase0 = None,None,None,None,None,0,None
+        self.sampler,self.every,self.nvml = (check_choice('sampler', sampler, ('auto', True, False)),
+                                             check_number('every', every, *EVERY_RANGE),nvml)
+        self.result,self._sampler,self._reader,self._profile,self._nested,self._pauses,self._phase0 = (
+            None,None,None,None,None,0,None)
 
     def __repr__(self): return f"{type(self).__name__}(sampler={self.sampler!r}, every={self.every})"
 
-    # on the registry: made for every call but one with `telemetry=False` (the CPU per phase always; the sampler on a GPU, or with True);
-    # its facts `facts.telemetry`
+    # on the registry: made for every call but one with `telemetry=False` (the CPU per phase always; the sampler on a
+    # GPU, or with True); its facts `facts.telemetry`
     key,options,probe_order = 'telemetry',('telemetry','telemetry_every'),60
     @classmethod
-    def make(cls, call): return None if call.options.telemetry is False else cls(call.options.telemetry, call.options.telemetry_every)
+    def make(cls, call):
+        return None if call.options.telemetry is False else cls(call.options.telemetry, call.options.telemetry_every)
     @classmethod
     def to_json(cls, t:Telemetry) -> dict:
         "A `Telemetry` as plain values: its numpy arrays with their dtype"
-        return {f.name:(_array_state(v) if isinstance(v, np.ndarray) or f.name == 'recent' else to_plain(v)) for f in fields(t)
-                for v in [getattr(t, f.name)]}
+        return {f.name:(_array_state(v) if isinstance(v, np.ndarray) or f.name == 'recent' else to_plain(v))
+                for f in fields(t) for v in [getattr(t, f.name)]}
     @classmethod
     def from_json(cls, d:dict) -> Telemetry:
         arrays = {k for k,v in d.items() if isinstance(v, dict) and 'dtype' in v} | {'recent'}
@@ -335,7 +359,8 @@ class TelemetryProbe(Probe):
     def _where(self): return where(self._profile.record, self._nested)
 
     def start(self, s):
-        "The call starts: its `Telemetry` is in the session's facts from now on (sinks read it as it fills); the sampler starts if it is on"
+        """The call starts: its `Telemetry` is in the session's facts from now on (sinks read it as it fills); the
+        sampler starts if it is on"""
         dev = s.device
         self.result = tel = Telemetry(device=str(dev), every=self.every)
         s.facts.telemetry = tel
@@ -361,8 +386,8 @@ class TelemetryProbe(Probe):
     def resume(self, s): self._nested = None
 
     def end(self, s):
-        """The call ends, however: the sampler takes its last sample and its thread is joined, NVML closed; the numbers go on the record
-        (gathered under DDP)"""
+        """The call ends, however: the sampler takes its last sample and its thread is joined, NVML closed; the numbers
+        go on the record (gathered under DDP)"""
         smp,self._sampler = self._sampler,None
         try:
             if smp is not None: smp.stop()

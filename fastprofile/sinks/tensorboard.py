@@ -8,8 +8,8 @@ Docs: https://fastprofile.github.io/fastprofile/tensorboard.html.md"""
 from __future__ import annotations
 import sys, warnings
 from fastai.basics import *
-from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second, fit_tokens_per_second,
-                                     probe_scalars)
+from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second,
+                                     fit_tokens_per_second, probe_scalars)
 from ..analysis.efficiency_report import efficiency_scalars, efficiency_fit_scalars
 from ..analysis.telemetry_report import TelemetryWindow, telemetry_fit_scalars
 
@@ -32,15 +32,16 @@ class TensorBoardSink(Sink):
         self._learn,self.step,self._facts,self._window = learn,0,None,TelemetryWindow()
 
     def start(self, s):
-        "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the telemetry's readings)"
+        """The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the
+        telemetry's readings)"""
         self._facts,self._window = s.facts,TelemetryWindow()
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> TensorBoardSink|None:
         "A sink for `learn`'s `TensorBoardCallback`; None, after one warning, if there is none"
         if _tb_callback(learn) is None:
-            warnings.warn("fastprofile: logger_callback='tensorboard' needs fastai's TensorBoardCallback on the learner "
-                          "(`cbs=TensorBoardCallback(log_dir)`); not logging to TensorBoard, training goes on")
+            warnings.warn("fastprofile: logger_callback='tensorboard' needs fastai's TensorBoardCallback on the "
+                          "learner (`cbs=TensorBoardCallback(log_dir)`); not logging to TensorBoard, training goes on")
             return None
         return cls(learn)
 
@@ -55,8 +56,10 @@ class TensorBoardSink(Sink):
         self.step = step
         rates = train_samples_per_second(record, window)
         for a,v in rates.items(): w.add_scalar(f'samples_per_second/train_{a}', v, step)
-        for k,v in efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates).items(): w.add_scalar(k, v, step)
-        for k,v in self._window.scalars(getattr(self._facts, 'telemetry', None)).items(): w.add_scalar(k, v, step)  # since the last log
+        for k,v in efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates).items():
+            w.add_scalar(k, v, step)
+        # since the last log
+        for k,v in self._window.scalars(getattr(self._facts, 'telemetry', None)).items(): w.add_scalar(k, v, step)
 
     def log_fit(self, result:ProfileResult):
         "Write the call's samples/second (and tokens/second, for token-id batches) and the report (markdown) as text"

@@ -10,8 +10,8 @@ import math, sys, warnings
 import pandas as pd
 from fastai.basics import *
 from ..engine.record import result_rows
-from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second, fit_tokens_per_second,
-                                     probe_scalars)
+from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second,
+                                     fit_tokens_per_second, probe_scalars)
 from ..analysis.efficiency_report import efficiency_scalars, efficiency_fit_scalars
 from ..analysis.telemetry_report import TelemetryWindow, telemetry_fit_scalars
 
@@ -44,19 +44,24 @@ class WandbSink(Sink):
     ):
         # Kept under names that are not `__init__` parameters: fastai's `Learner.gather_args()` (`WandbCallback`'s run
         # config) walks the parameters an object keeps (`init_args`), and would log the learner again and a module
-        self._learn,self._wandb,self.base,self.last,self._facts,self._window = learn,wandb,None,None,None,TelemetryWindow()
+        self._learn,self._wandb,self.base,self.last,self._facts,self._window = (
+            learn,wandb,None,None,None,TelemetryWindow())
 
     def start(self, s):
-        "The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the telemetry's readings)"
+        """The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the
+        telemetry's readings)"""
         self._facts,self._window = s.facts,TelemetryWindow()
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> WandbSink|None:
         "A sink for `learn`'s run; None (after one warning if `explicit`) when wandb cannot log"
-        if not explicit and sys.modules.get('wandb') is None: return None  # the default: off in programs that do not use wandb
+        # the default: off in programs that do not use wandb
+        if not explicit and sys.modules.get('wandb') is None: return None
         try: import wandb
         except ImportError:
-            if explicit: warnings.warn("fastprofile: wandb is not installed (`pip install wandb`); not logging to wandb, training goes on")
+            if explicit:
+                warnings.warn("fastprofile: wandb is not installed (`pip install wandb`); not logging to wandb, "
+                              "training goes on")
             return None
         if wandb.run is None:
             if explicit or _wandb_callback(learn) is not None:
@@ -66,20 +71,24 @@ class WandbSink(Sink):
         return cls(learn, wandb)
 
     def log_batch(self, record, step, window):
-        "Log the rolling samples/second of each training action over the last `window` batches, at this batch's wandb step"
+        """Log the rolling samples/second of each training action over the last `window` batches, at this batch's wandb
+        step"""
         if self._wandb.run is None: return
         rates = train_samples_per_second(record, window)
         d = {f'samples_per_second/train_{a}':v for a,v in rates.items()}
         d.update(efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates))
-        d.update(self._window.scalars(getattr(self._facts, 'telemetry', None)))  # GPU and CPU readings since the last log
+        # GPU and CPU readings since the last log
+        d.update(self._window.scalars(getattr(self._facts, 'telemetry', None)))
         if d: self._log(d, self._step(step))
 
     def log_fit(self, result:ProfileResult):
-        "Log the call's samples/second (and tokens/second, for token-id batches), the report and results tables, and summary values per row"
+        """Log the call's samples/second (and tokens/second, for token-id batches), the report and results tables, and
+        summary values per row"""
         wb = self._wandb
         if wb.run is None: return
         res = result.results
-        d = {'simple_profile_report': wb.Table(dataframe=result.report.formatted()), 'simple_profile_results': wb.Table(dataframe=res)}
+        d = {'simple_profile_report': wb.Table(dataframe=result.report.formatted()),
+             'simple_profile_results': wb.Table(dataframe=res)}
         fit = fit_samples_per_second(res)
         if fit is not None: d['samples_per_second/fit'] = fit
         tok = fit_tokens_per_second(res)
@@ -88,12 +97,14 @@ class WandbSink(Sink):
         d.update(telemetry_fit_scalars(result))
         d.update(probe_scalars(result))  # probes of your own (`register`)
         cb = _wandb_callback(self._learn)
-        step = cb._wandb_step if cb is not None and hasattr(cb, '_wandb_step') else (wb.run.step if self.last is None else self.last + 1)
+        step = (cb._wandb_step if cb is not None and hasattr(cb, '_wandb_step')
+                else (wb.run.step if self.last is None else self.last + 1))
         self._log(d, step)
         wb.run.summary.update(wandb_summary(res))
 
     def _step(self, train_iter):
-        "fastai's `WandbCallback`'s step if it is on the learner, else the run's step at the start + training iteration - 1"
+        """fastai's `WandbCallback`'s step if it is on the learner, else the run's step at the start + training
+        iteration - 1"""
         cb = _wandb_callback(self._learn)
         if cb is not None and hasattr(cb, '_wandb_step'): return cb._wandb_step
         if self.base is None: self.base = self._wandb.run.step
