@@ -211,7 +211,7 @@ def test_the_gpu_corroborates_the_verdict():
         learn.fit(1)
         d = diagnose(learn)
         assert d.verdict == 'input', d.lines()
-        assert d.gpu.startswith(start) and d.gpu in d.lines()
+        assert d.gpu.startswith(start) and d.gpu in d.evidence()
         assert d.gpu in learn.simple_profile.report.section('Diagnosis').more  # the GPU's word, in the evidence
     assert 'launch-bound' in gpu_agreement('compute', learn.simple_profile.facts.telemetry.__class__(
         gpu_sums=np.full((len(Where), 5), 10.), gpu_counts=np.ones((len(Where), 5))))
