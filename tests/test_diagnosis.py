@@ -10,6 +10,7 @@ from fastprofile.learner import *
 from fastprofile.analysis.sections import SECTIONS
 from fastprofile.engine.core import Facts, LoadTime
 from fastprofile.engine.tables import fmt_pct
+from fastprofile.engine.rules import TIE
 from fastprofile.engine.record import Row
 from fastprofile.analysis.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN
 from fastprofile.fixes.advice import check_advice
@@ -91,7 +92,8 @@ def check_consistent(d:Diagnosis):
     assert all('input-bound' not in l for l in lines[1:]), lines
     if 'input-bound' in lines[0]: assert d.verdict == 'input', lines
     fixes = [f for f in d.findings if f.offered]
-    assert fixes == sorted(fixes, key=lambda f: -f.weight) and (not fixes or d.first is fixes[0])  # ranked, the verdict's first
+    assert not fixes or d.first is fixes[0] and all(d.first.weight*TIE >= f.weight for f in fixes)  # the first weighs most, or ties
+    assert [f.weight for f in fixes[len(d.lead):]] == sorted((f.weight for f in fixes[len(d.lead):]), reverse=True)  # the rest ranked
     for l in lines:
         for x in re.findall(r'(\d+\.\d+)x predicted|at most (\d+\.\d+)x', l): assert float(x[0] or x[1]) >= MIN_GAIN, l
     if d.knob:

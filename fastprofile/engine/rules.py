@@ -141,17 +141,24 @@ def rule(resource:str, # The resource its findings are about
 
 
 # %% ../../nbs/06c_rules.ipynb #4c2be364
+def _close(f, w) -> bool: return f.offered and f.weight*TIE >= w  # within `TIE` of the weight `w`
+
 def rank(findings:list) -> list:
-    """`findings` in the order the verdict says them: the fixes offered (`Finding.offered`) by `Finding.weight`, then the rest by the time
-    they would save if free"""
+    """`findings` in the order the verdict says them: the fixes offered (`Finding.offered`) by `Finding.weight`, those tied with the
+    first put in the order a reader acts on them (a prediction before a ceiling, then a fix that keeps the optimisation before one
+    that changes it, then by weight); then the rest by the time they would save if free"""
     on = sorted([f for f in findings if f.offered], key=lambda f: -f.weight)
+    if on:
+        w = on[0].weight
+        tie = sorted([f for f in on if _close(f, w)], key=lambda f: (f.kind == 'bound', f.optimises, -f.weight))
+        on = tie + [f for f in on if not _close(f, w)]
     return on + sorted([f for f in findings if not f.offered], key=lambda f: -f.saved)
 
 def tied(ranked:list) -> list:
-    "The fixes said first: the first of `ranked` and those whose weight is within `TIE` of it (a tie)"
+    "The fixes said first (`ranked` as `rank` orders them): the first and those whose weight is within `TIE` of the heaviest (a tie)"
     if not ranked or not ranked[0].offered: return ranked[:1]
-    w = ranked[0].weight
-    return [f for f in ranked if f.offered and f.weight*TIE >= w]
+    w = max(f.weight for f in ranked if f.offered)
+    return [f for f in ranked if _close(f, w)]
 
 def suppress(found:list, rules) -> list:
     "`found` less the findings whose resource a finding of another rule covers (its `Rule.covers`, or its own `covers`)"
