@@ -19,7 +19,8 @@ from ..engine.rules import (Finding, Rule, RULES, register_rule, rule, rank, tie
 from ..engine.tokens import tokens_line
 from ..probes.batch_scaling import BatchScaling
 from ..probes.layers import fmt_share
-# noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`..., registered)
+# noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`...,
+# registered)
 from ..probes.builtin import BUILTIN_PROBES
 
 # %% auto #0
@@ -32,31 +33,33 @@ __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'CORE_C
            'diagnosis_section']
 
 # %% ../../nbs/09_diagnosis.ipynb #a5158f73
-CATEGORIES = {
-    'host': 'the host (the GPU waits for it: the loader, Python and kernel launches)',
-    'input': 'input pipeline (waiting for the loader)',
-    'copy': 'host-to-device copy',
-    'batch_tfms': 'batch transforms (`after_batch`, in the main process)',
-    'compute': 'model compute',
-    'per_batch': 'per-batch work (paid once a batch, whatever its size: the optimizer step, callbacks, Python, launches, the loader)',
-    'optimizer': 'optimizer step',
-    'callbacks': 'callbacks and metrics in the batch',
-    'outside': 'time between batches (epoch-level callbacks, validation set-up, worker start-up)',
-    'compile': 'torch.compile compiling (dynamo + inductor)',
-    'throttling': 'GPU clock throttling (power or thermal limits)',
-}
+CATEGORIES = {'host': 'the host (the GPU waits for it: the loader, Python and kernel launches)',
+              'input': 'input pipeline (waiting for the loader)', 'copy': 'host-to-device copy',
+              'batch_tfms': 'batch transforms (`after_batch`, in the main process)', 'compute': 'model compute',
+              'per_batch': 'per-batch work (paid once a batch, whatever its size: the optimizer step, callbacks, '
+              'Python, launches, the loader)', 'optimizer': 'optimizer step',
+              'callbacks': 'callbacks and metrics in the batch',
+              'outside': 'time between batches (epoch-level callbacks, validation set-up, worker start-up)',
+              'compile': 'torch.compile compiling (dynamo + inductor)',
+              'throttling': 'GPU clock throttling (power or thermal limits)',}
 HIGHLY_INPUT_BOUND,MODERATELY_INPUT_BOUND = 20.,5.  # % of the training step waiting for input (TF profiler)
 CORE_CBS = ('TrainEvalCallback','Recorder','CastToTensor')  # fastai's own: never advised away
-OWN_CBS = ('CudaPrefetchCallback','EfficiencyCallback','BreakdownCallback')  # fastprofile's (the prefetcher's staging is `input`)
-LOW_GPU_UTIL = 50  # % GPU utilization in the training batches (NVML, `telemetry`) below which the GPU counts as mostly waiting
+# fastprofile's (the prefetcher's staging is `input`)
+OWN_CBS = ('CudaPrefetchCallback','EfficiencyCallback','BreakdownCallback')
+# % GPU utilization in the training batches (NVML, `telemetry`) below which the GPU counts as mostly waiting
+LOW_GPU_UTIL = 50
 THROTTLE_FINDING = .05  # share of the busy GPU samples below the maximum SM clock from which throttling is a finding
 HOST_BOUND = ('host','input','callbacks','outside','optimizer')  # verdicts in which the GPU waits for the host
 MOST_BATCH_GROWTH = 4  # the batch-size advice: a power of two at most this many times the batch (memory permitting)
 LAYER_LEAD = 10  # % of forward+backward from which a layer is named as the first thing to make cheaper
-BATCH_CLOSE = 1.1  # the batch size named: the smallest measured whose predicted time is within this factor of the best measured
-FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tensors; its cost is paid once a batch, so a larger batch pays '
+# the batch size named: the smallest measured whose predicted time is within this factor of the best measured
+BATCH_CLOSE = 1.1
+FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tensors; its cost is paid once a batch, so '
+               'a larger batch pays '
                'it for more samples',
-               'IntToFloatTensor':'it turns image bytes into floats; its cost grows with the pixels: smaller images (`Resize` in `item_tfms`), or on a GPU `learn.prefetch()` overlaps it'}  # batch transforms fastai adds itself: never advised to move; what the user can do instead
+               # batch transforms fastai adds itself: never advised to move; what the user can do instead
+               'IntToFloatTensor':'it turns image bytes into floats; its cost grows with the pixels: smaller images '
+               '(`Resize` in `item_tfms`), or on a GPU `learn.prefetch()` overlaps it'}
 FASTAI_SAY = {'ReadTabBatch':"a larger `bs` in your DataLoaders: `ReadTabBatch` is paid once a batch",
               'IntToFloatTensor':"smaller images: `Resize` in `item_tfms`"}
 
@@ -65,26 +68,30 @@ class PhaseModel:
     "One phase's steady state, in seconds per batch, and the pipeline model of its step"
     phase:str; n:int  # the phase, and its batches past the warm-up
     input:float  # the main process waiting for the next batch: `draw` less copy and transforms (plus prefetch staging)
-    copy:float; batch_tfms:float; compute:float; optimizer:float; callbacks:float  # the main process's work `M`, in parts
+    # the main process's work `M`, in parts
+    copy:float; batch_tfms:float; compute:float; optimizer:float; callbacks:float
     workers:int  # loader workers `W`
     receive:float  # `R`: the main process's own part of the draw
     load:float|None  # `L`: seconds to build one batch in one process (None: unknown)
     loader_bound:bool  # the workers' pace sets the step
     load_timed:bool  # `L` was timed where batches are built
     gpu:bool=False  # the steps were timed with CUDA events
-    tfms:dict=field(default_factory=dict)  # `after_batch` transform -> seconds per batch, timed by a breakdown or on the sampled batches
+    # `after_batch` transform -> seconds per batch, timed by a breakdown or on the sampled batches
+    tfms:dict=field(default_factory=dict)
     send:float=0.  # with no workers now: what sending a batch to the main process would add to a worker's `L`
     take:float=0.  # ... and taking it would add to the main process's `R` (measured on a copy of a batch)
-    gpu_busy:float=math.nan  # seconds per batch the GPU's spans (CUDA events) cover: at most its busy time (NaN: not timed)
+    # seconds per batch the GPU's spans (CUDA events) cover: at most its busy time (NaN: not timed)
+    gpu_busy:float=math.nan
 
     @property
     def main(self) -> float: return self.copy + self.batch_tfms + self.compute + self.optimizer + self.callbacks
     @property
     def step(self) -> float: return self.input + self.main
 
-    def step_with(self, main:float|None=None, workers:int|None=None, load:float|None=None, receive:float|None=None) -> float:
-        """Seconds per batch under the model, with the main process's work `main`, `workers`, `load` and `receive` changed (default: as
-        measured)"""
+    def step_with(self, main:float|None=None, workers:int|None=None, load:float|None=None,
+                  receive:float|None=None) -> float:
+        """Seconds per batch under the model, with the main process's work `main`, `workers`, `load` and `receive`
+        changed (default: as measured)"""
         M = self.main if main is None else main
         W = self.workers if workers is None else workers
         L = (self.load or 0.) if load is None else load
@@ -95,7 +102,8 @@ class PhaseModel:
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a01
 def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|None:
-    "The `PhaseModel` of phase `p` from the record, the facts (breakdown, loader timing) and `W` workers; None without batches"
+    """The `PhaseModel` of phase `p` from the record, the facts (breakdown, loader timing) and `W` workers; None without
+    batches"""
     st = rec.stats
     n = st[Row(p,'batch')].n
     if n == 0: return None
@@ -108,7 +116,8 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
     cost = lambda a: max(mean(a), gpu(a))
     steps = [s.name for s in STEPS[p]]
     on_gpu = bool(gs) and any(gpu(s) > 0 for s in steps)
-    src = facts.breakdown if facts.breakdown is not None else facts.callback_costs  # the breakdown splits every draw; the sampler a few
+    # the breakdown splits every draw; the sampler a few
+    src = facts.breakdown if facts.breakdown is not None else facts.callback_costs
     parts = src.draw_parts(p) if hasattr(src, 'draw_parts') else {}
     copy,tfms = parts.get('copy', 0.),{k:v for k,v in parts.items() if k not in ('wait','copy')}
     X = copy + sum(tfms.values())
@@ -116,7 +125,8 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
     inp = max(draw - X, 0.) + staged  # with CudaPrefetchCallback the next batch is drawn inside this one: input
     compute = sum(cost(s) for s in steps if s not in ('opt_step','zero_grad'))
     optimizer = sum(cost(s) for s in steps if s in ('opt_step','zero_grad'))
-    if on_gpu and compute + optimizer > mean('batch') > 0:  # spans that start late or end early overlap: no more than the batch's wall time
+    # spans that start late or end early overlap: no more than the batch's wall time
+    if on_gpu and compute + optimizer > mean('batch') > 0:
         k = mean('batch')/(compute + optimizer)
         compute,optimizer = compute*k,optimizer*k
     other = mean('batch') - compute - optimizer if on_gpu else mean('other')
@@ -142,8 +152,8 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
         else: load,receive = (None if pace is None else lt.seconds),inp
     # the spans hold the GPU's idle gaps too: an upper bound (the draw's span is the host's wait)
     busy = sum(gpu(s) for s in steps) + copy if on_gpu else math.nan
-    return PhaseModel(p, n, inp, copy, sum(tfms.values()), compute, optimizer, max(other - staged, 0.), W, receive, load,
-                      loader_bound, timed, on_gpu, tfms, send, take, busy)
+    return PhaseModel(p, n, inp, copy, sum(tfms.values()), compute, optimizer, max(other - staged, 0.), W, receive,
+                      load, loader_bound, timed, on_gpu, tfms, send, take, busy)
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a04
 @dataclass
@@ -156,17 +166,20 @@ class Evidence:
     facts:Facts
     cpus:int  # CPUs the process may use
     costs:object=None  # a `Breakdown` or `SampledCosts` (callback and metric costs), if any
-    given:dict|None=None  # a change whose values the rules predict instead of choosing their own (`check_advice`: the report's)
-    measure:bool=True  # a rule may measure what it reads after the fit (the batch sizes); `diagnose` allows it only where it could matter
+    # a change whose values the rules predict instead of choosing their own (`check_advice`: the report's)
+    given:dict|None=None
+    # a rule may measure what it reads after the fit (the batch sizes); `diagnose` allows it only where it could matter
+    measure:bool=True
 
     @cached_property
     def cost_rows(self) -> list:
-        """The rows of `costs.callback_costs()` as named tuples (phase, name, event, total, calls, per_batch), in its order: made once, read
-        by the rules"""
+        """The rows of `costs.callback_costs()` as named tuples (phase, name, event, total, calls, per_batch), in its
+        order: made once, read by the rules"""
         return [] if self.costs is None else _cost_table(self.costs)
     @property
     def sizes_measured(self) -> bool:
-        "The batch sizes were measured after the fit (the batch-size rule prices a larger batch): measured now if `measure` allows"
+        """The batch sizes were measured after the fit (the batch-size rule prices a larger batch): measured now if
+        `measure` allows"""
         return bool(measured_sizes(self)[2])
     @property
     def batches(self) -> int: return sum(ph.n for ph in self.phases.values())
@@ -199,10 +212,10 @@ class Evidence:
         t1 = self.after(after)
         # the loader's pace unknown
         if kind == 'model' and any(ph.workers and ph.load is None for ph in self.phases.values()): kind = 'bound'
-        return Finding(resource, self.shares.get(resource, 0.) if share is None else share, 100*max(saved, 0.)/self.fit, fix,
-                       self.steady/t1 if t1 > 0 else math.inf, kind, change, detail, self.steady/self.batches, t1/self.batches,
-                       if_free=kind == 'bound' and free is None, say=say, cause=cause, optimises=optimises,
-                       gain=100*(self.steady - t1)/self.fit)
+        return Finding(resource, self.shares.get(resource, 0.) if share is None else share, 100*max(saved, 0.)/self.fit,
+                       fix, self.steady/t1 if t1 > 0 else math.inf, kind, change, detail, self.steady/self.batches,
+                       t1/self.batches, if_free=kind == 'bound' and free is None, say=say, cause=cause,
+                       optimises=optimises, gain=100*(self.steady - t1)/self.fit)
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a06
 def _cpu_share(ev:Evidence) -> float|None:
@@ -214,17 +227,19 @@ def _waiting_workers(ev:Evidence, W:int) -> str:
     "A hint when the timed workers mostly wait: more of them than CPUs may help (not predicted)"
     f = _cpu_share(ev)
     if not W or f is None or f >= .5: return ''
-    return (f" Its workers mostly wait (their CPU time is {fmt_pct(100*f)} of their time): more workers than CPUs may help too "
-            f"(try `num_workers={min(16, 2*ev.cpus)}` and profile again; not predicted).")
+    return (f" Its workers mostly wait (their CPU time is {fmt_pct(100*f)} of their time): more workers than CPUs may "
+            f"help too (try `num_workers={min(16, 2*ev.cpus)}` and profile again; not predicted).")
 
 def _given(ev:Evidence, kind:str, key:str, default, **match):
-    "The value `key` of the change `ev.given` if it is of `kind` (and matches `match`), else `default`: one value per fix"
+    """The value `key` of the change `ev.given` if it is of `kind` (and matches `match`), else `default`: one value per
+    fix"""
     g = ev.given
     if g is None or g.get('kind') != kind or any(g.get(k) != v for k,v in match.items()): return default
     return g[key]
 
 def _workers_wanted(ev:Evidence) -> int:
-    "The loader workers the input fix asks for: enough to keep up with the main process, at most the CPUs (the given change's, if any)"
+    """The loader workers the input fix asks for: enough to keep up with the main process, at most the CPUs (the given
+    change's, if any)"""
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     W,cap = ph0.workers,max(ev.cpus, 1)
     L,M = ph0.load or 0.,ph0.receive + ph0.main
@@ -240,42 +255,51 @@ def input_rule(ev:Evidence) -> list:
     W2 = _workers_wanted(ev)
     wait = 100*ph0.input/ph0.step if ph0.step > 0 else 0.
     cause = f"the model waits {fmt_time(ph0.input)} a batch"
-    detail = f"the main process waits {fmt_time(ph0.input)} per training batch for the next one, {fmt_pct(wait)} of the step"
-    if not W and ph0.load_timed and ph0.receive > max(.5*ph0.input, .05*ph0.step):  # the loader built it faster than the wait
-        detail += (f"; the loader builds a batch in {fmt_time(ph0.load)}: the other {fmt_time(ph0.receive)} is main-process work after the "
-                   "batch is built (the loader's `after_batch`, a plain function or a `Pipeline`, or its copy), which more workers do not take")
+    detail = (
+        f"the main process waits {fmt_time(ph0.input)} per training batch for the next one, {fmt_pct(wait)} of the "
+        "step")
+    # the loader built it faster than the wait
+    if not W and ph0.load_timed and ph0.receive > max(.5*ph0.input, .05*ph0.step):
+        detail += (f"; the loader builds a batch in {fmt_time(ph0.load)}: the other {fmt_time(ph0.receive)} is "
+                   "main-process work after the batch is built (the loader's `after_batch`, a plain function or a "
+                   "`Pipeline`, or its copy), which more workers do not take")
     if W and ph0.loader_bound:
         detail += (f"; its {W} worker{'s' if W > 1 else ''} take{'s' if W == 1 else ''} {fmt_time(L)} to build a batch "
                    f"({fmt_time(L/W)} a batch together), the main process {fmt_time(M)}: the workers set the pace")
     out = []
     if W2 > W and (W == 0 or ph0.loader_bound) and sys.platform != 'darwin':  # fastai sets `num_workers=0` on macOS
-        f = ev.finding('input', f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): workers build batches while the model "
-                       f"trains.",
-                       lambda ph: ph.step_with(workers=W2), free, change=dict(kind='num_workers', value=W2, before=W), detail=detail,
+        f = ev.finding('input',
+                       f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): workers build batches while "
+                       "the model trains.", lambda ph: ph.step_with(workers=W2), free,
+                       change=dict(kind='num_workers', value=W2, before=W), detail=detail,
                        say=f"`num_workers={W2}` in your DataLoaders (now {W})", cause=cause)
         if f.speedup >= MIN_GAIN: return [f]
         out.append(f)
     if W > 0 and not ph0.loader_bound and ph0.receive > .05*ph0.step:
         lt = ev.facts.loading.get(ph0.phase)
         probed = lt.receive if lt is not None and not math.isnan(lt.receive) else None
-        if probed is not None and ph0.receive > 3*probed + 1e-3 and not ev.facts.on_gpu:  # not the taking: the CPU is shared
-            fix = (f"the main process spends {fmt_time(ph0.receive)} per batch in the draw though its {W} workers keep up "
-                   f"({fmt_time(L/W)} a batch) and taking a batch costs {fmt_time(probed)} (probed): the rest is waiting for a core, "
-                   f"which the workers and torch's {f'{ev.facts.threads} ' if ev.facts.threads else ''}threads share ({ev.cpus} CPUs): "
-                           f"fewer workers, or fewer threads "
-                   "(`torch.set_num_threads`).")
+        # not the taking: the CPU is shared
+        if probed is not None and ph0.receive > 3*probed + 1e-3 and not ev.facts.on_gpu:
+            fix = (f"the main process spends {fmt_time(ph0.receive)} per batch in the draw though its {W} workers keep "
+                   f"up ({fmt_time(L/W)} a batch) and taking a batch costs {fmt_time(probed)} (probed): the rest is "
+                   "waiting for a core, which the workers and torch's "
+                   f"{f'{ev.facts.threads} ' if ev.facts.threads else ''}threads share ({ev.cpus} CPUs): fewer "
+                   "workers, or fewer threads (`torch.set_num_threads`).")
         else:
             fix = (f"the main process spends {fmt_time(ph0.receive)} per batch taking each batch from the workers "
                    "(each tensor crosses through shared memory): fewer tensors per batch (stack them), smaller dtypes "
                    "(uint8 images, normalised on the device), `pin_memory=True` on a GPU.")
-        say = ("fewer workers, or fewer threads (`torch.set_num_threads`)" if probed is not None and ph0.receive > 3*probed + 1e-3
-               and not ev.facts.on_gpu else "fewer, smaller tensors per batch" + (", and `pin_memory=True`" if ev.facts.on_gpu else ''))
-        return [ev.finding('input', fix, lambda ph: ph.step_with(receive=0.), free, kind='bound', detail=detail, say=say,
-                           cause=f"taking each batch costs the main process {fmt_time(ph0.receive)}")]
-    f = ev.finding('input', (f"the loader already has {W} workers on {ev.cpus} CPUs: make items cheaper to load (decode/resize less, "
-                   "cache decoded data, faster storage)." if W >= cap else
-                   "make items cheaper to load (decode/resize less, cache decoded data, faster storage)" +
-                   ("; fastai runs no loader workers on macOS." if sys.platform == 'darwin' else ".")) + _waiting_workers(ev, W),
+        say = ("fewer workers, or fewer threads (`torch.set_num_threads`)"
+               if probed is not None and ph0.receive > 3*probed + 1e-3 and not ev.facts.on_gpu
+               else "fewer, smaller tensors per batch" + (", and `pin_memory=True`" if ev.facts.on_gpu else ''))
+        return [ev.finding('input', fix, lambda ph: ph.step_with(receive=0.), free, kind='bound', detail=detail,
+                           say=say, cause=f"taking each batch costs the main process {fmt_time(ph0.receive)}")]
+    f = ev.finding('input',
+                   (f"the loader already has {W} workers on {ev.cpus} CPUs: make items cheaper to load (decode/resize "
+                    "less, cache decoded data, faster storage)." if W >= cap
+                    else "make items cheaper to load (decode/resize less, cache decoded data, faster storage)"
+                    + ("; fastai runs no loader workers on macOS." if sys.platform == 'darwin' else "."))
+                   + _waiting_workers(ev, W),
                    lambda ph: ph.step_with(load=0.), free, kind='bound', detail=detail,
                    say="cheaper items to load: decode or resize less, cache decoded data", cause=cause)
     return [f] if f.speedup >= MIN_GAIN or not out else out
@@ -287,8 +311,8 @@ def _overlapped(ph:PhaseModel) -> float:
     return ph.step_with(main=max(x, ph.main - x))
 
 def pinned_ratio(ev:Evidence) -> tuple:
-    """The copy's time pinned over its time now (1 when the batches are pinned or nothing was measured), and whether the batches were pinned
-    (None: unknown)"""
+    """The copy's time pinned over its time now (1 when the batches are pinned or nothing was measured), and whether the
+    batches were pinned (None: unknown)"""
     x,ph0 = ev.facts.extra,ev.phases.get('train', next(iter(ev.phases.values())))
     pinned,p = x.get('batch_pinned'),x.get('pinned_copy_seconds')
     # measured now, once: only a diagnosis with a copy to model asks
@@ -299,41 +323,45 @@ def pinned_ratio(ev:Evidence) -> tuple:
     return min(p/ph0.copy, 1.),pinned
 
 def copy_rule(ev:Evidence) -> list:
-    """The host-to-device copy (timed on the sampled batches or by a breakdown): pinned (`pinned_copy_seconds`, measured once on a batch)
-    and overlapped by `learn.prefetch()`"""
+    """The host-to-device copy (timed on the sampled batches or by a breakdown): pinned (`pinned_copy_seconds`, measured
+    once on a batch) and overlapped by `learn.prefetch()`"""
     if not any(ph.copy > 0 for ph in ev.phases.values()): return []
     r,pinned = pinned_ratio(ev)
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
-    both = lambda ph: ph.step_with(main=max(ph.copy*r + ph.batch_tfms, ph.main - ph.copy - ph.batch_tfms))  # pinned, on a side stream
+    # pinned, on a side stream
+    both = lambda ph: ph.step_with(main=max(ph.copy*r + ph.batch_tfms, ph.main - ph.copy - ph.batch_tfms))
     detail = (f"the copy to the device takes {fmt_time(ph0.copy)} per training batch, "
               f"{fmt_pct(100*ph0.copy/ph0.step if ph0.step > 0 else 0.)} of the step")
-    say = "`learn.prefetch()`: the copy overlaps compute" if pinned else "`pin_memory=True` in your DataLoaders, and `learn.prefetch()`"
+    say = ("`learn.prefetch()`: the copy overlaps compute" if pinned
+           else "`pin_memory=True` in your DataLoaders, and `learn.prefetch()`")
     if pinned: fix = "`learn.prefetch()` (`CudaPrefetchCallback`): the (pinned) copy overlaps compute."
     elif r < 1:
         pin = ev.steady/ev.after(lambda ph: ph.step_with(main=ph.main - ph.copy*(1 - r)))
         detail += f", from pageable memory; pinned it took {fmt_time(ph0.copy*r)} (one batch, measured once)"
-        fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the pinned copy is "
-               f"{1/r:.1f}x faster, and overlaps compute" + (f"; `pin_memory=True` alone: {pin:.2f}x "
-                                                             f"predicted." if pin >= MIN_GAIN else '.'))
-    else: fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy overlaps compute "
-                 "(a pinned copy was not measured: predicted with the copy's time now).")
-    return [ev.finding('copy', fix, both, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'), detail=detail,
-                       say=say, cause=f"copying a batch to the device takes {fmt_time(ph0.copy)}")]
+        fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the pinned "
+               f"copy is {1/r:.1f}x faster, and overlaps compute"
+               + (f"; `pin_memory=True` alone: {pin:.2f}x predicted." if pin >= MIN_GAIN else '.'))
+    else:
+        fix = ("`pin_memory=True` in your DataLoaders and `learn.prefetch()` (`CudaPrefetchCallback`): the copy "
+               "overlaps compute (a pinned copy was not measured: predicted with the copy's time now).")
+    return [ev.finding('copy', fix, both, lambda ph: ph.step_with(main=ph.main - ph.copy), change=dict(kind='prefetch'),
+                       detail=detail, say=say, cause=f"copying a batch to the device takes {fmt_time(ph0.copy)}")]
 
 def _into_workers(ev:Evidence, slow:str) -> tuple:
-    """The workers to build batch transform `slow` in, and the step of each phase with it moved there (its time leaves the main process's
-    work for the workers' build)"""
+    """The workers to build batch transform `slow` in, and the step of each phase with it moved there (its time leaves
+    the main process's work for the workers' build)"""
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     T = {p:ph.tfms.get(slow, 0.) for p,ph in ev.phases.items()}
     W,cap = ph0.workers,max(ev.cpus, 1)
     L,M = (ph0.load or 0.) + T[ph0.phase],ph0.receive + ph0.main - T[ph0.phase]
-    W2 = W if W >= cap else int(min(max(math.ceil(L/M) if M > 0 else cap, W, 1), cap))  # enough to keep up, at most the CPUs
+    # enough to keep up, at most the CPUs
+    W2 = W if W >= cap else int(min(max(math.ceil(L/M) if M > 0 else cap, W, 1), cap))
     W2 = _given(ev, 'move_tfm', 'workers', W2, name=slow)
     return W2,lambda ph: ph.step_with(main=ph.main - T[ph.phase], load=(ph.load or 0.) + T[ph.phase], workers=W2)
 
 def batch_tfms_rule(ev:Evidence) -> list:
-    """The loader's batch transforms (`after_batch`, in the main process; timed on the sampled batches or by a breakdown): on a CPU built in
-    the workers, on a GPU overlapped by `learn.prefetch()`"""
+    """The loader's batch transforms (`after_batch`, in the main process; timed on the sampled batches or by a
+    breakdown): on a CPU built in the workers, on a GPU overlapped by `learn.prefetch()`"""
     tf = {}
     for ph in ev.phases.values():
         for k,v in ph.tfms.items(): tf[k] = tf.get(k, 0.) + ph.n*v
@@ -341,39 +369,49 @@ def batch_tfms_rule(ev:Evidence) -> list:
     slow = max(tf, key=tf.get)
     own = slow in FASTAI_TFMS  # fastai adds it itself: never advised to move
     if ev.facts.on_gpu:
-        return [ev.finding('batch_tfms', f"`{slow}` is the costliest batch transform ({fmt_time(tf[slow]/ev.batches)} per batch): "
-                           "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, overlapped with compute" +
-                           ("." if own else "; if it is CPU work, build it in the loader's workers instead (`item_tfms` or "
-                            "`before_batch`)."),
-                           _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms), change=dict(kind='prefetch'),
-                           say=f"`learn.prefetch()`: `{slow}` overlaps compute", cause=f"`{slow}` runs in the main process")]
+        return [ev.finding('batch_tfms',
+                           f"`{slow}` is the costliest batch transform ({fmt_time(tf[slow]/ev.batches)} per batch): "
+                           "`learn.prefetch()` (`CudaPrefetchCallback`) runs `after_batch` on a side stream, "
+                           "overlapped with compute"
+                           + ("." if own
+                              else "; if it is CPU work, build it in the loader's workers instead (`item_tfms` or "
+                              "`before_batch`)."),
+                           _overlapped, lambda ph: ph.step_with(main=ph.main - ph.batch_tfms),
+                           change=dict(kind='prefetch'), say=f"`learn.prefetch()`: `{slow}` overlaps compute",
+                           cause=f"`{slow}` runs in the main process")]
     if own:
         ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
         t = ph0.tfms.get(slow, 0.)
-        detail = (f"`{slow}` (the loader's `after_batch`, run in the main process) takes {fmt_time(t)} per training batch, "
-                  f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step")
-        return [ev.finding('batch_tfms', f"`{slow}` is fastai's own: fastai adds it to the loader's `after_batch` itself, so it cannot be "
-                           f"moved; {FASTAI_TFMS[slow]}.", lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), kind='bound',
+        detail = (f"`{slow}` (the loader's `after_batch`, run in the main process) takes {fmt_time(t)} per training "
+                  f"batch, {fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step")
+        return [ev.finding('batch_tfms',
+                           f"`{slow}` is fastai's own: fastai adds it to the loader's `after_batch` itself, so it "
+                           "cannot be "
+                           f"moved; {FASTAI_TFMS[slow]}.",
+                           lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), kind='bound',
                            detail=detail, say=FASTAI_SAY[slow], cause=f"fastai's `{slow}` takes {fmt_time(t)} a batch",
                            optimises=slow == 'ReadTabBatch')]  # its fix is a larger batch
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     W,(W2,after) = ph0.workers,_into_workers(ev, slow)
     t = ph0.tfms.get(slow, 0.)
     detail = (f"`{slow}` (the loader's `after_batch`, run in the main process) takes {fmt_time(t)} per training batch, "
-              f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step" +
-              (f"; the loader builds a batch in {fmt_time(ph0.load)}" if ph0.load is not None and ph0.load_timed else ''))
+              f"{fmt_pct(100*t/ph0.step if ph0.step > 0 else 0.)} of the step"
+              + (f"; the loader builds a batch in {fmt_time(ph0.load)}" if ph0.load is not None and ph0.load_timed
+                 else ''))
     where = (f"workers, with `num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} "
              f"CPUs)" if W2 != W else f"{W} worker{'s' if W > 1 else ''}")
     fix = (f"build `{slow}` in the loader's {where}: as an item transform (`item_tfms`, per item) or in `before_batch` "
            "(on the list of items, before collation), not in `after_batch`, which fastai runs in the main process.")
-    return [ev.finding('batch_tfms', fix, after, lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)), detail=detail,
-                       change=dict(kind='move_tfm', name=slow, workers=W2, before=W),
-                       say=f"`{slow}` in `item_tfms` or `before_batch`, built in the workers" + (f" (`num_workers={W2}`)" if W2 != W else ''),
+    return [ev.finding('batch_tfms', fix, after, lambda ph: ph.step_with(main=ph.main - ph.tfms.get(slow, 0.)),
+                       detail=detail, change=dict(kind='move_tfm', name=slow, workers=W2, before=W),
+                       say=f"`{slow}` in `item_tfms` or `before_batch`, built in the workers"
+                       + (f" (`num_workers={W2}`)" if W2 != W else ''),
                        cause=f"`{slow}` takes {fmt_time(t)} a batch in the main process")]
 
 def optimizer_rule(ev:Evidence) -> list:
     "The optimizer step: a fused or foreach optimizer, fewer steps (where the GPU waits for the host: in `host_rule`)"
-    return [ev.finding('optimizer', "a fused or foreach optimizer (e.g. `opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, "
+    return [ev.finding('optimizer',
+                       "a fused or foreach optimizer (e.g. `opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, "
                        "foreach=True)`), or a larger batch size: fewer steps per epoch.",
                        lambda ph: ph.step_with(main=ph.main - ph.optimizer), kind='bound',
                        say="`opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, foreach=True)`",
@@ -388,53 +426,66 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
         s = ev.steady/ev.after(lambda ph: ph.step_with(main=ph.main - ph.compute*(1 - T/C)))
         if s >= MIN_GAIN:
             opts.append(f"torch uses {T} of {C} cores: `torch.set_num_threads({C})` (up to {s:.2f}x)"); best = s
-    elif T and T > C: opts.append(f"torch runs {T} threads on {C} cores: `torch.set_num_threads({C})` (no oversubscription)")
+    elif T and T > C:
+        opts.append(f"torch runs {T} threads on {C} cores: `torch.set_num_threads({C})` (no oversubscription)")
     busy = sum(ph.n*lt.cpu_seconds for p,ph in ev.phases.items() if (lt := f.loading.get(p)) is not None and lt.workers
                and not math.isnan(lt.cpu_seconds))/ev.steady  # cores the loader's workers keep busy
     if T and busy > .05 and T + busy > C:
-        opts.append(f"the loader's workers keep {busy:.1f} of the {C} cores busy beside torch's {T} threads: they compete (a thread "
-                    f"that waits for a core holds the others up); compare `torch.set_num_threads({max(C - math.ceil(busy), 1)})` or fewer workers")
+        opts.append(f"the loader's workers keep {busy:.1f} of the {C} cores busy beside torch's {T} threads: they "
+                    "compete (a thread that waits for a core holds the others up); compare "
+                    f"`torch.set_num_threads({max(C - math.ceil(busy), 1)})` or fewer workers")
     fixed = ph0.optimizer + ph0.callbacks + ph0.receive
     s = ph0.step/(ph0.step - fixed/2) if ph0.step > fixed/2 else 1.
     if s >= MIN_GAIN and not ev.sizes_measured:  # measured: the batch-size finding prices it
-        opts.append(f"a larger batch size{_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is per-batch work "
-                    f"(optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the batch (up to {s:.2f}x; retune the learning rate)")
+        opts.append(f"a larger batch size{_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is per-batch "
+                    "work (optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the "
+                    f"batch (up to {s:.2f}x; retune the learning rate)")
     if f.model.get('conv2d') and not f.model.get('channels_last'):
         opts.append("`learn.model.to(memory_format=torch.channels_last)` (a conv net)")
     if not f.model.get('compiled'): opts.append("`learn.model = torch.compile(learn.model)`")
     opts.append("or train on a GPU (`learn.dls.to('cuda'); learn.model.cuda()`), then `learn.to_fp16()`")
-    say = (f"`torch.set_num_threads({C})` (torch uses {T} of {C} cores)" if best is not None else
-           "a cheaper model, or `learn.model = torch.compile(learn.model)`" if not f.model.get('compiled') else "a cheaper model, or a GPU")
+    say = (f"`torch.set_num_threads({C})` (torch uses {T} of {C} cores)" if best is not None
+           else "a cheaper model, or `learn.model = torch.compile(learn.model)`" if not f.model.get('compiled')
+           else "a cheaper model, or a GPU")
     return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit)),say
 
 def layers_lead(facts:Facts|None, n:int=2) -> str|None:
-    """What the compute fix says of the model's layers (`facts.layers`, a `fastprofile.probes.layers.LayerTimes`): those that clearly lead
-    (`LayerTimes.leaders`, at least `LAYER_LEAD`%), or that no single one dominates; None if not timed"""
+    """What the compute fix says of the model's layers (`facts.layers`, a `fastprofile.probes.layers.LayerTimes`): those
+    that clearly lead (`LayerTimes.leaders`, at least `LAYER_LEAD`%), or that no single one dominates; None if not
+    timed"""
     lay = getattr(facts, 'layers', None)
-    if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None  # a model with no submodules: nothing to name
+    # a model with no submodules: nothing to name
+    if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None
     k = lay.kept or lay.batches
     how = f"self time, the median of {k} sampled batch{'es' if k != 1 else ''} ± 2 standard errors"
     said = lambda ls: ', '.join(f"{lay.label(l)} {fmt_share(lay.share(l.name), lay.spread(l.name))}" for l in ls)
     lead = [l for l in lay.leaders(n) if lay.share(l.name) >= LAYER_LEAD]
-    if lead: return f"{said(lead)} of forward+backward ({how}): the layer{'s' if len(lead) > 1 else ''} to make cheaper or replace first"
+    if lead:
+        return (f"{said(lead)} of forward+backward ({how}): the layer{'s' if len(lead) > 1 else ''} to make cheaper or "
+                "replace first")
     top = lay.top(2)
-    if lay.share(top[0].name) < LAYER_LEAD: return None  # no layer takes a tenth: none is the first thing to make cheaper
-    if k < 2: return (f"the costliest layers of one sampled batch, too few to say whether one dominates: {said(top)} of forward+backward "
-                      "(self time); the whole model is what to make cheaper")
-    return (f"no single layer dominates: {said(top)} of forward+backward ({how}) are within their spread, or the sampled batches "
-            "disagree on the first; the whole model is what to make cheaper")
+    # no layer takes a tenth: none is the first thing to make cheaper
+    if lay.share(top[0].name) < LAYER_LEAD: return None
+    if k < 2:
+        return (f"the costliest layers of one sampled batch, too few to say whether one dominates: {said(top)} of "
+                "forward+backward (self time); the whole model is what to make cheaper")
+    return (f"no single layer dominates: {said(top)} of forward+backward ({how}) are within their spread, or the "
+            "sampled batches disagree on the first; the whole model is what to make cheaper")
 
 def compute_rule(ev:Evidence) -> list:
-    "The model's forward, loss and backward: the costliest layers (where timed) first, then what speeds the model up as a whole"
+    """The model's forward, loss and backward: the costliest layers (where timed) first, then what speeds the model up
+    as a whole"""
     after = lambda ph: ph.step_with(main=ph.main - ph.compute)
     lead = layers_lead(ev.facts)
     ph0 = ev.train
     cause = f"forward, loss and backward take {fmt_pct(100*ph0.compute/ph0.step if ph0.step > 0 else 0.)} of the step"
     lead = '' if lead is None else lead + '. For the whole model: '
     if ev.facts.on_gpu:
-        return [ev.finding('compute', lead + "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller "
-                           "model.",
-                           after, kind='bound', say="`learn.to_fp16()` (mixed precision), or a cheaper model", cause=cause)]
+        return [ev.finding('compute',
+                           lead
+                           + "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller "
+                           "model.", after, kind='bound', say="`learn.to_fp16()` (mixed precision), or a cheaper model",
+                           cause=cause)]
     f = ev.finding('compute', None, after, kind='bound', cause=cause)
     f.fix,s,f.say = _compute_on_cpu(ev, f.speedup)
     f.fix = lead + f.fix
@@ -447,7 +498,8 @@ def compute_rule(ev:Evidence) -> list:
 def _now(v) -> str: return f" (now {v})" if v else ''  # what a setting is now, where known
 
 def _gpu_busy(ev:Evidence) -> tuple:
-    "The GPU's busy share of a training step (0-1) and how it is known, in words; (None, '') on a CPU or without readings"
+    """The GPU's busy share of a training step (0-1) and how it is known, in words; (None, '') on a CPU or without
+    readings"""
     if not ev.facts.on_gpu: return None,''
     tel = ev.facts.telemetry
     b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
@@ -457,18 +509,23 @@ def _gpu_busy(ev:Evidence) -> tuple:
     ph = ev.phases.get('train')
     if ph is None or math.isnan(ph.gpu_busy) or not ph.step > 0: return None,''
     u = min(ph.gpu_busy/ph.step, 1.)
-    return u,f"the GPU's work spans at most {fmt_pct(100*u)} of the training step (CUDA events; the spans hold its idle gaps too)"
+    return (u,
+            f"the GPU's work spans at most {fmt_pct(100*u)} of the training step (CUDA events; the spans hold its idle "
+            "gaps too)")
 
 def _gpu_waits(ev:Evidence) -> str|None:
-    "Why the GPU waits for the host in training batches, in words (`_gpu_busy` under `LOW_GPU_UTIL`); None when nothing says so"
+    """Why the GPU waits for the host in training batches, in words (`_gpu_busy` under `LOW_GPU_UTIL`); None when
+    nothing says so"""
     u,why = _gpu_busy(ev)
     return why if u is not None and u < LOW_GPU_UTIL/100 else None
 
 def larger_batch(bs:int|None, # The batch size now (None: unknown)
-                 growth:float|None=None, # How many times the batch memory allows (`Efficiency.batch_growth`); None: unknown
+                 # How many times the batch memory allows (`Efficiency.batch_growth`); None: unknown
+                 growth:float|None=None,
                  most:int=MOST_BATCH_GROWTH, # At most this many times the batch
                 ) -> int|None:
-    "The batch size to try: the largest power of two above `bs`, at most `most` times it and what memory allows; None if there is none"
+    """The batch size to try: the largest power of two above `bs`, at most `most` times it and what memory allows; None
+    if there is none"""
     if not bs or bs < 1: return None
     lim = bs*min(most, growth if growth is not None else most)
     b2 = 2**int(math.floor(math.log2(lim))) if lim >= 1 else 0
@@ -476,7 +533,8 @@ def larger_batch(bs:int|None, # The batch size now (None: unknown)
 
 def batch_text(bs:int, b2:int, growth:float|None=None) -> str:
     "The batch-size advice in words: the size, how many times the batch, what memory allows"
-    g = '' if growth is None else f"; memory allows up to ~{growth:.0f}x" if growth >= 10 else f"; memory allows up to ~{growth:.1f}x"
+    g = ('' if growth is None else f"; memory allows up to ~{growth:.0f}x" if growth >= 10
+         else f"; memory allows up to ~{growth:.1f}x")
     return f"bs {b2} ({b2/bs:.3g}x the batch of {bs}{g}; retune the learning rate)"
 
 def _batch_growth(facts) -> float|None:
@@ -485,90 +543,103 @@ def _batch_growth(facts) -> float|None:
     except Exception: return None
 
 class _Option(NamedTuple):
-    "One fix of the host-bound verdict: its words, the step after it (`after(ph)`), 'model' or 'bound', and what `check_advice` applies"
+    """One fix of the host-bound verdict: its words, the step after it (`after(ph)`), 'model' or 'bound', and what
+    `check_advice` applies"""
     text:str; after:Callable; kind:str; change:dict|None=None
     say:str=''  # short: code and where
     optimises:bool=False  # it changes the optimisation (a batch size)
 
 def host_rule(ev:Evidence) -> list:
-    "The GPU waits for the host (`_gpu_waits`): the host's fixes, ranked (measured predictions first, then bounds), each predicted"
+    """The GPU waits for the host (`_gpu_waits`): the host's fixes, ranked (measured predictions first, then bounds),
+    each predicted"""
     why = _gpu_waits(ev)
     if why is None: return []
     u,f = _gpu_busy(ev)[0],ev.facts
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     G = lambda ph: u*ph.step  # the GPU's busy seconds per batch
     opts,W,W2 = [],ph0.workers,_workers_wanted(ev)
-    if (W2 > W and ph0.input >= MODERATELY_INPUT_BOUND/100*ph0.step and (W == 0 or ph0.loader_bound) and sys.platform != 'darwin'):
+    if (W2 > W and ph0.input >= MODERATELY_INPUT_BOUND/100*ph0.step and (W == 0 or ph0.loader_bound)
+        and sys.platform != 'darwin'):
         opts.append(_Option(f"`num_workers={W2}` in your DataLoaders (now {W}; {ev.cpus} CPUs): the draw is "
-                            f"{fmt_pct(100*ph0.input/ph0.step)} of the step", lambda ph: ph.step_with(workers=W2), 'model',
-                            dict(kind='num_workers', value=W2, before=W), f"`num_workers={W2}` in your DataLoaders (now {W})"))
+                            f"{fmt_pct(100*ph0.input/ph0.step)} of the step", lambda ph: ph.step_with(workers=W2),
+                            'model', dict(kind='num_workers', value=W2, before=W),
+                            f"`num_workers={W2}` in your DataLoaders (now {W})"))
     g,n = _batch_growth(f),batch_choice(ev)
     b2 = larger_batch(f.batch_size, g)
     if n:
         sc,bs,_ = measured_sizes(ev)
-        opts.append(_Option(f"a larger batch, {batch_text(bs, n, g)}: the host's per-batch work is paid once for {n/bs:g}x the samples "
-                            "(batch sizes measured after the fit)", lambda ph: _at_size(ph, sc, n, bs), 'model',
-                            dict(kind='batch_size', value=n, before=bs), f"`bs={n}` in your DataLoaders (now {bs})", True))
+        opts.append(_Option(f"a larger batch, {batch_text(bs, n, g)}: the host's per-batch work is paid once for "
+                            f"{n/bs:g}x the samples (batch sizes measured after the fit)",
+                            lambda ph: _at_size(ph, sc, n, bs), 'model', dict(kind='batch_size', value=n, before=bs),
+                            f"`bs={n}` in your DataLoaders (now {bs})", True))
     elif b2:
-        k = b2/f.batch_size  # per sample: the loader's work grows with the batch, the host's launches do not, the GPU's does
-        opts.append(_Option(f"a larger batch, {batch_text(f.batch_size, b2, g)}: the host's per-batch work is paid once for {k:g}x the "
-                            f"samples",
-                            lambda ph: ph.step_with(main=max(ph.main, k*G(ph)), load=k*(ph.load or 0.))/k, 'bound', None,
-                            f"a larger batch, `bs={b2}` (now {f.batch_size})", True))
+        # per sample: the loader's work grows with the batch, the host's launches do not, the GPU's does
+        k = b2/f.batch_size
+        opts.append(_Option(f"a larger batch, {batch_text(f.batch_size, b2, g)}: the host's per-batch work is paid "
+                            f"once for {k:g}x the samples",
+                            lambda ph: ph.step_with(main=max(ph.main, k*G(ph)), load=k*(ph.load or 0.))/k, 'bound',
+                            None, f"a larger batch, `bs={b2}` (now {f.batch_size})", True))
     if not f.model.get('compiled'):
-        opts.append(_Option("CUDA graphs, `learn.model = torch.compile(learn.model, mode='reduce-overhead')`: the step's kernels "
-                            "launched as one graph", lambda ph: ph.step_with(main=ph.main - ph.compute - ph.optimizer +
-                                                                                min(ph.compute + ph.optimizer, G(ph))), 'bound', None,
+        opts.append(_Option("CUDA graphs, `learn.model = torch.compile(learn.model, mode='reduce-overhead')`: the "
+                            "step's kernels launched as one graph", lambda ph: ph.step_with(
+                                main=ph.main - ph.compute - ph.optimizer + min(ph.compute + ph.optimizer, G(ph))),
+                            'bound', None,
                             "`learn.model = torch.compile(learn.model, mode='reduce-overhead')` (CUDA graphs)"))
     if ph0.main > 0 and ph0.optimizer >= .1*ph0.main:
-        opts.append(_Option(f"a fused or foreach optimizer (`opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, fused=True)`): "
-                            f"`opt_step` takes {fmt_time(ph0.optimizer)}, {fmt_pct(100*ph0.optimizer/ph0.main)} of the host's step",
+        opts.append(_Option("a fused or foreach optimizer (`opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, "
+                            f"fused=True)`): `opt_step` takes {fmt_time(ph0.optimizer)}, "
+                            f"{fmt_pct(100*ph0.optimizer/ph0.main)} of the host's step",
                             lambda ph: ph.step_with(main=ph.main - ph.optimizer), 'bound', None,
                             "`opt_func=partial(OptimWrapper, opt=torch.optim.AdamW, fused=True)`"))
     sp = lambda o: ev.steady/ev.after(o.after)
-    # ranked as the diagnosis ranks fixes (`Finding.weight`): a ceiling counts for less, a change to the optimisation too
+    # ranked as the diagnosis ranks fixes (`Finding.weight`): a ceiling counts for less, a change to the optimisation
+    # too
     opts = sorted(opts, key=lambda o: -weigh(sp(o), o.kind, o.optimises))
     opts = [o for o in opts if sp(o) >= MIN_GAIN] or opts[:1]
     share = 100*sum(ph.n*max(ph.step - G(ph), 0.) for ph in ev.phases.values())/ev.fit
     if not opts: return [ev.finding('host', None, lambda ph: ph.step, G, kind='bound', detail=why, share=share)]
-    timed = not any(ph.workers and ph.load is None for ph in ev.phases.values())  # as `Evidence.finding`: the loader's pace known
+    # as `Evidence.finding`: the loader's pace known
+    timed = not any(ph.workers and ph.load is None for ph in ev.phases.values())
     words = lambda o: f"{sp(o):.2f}x {'predicted' if o.kind == 'model' and timed else 'at most'}"
     fix = ' '.join(f"({i+1}) {o.text}: {words(o)}." for i,o in enumerate(opts))
     first = opts[0]
-    out = ev.finding('host', fix, first.after, G, kind=first.kind, change=first.change, detail=f"{why}: it waits for the host",
-                     share=share, say=first.say, optimises=first.optimises, cause=f"the GPU is busy {fmt_pct(100*u)} of a training step")
+    out = ev.finding('host', fix, first.after, G, kind=first.kind, change=first.change,
+                     detail=f"{why}: it waits for the host", share=share, say=first.say, optimises=first.optimises,
+                     cause=f"the GPU is busy {fmt_pct(100*u)} of a training step")
     # the other options, as parts: the verdict says them beside the other findings' fixes (`fix` lists them all in full)
-    out.options = [ev.finding('host', o.text, o.after, G, kind=o.kind, change=o.change, share=share, say=o.say, optimises=o.optimises)
+    out.options = [ev.finding('host', o.text, o.after, G, kind=o.kind, change=o.change, share=share, say=o.say,
+                              optimises=o.optimises)
                    for o in opts[1:]]
     return [out]
 
 # %% ../../nbs/09_diagnosis.ipynb #f7031438
 def _at_size(ph:PhaseModel, sc:BatchScaling, n:int, bs:int) -> float:
-    """Seconds of phase `ph`'s step for `bs` samples at batch size `n`: each part scaled by its measured ratio (`BatchScaling.ratio`), the
-    per-batch parts paid once for `n/bs` times the samples"""
+    """Seconds of phase `ph`'s step for `bs` samples at batch size `n`: each part scaled by its measured ratio
+    (`BatchScaling.ratio`), the per-batch parts paid once for `n/bs` times the samples"""
     k = n/bs
     rc,rd = sc.ratio('train' if ph.phase == 'train' else 'valid', n),sc.ratio('draw', n)
-    # not measured: taken as paid per sample (no gain predicted from it); measured: at least 1 (a larger batch never costs
-    # less per batch: a smaller ratio is the machine's noise between the sizes' repeats)
+    # not measured: taken as paid per sample (no gain predicted from it); measured: at least 1 (a larger batch never
+    # costs less per batch: a smaller ratio is the machine's noise between the sizes' repeats)
     rc,rd = (k if math.isnan(r) else max(r, 1.) for r in (rc, rd))
     main = (ph.copy + ph.batch_tfms)*rd + ph.compute*rc + ph.optimizer + ph.callbacks
     return ph.step_with(main=main, load=(ph.load or 0.)*rd, receive=ph.receive*rd)/k
 
 def measured_sizes(ev:Evidence) -> tuple:
-    """The `BatchScaling` of the run (measured now, once, if it was not), the fit's batch size and the larger sizes measured; `(None, bs,
-    [])` without them"""
+    """The `BatchScaling` of the run (measured now, once, if it was not), the fit's batch size and the larger sizes
+    measured; `(None, bs, [])` without them"""
     f = ev.facts
     bs,sc = f.batch_size,f.batch_scaling
     if not isinstance(sc, BatchScaling) or not bs: return None,bs,[]
-    if not ev.measure and not sc.measured: return None,bs,[]  # not measured (yet): the diagnosis decides whether it may be
+    # not measured (yet): the diagnosis decides whether it may be
+    if not ev.measure and not sc.measured: return None,bs,[]
     ph = ev.train
     sc.ensure(ev.fit, _batch_growth(f), draw=ph.input + ph.copy + ph.batch_tfms, compute=ph.compute)
     if not sc.measured or sc.sizes[0] != bs: return None,bs,[]
     return sc,bs,[n for n in sc.sizes[1:] if n > bs]
 
 def batch_choice(ev:Evidence) -> int|None:
-    """The batch size to name: the smallest measured whose predicted time is within `BATCH_CLOSE` of the best measured (the given change's,
-    if any); None without measured sizes"""
+    """The batch size to name: the smallest measured whose predicted time is within `BATCH_CLOSE` of the best measured
+    (the given change's, if any); None without measured sizes"""
     sc,bs,ns = measured_sizes(ev)
     if not ns: return None
     t = {n:ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns}
@@ -577,30 +648,35 @@ def batch_choice(ev:Evidence) -> int|None:
     return n if n in t else None
 
 def _batch_detail(ev:Evidence, sc:BatchScaling, bs:int) -> tuple:
-    "The seconds per profiled batch paid once a batch (from the fit's size and the largest measured), and what was measured, in words"
+    """The seconds per profiled batch paid once a batch (from the fit's size and the largest measured), and what was
+    measured, in words"""
     K = sc.sizes[-1]/bs
-    fixed = K*(ev.steady - ev.after(lambda ph: _at_size(ph, sc, sc.sizes[-1], bs)))/(K - 1)  # step(n) = a + b·n through two sizes
+    # step(n) = a + b·n through two sizes
+    fixed = K*(ev.steady - ev.after(lambda ph: _at_size(ph, sc, sc.sizes[-1], bs)))/(K - 1)
     two = lambda v: f"{fmt_time(v[0])} at bs {bs}, {fmt_time(v[-1])} at bs {sc.sizes[-1]}"
-    words = (f"about {fmt_time(max(fixed, 0.)/ev.batches)} of the {fmt_time(ev.steady/ev.batches)} step is paid once a batch "
-             f"(measured after the fit: forward+loss+backward {two(sc.train)}")
+    words = (f"about {fmt_time(max(fixed, 0.)/ev.batches)} of the {fmt_time(ev.steady/ev.batches)} step is paid once a "
+             f"batch (measured after the fit: forward+loss+backward {two(sc.train)}")
     if not math.isnan(sc.draw[0]) and not math.isnan(sc.draw[-1]): words += f"; drawing a batch {two(sc.draw)}"
     return max(fixed, 0.),words + ')'
 
 def batch_rule(ev:Evidence) -> list:
-    """A larger batch, priced by the measured batch scaling (`batch_choice`): on a CPU, or on a GPU the host does not hold up (`host_rule`
-    prices it there)"""
+    """A larger batch, priced by the measured batch scaling (`batch_choice`): on a CPU, or on a GPU the host does not
+    hold up (`host_rule` prices it there)"""
     n = batch_choice(ev)
     if n is None: return []
     sc,bs,ns = measured_sizes(ev)
     fixed,detail = _batch_detail(ev, sc, bs)
     k,items = n/bs,sc.items
     epoch = f"; {items//n:,} training batches an epoch" if items else ''
-    more = '' if n == ns[-1] else f" (bs {ns[-1]}: {ev.steady/ev.after(lambda ph: _at_size(ph, sc, ns[-1], bs)):.2f}x, within {BATCH_CLOSE - 1:.0%} of it)"
+    more = ('' if n == ns[-1]
+            else f" (bs {ns[-1]}: {ev.steady/ev.after(lambda ph: _at_size(ph, sc, ns[-1], bs)):.2f}x, within "
+            f"{BATCH_CLOSE - 1:.0%} of it)")
     fix = (f"a larger batch, bs {n} ({k:g}x the batch of {bs}{epoch}): `bs={n}` where you build your DataLoaders, or "
            f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): "
            "retune the learning rate (`learn.lr_find()`).")
-    f = ev.finding('per_batch', fix, lambda ph: _at_size(ph, sc, n, bs), change=dict(kind='batch_size', value=n, before=bs), detail=detail,
-                   share=100*fixed/ev.fit, say=f"`bs={n}` in your DataLoaders (now {bs})", optimises=True,
+    f = ev.finding('per_batch', fix, lambda ph: _at_size(ph, sc, n, bs),
+                   change=dict(kind='batch_size', value=n, before=bs), detail=detail, share=100*fixed/ev.fit,
+                   say=f"`bs={n}` in your DataLoaders (now {bs})", optimises=True,
                    cause=f"{fmt_time(max(fixed, 0.)/ev.batches)} of each step is paid once a batch")
     f.unit = f"{bs} samples"
     return [f]
@@ -637,9 +713,10 @@ def _top_event(rows:list, name) -> str:
 def callbacks_rule(ev:Evidence) -> list:
     "Each timed callback or metric in the batch that costs enough to matter, by name; then fastai's own per-batch work"
     if ev.costs is None:
-        return [ev.finding('callbacks', "a callback or metric inside the batch: profile with `learn.profile()` (it samples their "
-                           "costs) or `learn.profile(breakdown=True)` to name "
-                                   "it.", lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
+        return [ev.finding('callbacks',
+                           "a callback or metric inside the batch: profile with `learn.profile()` (it samples their "
+                           "costs) or `learn.profile(breakdown=True)` to name it.",
+                           lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
     out,named = [],{p:0. for p in ev.phases}
     for name,per in _per_batch(ev.cost_rows, ev.phases).items():
         if name in CORE_CBS + OWN_CBS: continue
@@ -650,31 +727,41 @@ def callbacks_rule(ev:Evidence) -> list:
         parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch "
                  f"({fmt_pct(100*c[p]/ev.phases[p].step)} of the step)" for p in ev.phases if per.get(p, 0.) > 0]
         detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
-        if metric: fix,change = f"{detail}: drop it from `metrics=` and compute it once after fit (`learn.validate()`), or make it cheaper.",dict(kind='remove_metric', name=name[7:])
-        else: fix,change = f"{detail}: remove it (`learn.remove_cb({name})`), or make it run less often.",dict(kind='remove_callback', name=name)
-        t = ev.phases[next(p for p in ev.phases if per.get(p, 0.) > 0)] if any(per.get(p, 0.) > 0 for p in ev.phases) else ev.train
+        if metric:
+            fix,change = (f"{detail}: drop it from `metrics=` and compute it once after fit (`learn.validate()`), or "
+                          "make it cheaper.",dict(kind='remove_metric', name=name[7:]))
+        else:
+            fix,change = (f"{detail}: remove it (`learn.remove_cb({name})`), or make it run less often.",
+                          dict(kind='remove_callback', name=name))
+        t = (ev.phases[next(p for p in ev.phases if per.get(p, 0.) > 0)] if any(per.get(p, 0.) > 0 for p in ev.phases)
+             else ev.train)
         say = (f"drop `{name[7:]}` from `metrics=`; compute it once with `learn.validate()`" if metric else
                f"`learn.remove_cb({name})`, or run it less often")
-        cause = f"{who} costs {fmt_time(max(per.values()))} a {'training' if t.phase == 'train' else 'validation'} batch"
-        out.append(ev.finding('callbacks', fix, lambda ph, c=c: ph.step_with(main=ph.main - c[ph.phase]), change=change, detail=detail,
-                              share=100*sum(ph.n*c[p] for p,ph in ev.phases.items())/ev.fit, say=say, cause=cause))
+        cause = (
+            f"{who} costs {fmt_time(max(per.values()))} a {'training' if t.phase == 'train' else 'validation'} batch")
+        out.append(ev.finding('callbacks', fix, lambda ph, c=c: ph.step_with(main=ph.main - c[ph.phase]), change=change,
+                              detail=detail, share=100*sum(ph.n*c[p] for p,ph in ev.phases.items())/ev.fit, say=say,
+                              cause=cause))
     # what no removable callback or metric explains: fastai's own per-batch work, the same whatever the batch size
     rest = {p:max(ph.callbacks - named[p], 0.) for p,ph in ev.phases.items()}
-    f = ev.finding('callbacks', f"a larger batch size{_now(ev.facts.batch_size)}: fastai's own callbacks (`Recorder`, "
-                   "`TrainEvalCallback`...) and the Python between the timed steps cost the same per batch, whatever its size.",
-                   lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2), lambda ph: ph.step_with(main=ph.main - rest[ph.phase]),
-                   kind='bound',
+    f = ev.finding('callbacks',
+                   f"a larger batch size{_now(ev.facts.batch_size)}: fastai's own callbacks (`Recorder`, "
+                   "`TrainEvalCallback`...) and the Python between the timed steps cost the same per batch, whatever "
+                   "its size.", lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2),
+                   lambda ph: ph.step_with(main=ph.main - rest[ph.phase]), kind='bound',
                    share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit,
-                   detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in fastai's own callbacks and between the timed steps",
-                   say=f"a larger batch (now {ev.facts.batch_size}): fastai's own callbacks cost the same a batch" if ev.facts.batch_size else
-                       "a larger batch: fastai's own callbacks cost the same a batch", optimises=True,
-                   cause="fastai's own callbacks and the Python between the steps")
+                   detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in "
+                   "fastai's own callbacks and between the timed steps",
+                   say=f"a larger batch (now {ev.facts.batch_size}): fastai's own callbacks cost the same a batch"
+                   if ev.facts.batch_size else "a larger batch: fastai's own callbacks cost the same a batch",
+                   optimises=True, cause="fastai's own callbacks and the Python between the steps")
     if not ev.sizes_measured: out.append(f)  # measured: the batch-size finding prices it
     return out
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a14
 def _epoch_costs(rows:list) -> list:
-    "(name, event, seconds in all) of events between batches, costliest first (equals in `rows`' order), fastai's own left out"
+    """(name, event, seconds in all) of events between batches, costliest first (equals in `rows`' order), fastai's own
+    left out"""
     rows = [r for r in rows if (r.phase == 'fit' or r.event == 'before_draw') and r.name not in CORE_CBS + OWN_CBS]
     return [(r.name, r.event, r.total) for r in sorted(rows, key=lambda r: -r.total)]
 
@@ -685,83 +772,92 @@ def outside_rule(ev:Evidence) -> list:
     knob = ("epoch-level callbacks and logging, validation set-up" +
             (", and the workers' start-up each epoch (`persistent_workers=True` in your DataLoaders)" if W > 0 else ''))
     top = _epoch_costs(ev.cost_rows)
-    if top and top[0][2] > .2*ev.outside: knob = f"`{top[0][0]}.{top[0][1]}` takes {fmt_time(top[0][2])} in all; " + knob
+    if top and top[0][2] > .2*ev.outside:
+        knob = f"`{top[0][0]}.{top[0][1]}` takes {fmt_time(top[0][2])} in all; " + knob
     share = 100*ev.outside/ev.fit
     s = ev.fit/(ev.fit - ev.outside) if ev.fit > ev.outside else math.inf
-    say = (f"a cheaper `{top[0][0]}.{top[0][1]}`" if top and top[0][2] > .2*ev.outside else
-           "`persistent_workers=True` in your DataLoaders" if W > 0 else "cheaper epoch-level callbacks and validation set-up")
+    say = (f"a cheaper `{top[0][0]}.{top[0][1]}`" if top and top[0][2] > .2*ev.outside
+           else "`persistent_workers=True` in your DataLoaders" if W > 0
+           else "cheaper epoch-level callbacks and validation set-up")
     return [Finding('outside', share, share, knob + '.', s, 'bound', step=ev.steady/ev.batches, say=say,
                     cause=f"{fmt_time(ev.outside)} between batches")]
 
 def throttle_rule(ev:Evidence) -> list:
-    """A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from `learn.profile(telemetry=...)`): its
-    compute took longer"""
+    """A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from
+    `learn.profile(telemetry=...)`): its compute took longer"""
     tel = getattr(ev.facts, 'telemetry', None)
     th = None if tel is None else tel.throttling()
     if th is None or not th.busy or not th.share >= THROTTLE_FINDING or not th.max_clock > 0: return []
     slow = th.share*(1 - th.clock/th.max_clock)  # the share of the compute's time the lower clock added
     why = ', '.join(f"{k} ({fmt_pct(100*v)})" for k,v in th.reasons.items()) or 'NVML gave no reason'
-    detail = (f"the GPU ran below its maximum SM clock ({th.max_clock:,.0f} MHz) in {fmt_pct(100*th.share)} of its busy samples, "
-              f"at {th.clock:,.0f} MHz on average: {why}")
-    return [ev.finding('throttling', f"{detail}: check its cooling and power limit (`nvidia-smi -q -d PERFORMANCE,POWER`); other work on "
-                       "the GPU shares them.", lambda ph: ph.step_with(main=ph.main - ph.compute*slow), kind='bound', detail=detail,
+    detail = (f"the GPU ran below its maximum SM clock ({th.max_clock:,.0f} MHz) in {fmt_pct(100*th.share)} of its "
+              f"busy samples, at {th.clock:,.0f} MHz on average: {why}")
+    return [ev.finding('throttling',
+                       f"{detail}: check its cooling and power limit (`nvidia-smi -q -d PERFORMANCE,POWER`); other "
+                       "work on the GPU shares them.", lambda ph: ph.step_with(main=ph.main - ph.compute*slow),
+                       kind='bound', detail=detail,
                        say="check the GPU's cooling and power limit: `nvidia-smi -q -d PERFORMANCE,POWER`",
                        cause=f"the GPU ran at {th.clock:,.0f} of {th.max_clock:,.0f} MHz",
                        share=ev.shares.get('compute', 0.)*th.share)]
 
 def gpu_agreement(resource:str, tel) -> str|None:
-    """What the GPU's utilization in the training batches (NVML: a `fastprofile.probes.telemetry.Telemetry`) says about the verdict
-    `resource`; None without readings"""
+    """What the GPU's utilization in the training batches (NVML: a `fastprofile.probes.telemetry.Telemetry`) says about
+    the verdict `resource`; None without readings"""
     b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
     if t is None or math.isnan(t.util): return None
     u = b.util if b is not None and not math.isnan(b.util) else t.util
-    busy = f"the GPU was busy {fmt_pct(u)} of the time in training batches ({fmt_pct(t.util)} over the train phase; NVML, {t.n:,} samples)"
+    busy = (f"the GPU was busy {fmt_pct(u)} of the time in training batches ({fmt_pct(t.util)} over the train phase; "
+            f"NVML, {t.n:,} samples)")
     if resource == 'host': return None  # its verdict says it
     if resource in HOST_BOUND:
         return (f"The GPU agrees: {busy}: it waits for the host." if u < LOW_GPU_UTIL else
                 f"But {busy}: the host's work overlaps the GPU's, so the fix may gain less.")
     if resource == 'compute':
-        return (f"But {busy}: the step looks launch-bound (the host queues kernels no faster than the GPU runs them): a larger batch, "
-                "`torch.compile` or CUDA graphs give the GPU longer kernels." if u < LOW_GPU_UTIL else f"The GPU agrees: {busy}.")
+        return (f"But {busy}: the step looks launch-bound (the host queues kernels no faster than the GPU runs them): "
+                "a larger batch, `torch.compile` or CUDA graphs give the GPU longer kernels." if u < LOW_GPU_UTIL
+                else f"The GPU agrees: {busy}.")
     return f"GPU: {busy}."
 
 # %% ../../nbs/09_diagnosis.ipynb #370361fb
 def _compile_pays(ev:Evidence, c) -> tuple:
-    """When compiling pays back, in words, and the fit's seconds without torch.compile if the uncompiled model is known to be faster (else
-    None)"""
+    """When compiling pays back, in words, and the fit's seconds without torch.compile if the uncompiled model is known
+    to be faster (else None)"""
     ph,b,T = ev.phases.get('train'),c.baseline,c.seconds
     if ph is None or b is None or b.batch_size != ev.facts.batch_size or b.device != ev.facts.device:
-        return ("to know when it pays back, profile the model uncompiled first (`learn.model = learn.model._orig_mod`, then "
-                "`learn.profile().fit(1)`), then compiled: the diagnosis compares the two."),None
-    gain,vs = (b.seconds - ph.step,f"{fmt_time(ph.step)} per training batch compiled against {fmt_time(b.seconds)} uncompiled (your "
-               f"earlier profile)")
+        return ("to know when it pays back, profile the model uncompiled first (`learn.model = learn.model._orig_mod`, "
+                "then `learn.profile().fit(1)`), then compiled: the diagnosis compares the two."),None
+    gain,vs = (b.seconds - ph.step,
+               f"{fmt_time(ph.step)} per training batch compiled against {fmt_time(b.seconds)} uncompiled (your "
+               "earlier profile)")
     if gain <= 0:
         return (f"the compiled model is no faster: {vs}: compiling never pays back here; train it uncompiled "
                 "(`learn.model = learn.model._orig_mod`)."),ev.fit - T + ph.n*gain
     n = math.ceil(T/gain)
-    return (f"it pays back after about {n:,} training batches ({fmt_time(gain)} saved per batch: {vs}); this fit ran {ph.n:,} "
-            f"past the warm-up" + (": train longer, or compile only for long runs." if n > ph.n else ": it paid back.")),None
+    return (f"it pays back after about {n:,} training batches ({fmt_time(gain)} saved per batch: {vs}); this fit ran "
+            f"{ph.n:,} past the warm-up"
+            + (": train longer, or compile only for long runs." if n > ph.n else ": it paid back.")),None
 
 def compile_rule(ev:Evidence) -> list:
     "torch.compile's compile time (`Facts.compile`): when it pays back, and the recompiles a setting avoids"
     c = ev.facts.compile
     if c is None or not c.compiles: return []
     T = c.seconds
-    rc = lambda p, k, last=None: [x for x in c.recompiles if x.phase == p and x.kind == k and (last is None or x.last == last)]
+    rc = lambda p, k, last=None: [x for x in c.recompiles
+                                  if x.phase == p and x.kind == k and (last is None or x.last == last)]
     s_ = lambda xs: fmt_time(sum(x.seconds for x in xs))
-    detail = (f"compiling took {fmt_time(T)} of the {fmt_time(ev.fit)} fit: {len(c.compiles)} compile{'s' if len(c.compiles) > 1 else ''}, "
-              f"{len(c.recompiles)} of them recompiles")
+    detail = (f"compiling took {fmt_time(T)} of the {fmt_time(ev.fit)} fit: {len(c.compiles)} "
+              f"compile{'s' if len(c.compiles) > 1 else ''}, {len(c.recompiles)} of them recompiles")
     pays,without = _compile_pays(ev, c)
     fix = ["torch.compile compiles once per process and shape, then each batch runs the compiled graph: " + pays]
     if (xs := rc('train', 'shape', True)):
-        fix.append(f"The last, partial training batch recompiled ({s_(xs)}): `drop_last=True` in the training DataLoader, "
-                   "or `torch.compile(model, dynamic=True)`.")
+        fix.append(f"The last, partial training batch recompiled ({s_(xs)}): `drop_last=True` in the training "
+                   "DataLoader, or `torch.compile(model, dynamic=True)`.")
     if (xs := rc('valid', 'shape', True)):
-        fix.append(f"The last, partial validation batch recompiled ({s_(xs)}): `torch.compile(model, dynamic=True)`, or a "
-                   "validation set whose size is a multiple of the batch size.")
+        fix.append(f"The last, partial validation batch recompiled ({s_(xs)}): `torch.compile(model, dynamic=True)`, "
+                   "or a validation set whose size is a multiple of the batch size.")
     if (xs := [x for p in ('train','valid','fit') for x in rc(p, 'shape', False)]):
-        fix.append(f"{len(xs)} recompile{'s' if len(xs) > 1 else ''} for a new input shape inside a phase ({s_(xs)}): batch "
-                   "shapes vary: `torch.compile(model, dynamic=True)`, or pad batches to a few fixed shapes.")
+        fix.append(f"{len(xs)} recompile{'s' if len(xs) > 1 else ''} for a new input shape inside a phase ({s_(xs)}): "
+                   "batch shapes vary: `torch.compile(model, dynamic=True)`, or pad batches to a few fixed shapes.")
     if (xs := [x for p in ('train','valid','fit') for x in rc(p, 'eval')]):
         fix.append(f"Validation recompiled for eval mode and no_grad ({s_(xs)}): expected, once per run.")
     if (xs := [x for x in c.recompiles if x.kind in ('attribute','other')]):
@@ -769,46 +865,49 @@ def compile_rule(ev:Evidence) -> list:
                    f"{xs[0].reason.strip()[:120]}): keep what it checks constant during the fit.")
     if c.n_graph_breaks:
         r = max(c.graph_breaks, key=c.graph_breaks.get)
-        fix.append(f"{c.n_graph_breaks} graph break{'s' if c.n_graph_breaks > 1 else ''} split the model into more graphs "
-                   f"(first reason: {r.strip()[:120]}): `torch.compile(model, fullgraph=True)` shows where.")
+        fix.append(f"{c.n_graph_breaks} graph break{'s' if c.n_graph_breaks > 1 else ''} split the model into more "
+                   f"graphs (first reason: {r.strip()[:120]}): `torch.compile(model, fullgraph=True)` shows where.")
     share = 100*T/ev.fit
     cause = f"compiling took {fmt_time(T)}"
     if without is not None:  # the uncompiled model was faster: dropping torch.compile is the fix, predicted
-        return [Finding('compile', share, 100*(ev.fit - without)/ev.fit, ' '.join(fix), ev.fit/without, 'model', detail=detail,
-                        step=ev.steady/ev.batches, say="train it uncompiled: `learn.model = learn.model._orig_mod`", cause=cause)]
-    say = ("`drop_last=True` in the training DataLoader (the last batch recompiled)" if rc('train', 'shape', True) else
-           "`torch.compile(model, dynamic=True)`: batch shapes vary" if any(x.kind == 'shape' for x in c.recompiles) else
-           "`torch.compile(model, fullgraph=True)` shows the graph breaks" if c.n_graph_breaks else
-           "compile only long runs; `diagnose(learn)` says when it pays back")
-    return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound', detail=detail,
-                    step=ev.steady/ev.batches, if_free=True, say=say, cause=cause)]
+        return [Finding('compile', share, 100*(ev.fit - without)/ev.fit, ' '.join(fix), ev.fit/without, 'model',
+                        detail=detail, step=ev.steady/ev.batches,
+                        say="train it uncompiled: `learn.model = learn.model._orig_mod`", cause=cause)]
+    say = ("`drop_last=True` in the training DataLoader (the last batch recompiled)" if rc('train', 'shape', True)
+           else "`torch.compile(model, dynamic=True)`: batch shapes vary"
+           if any(x.kind == 'shape' for x in c.recompiles)
+           else "`torch.compile(model, fullgraph=True)` shows the graph breaks" if c.n_graph_breaks
+           else "compile only long runs; `diagnose(learn)` says when it pays back")
+    return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound',
+                    detail=detail, step=ev.steady/ev.batches, if_free=True, say=say, cause=cause)]
 
 # %% ../../nbs/09_diagnosis.ipynb #7a11ce5e
 def _batch_most(ev) -> float:
-    """The largest speedup a larger batch could be predicted: the largest size it would measure over the fit's (a step never costs less
-    at a larger batch); 0 when there is nothing to measure"""
+    """The largest speedup a larger batch could be predicted: the largest size it would measure over the fit's (a step
+    never costs less at a larger batch); 0 when there is nothing to measure"""
     sc,bs = ev.facts.batch_scaling,ev.facts.batch_size
     m = getattr(sc, '_pending', None)
     if m is None or not bs: return math.inf if isinstance(sc, BatchScaling) and sc.measured else 0.
     return m.sizes()[0][-1]/bs
 
-def _gpu_free(ev) -> bool: return _gpu_waits(ev) is None  # the GPU does not wait for the host: its compute and steps count
+# the GPU does not wait for the host: its compute and steps count
+def _gpu_free(ev) -> bool: return _gpu_waits(ev) is None
 
-for _r in [
-    Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_scaling'), covers=('input','compute','optimizer','per_batch'),
-         overlaps=('input','callbacks','optimizer','per_batch')),
-    Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_scaling'), applies=_gpu_free, costly=True, most=_batch_most,
-         overlaps=('callbacks','optimizer','compute','input')),
-    Rule('input', input_rule, 'input', ('phases', 'facts.loading')),
-    Rule('copy', copy_rule, 'copy', ('phases', 'facts.breakdown or facts.callback_costs'), applies=lambda ev: ev.facts.on_gpu),
-    Rule('batch_tfms', batch_tfms_rule, 'batch_tfms', ('phases', 'facts.breakdown or facts.callback_costs')),
-    Rule('compute', compute_rule, 'compute', ('phases', 'facts.layers', 'facts.model'), applies=_gpu_free),
-    Rule('throttling', throttle_rule, 'throttling', ('facts.telemetry',), overlaps=('compute',)),
-    Rule('optimizer', optimizer_rule, 'optimizer', ('phases',), applies=_gpu_free),
-    Rule('callbacks', callbacks_rule, 'callbacks', ('phases', 'facts.callback_costs or facts.breakdown')),
-    Rule('outside', outside_rule, 'outside', ('record',)),
-    Rule('compile', compile_rule, 'compile', ('facts.compile',)),
-]: register_rule(_r)
+for _r in [Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_scaling'),
+                covers=('input','compute','optimizer','per_batch'),
+                overlaps=('input','callbacks','optimizer','per_batch')),
+           Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_scaling'), applies=_gpu_free,
+                costly=True, most=_batch_most, overlaps=('callbacks','optimizer','compute','input')),
+           Rule('input', input_rule, 'input', ('phases', 'facts.loading')), Rule(
+               'copy', copy_rule, 'copy', ('phases', 'facts.breakdown or facts.callback_costs'),
+               applies=lambda ev: ev.facts.on_gpu),
+           Rule('batch_tfms', batch_tfms_rule, 'batch_tfms', ('phases', 'facts.breakdown or facts.callback_costs')),
+           Rule('compute', compute_rule, 'compute', ('phases', 'facts.layers', 'facts.model'), applies=_gpu_free),
+           Rule('throttling', throttle_rule, 'throttling', ('facts.telemetry',), overlaps=('compute',)),
+           Rule('optimizer', optimizer_rule, 'optimizer', ('phases',), applies=_gpu_free),
+           Rule('callbacks', callbacks_rule, 'callbacks', ('phases', 'facts.callback_costs or facts.breakdown')),
+           Rule('outside', outside_rule, 'outside', ('record',)),
+           Rule('compile', compile_rule, 'compile', ('facts.compile',)),]: register_rule(_r)
 
 # %% ../../nbs/09_diagnosis.ipynb #f6cef14f
 SHOWN = 4  # fixes the verdict says: the first (with its ties) and the next, one line each
@@ -821,7 +920,8 @@ class Diagnosis:
     input_bound:str; findings:list; change:dict|None=None
     details:list=field(default_factory=list)  # Evidence: the costliest layers, tokens/s and padding
     gpu:str|None=None  # What the GPU's own readings (NVML, `telemetry`) say about the verdict
-    machine:str|None=None  # The machine was busy (other processes took the CPUs), short: said before the verdict, which it may have moved
+    # The machine was busy (other processes took the CPUs), short: said before the verdict, which it may have moved
+    machine:str|None=None
     machine_detail:str|None=None  # ... in full, with where it was read
     overlaps:dict=field(default_factory=dict)  # rule name -> resources whose time its findings' share also counts
 
@@ -833,7 +933,8 @@ class Diagnosis:
     def lead(self) -> list: return tied(self.findings)  # the first fix and those tied with it
     @property
     def bound(self) -> Finding:
-        "What bounds the run: the finding that would save the most if its resource cost nothing (the headline's; the first fix may be another's)"
+        """What bounds the run: the finding that would save the most if its resource cost nothing (the headline's; the
+        first fix may be another's)"""
         return max(self.findings, key=lambda f: f.saved)
     @property
     def fixes(self) -> list: return [f for f in self.findings if f.offered]
@@ -855,11 +956,13 @@ class Diagnosis:
         s = f"Bound by: {CATEGORIES.get(f.resource, f.label)}, {fmt_pct(f.share)} of the fit"
         if f.detail: s += f": {f.detail}"
         if f.resource == 'input' and self.input_bound != 'not':
-            s += f": {self.input_bound} input-bound (TF's thresholds: highly >= {HIGHLY_INPUT_BOUND:.0f}%, moderately >= {MODERATELY_INPUT_BOUND:.0f}%)"
+            s += (f": {self.input_bound} input-bound (TF's thresholds: highly >= {HIGHLY_INPUT_BOUND:.0f}%, moderately "
+                  f">= {MODERATELY_INPUT_BOUND:.0f}%)")
         return s + '.'
 
     def lines(self) -> list:
-        "The verdict, short: a busy machine, the headline, the first fix (and its ties) as code with its speedup, at most three more"
+        """The verdict, short: a busy machine, the headline, the first fix (and its ties) as code with its speedup, at
+        most three more"""
         out = ([self.machine] if self.machine else []) + [self.head]
         lead = self.lead
         if not lead or not lead[0].offered: return out + ["Fix: no change is predicted to gain 5% or more."]
@@ -871,19 +974,25 @@ class Diagnosis:
         return out + [f"Then: {g.short()}" for g in rest[:max(SHOWN - len(lead), 0)]]
 
     def evidence(self) -> list:
-        "What the verdict rests on, in full: each fix with its reasons and the model's numbers, the shares, the layers, the sources"
-        out = [self.statement] + ([self.machine_detail] if self.machine_detail else []) + ([self.gpu] if self.gpu else [])
-        out.append(f"Fixes, ranked by the time each saves: a ceiling counted {1/CEILING_LEAD:.0%}, a change to the optimisation "
-                   f"{1/OPTIMISATION_LEAD:.0%}; within {TIE - 1:.0%} of the first: a tie.")
+        """What the verdict rests on, in full: each fix with its reasons and the model's numbers, the shares, the
+        layers, the sources"""
+        out = ([self.statement] + ([self.machine_detail] if self.machine_detail else [])
+               + ([self.gpu] if self.gpu else []))
+        out.append(f"Fixes, ranked by the time each saves: a ceiling counted {1/CEILING_LEAD:.0%}, a change to the "
+                   f"optimisation {1/OPTIMISATION_LEAD:.0%}; within {TIE - 1:.0%} of the first: a tie.")
         for i,g in enumerate(self.fixes):
             ov = [r for r in self.overlaps.get(g.rule, ()) if self.shares.get(r, 0) > 0]
             share = f"{fmt_pct(g.share)} of the fit" + (f" (it overlaps {', '.join(ov)})" if ov else '')
             out.append(f"  {i+1}. {g.label}, {share}: {g.fix} {g.speedup_text()[0].upper()}{g.speedup_text()[1:]}.")
         if not self.fixes: out.append("  No change is predicted to gain 5% or more.")
         low = [f for f in self.findings if not f.offered]
-        if low: out.append("Also found, no fix gaining 5%: " + ', '.join(f"{f.label} ({f.rule or f.resource}, {fmt_pct(f.share)} of the fit)" for f in low) + '.')
+        if low:
+            out.append("Also found, no fix gaining 5%: "
+                       + ', '.join(f"{f.label} ({f.rule or f.resource}, {fmt_pct(f.share)} of the fit)" for f in low)
+                       + '.')
         sh = {k:v for k,v in self.shares.items() if v > 0}
-        out.append("Main-process time (disjoint): " + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
+        out.append("Main-process time (disjoint): "
+                   + ', '.join(f"{k} {fmt_pct(v)}" for k,v in sorted(sh.items(), key=lambda kv: -kv[1])) + '.')
         out += self.details
         out.append(f"Rests on: {self.basis}")
         return out
@@ -902,34 +1011,41 @@ def _source(src, facts):
 def _basis(ev:Evidence, W, known:bool) -> str:
     counts = ' + '.join(f"{ph.n} {p}" for p,ph in ev.phases.items())
     gpu = any(ph.gpu for ph in ev.phases.values())
-    out = (f"{'wall-clock phases and their GPU spans (CUDA events)' if gpu else 'wall-clock phases'} of {counts} batches past the warm-up, "
-           f"{W if known else 'unknown (taken as 0)'} loader workers")
+    out = (f"{'wall-clock phases and their GPU spans (CUDA events)' if gpu else 'wall-clock phases'} of {counts} "
+           f"batches past the warm-up, {W if known else 'unknown (taken as 0)'} loader workers")
     lts = {p:lt for p,lt in ev.facts.loading.items() if p in ev.phases}
     if lts: out += " (each batch built in " + ', '.join(f"{fmt_time(lt.seconds)} ({p})" for p,lt in lts.items()) + \
                    (", timed in the workers)" if W else ", timed in the loader)")
     elif W and known: out += " (the workers could not be timed: their pace is inferred from the main process's waits)"
     c = ev.costs
-    if ev.facts.breakdown is not None: out += "; the breakdown split `draw` into loader wait, copy and transforms, and timed every callback."
+    if ev.facts.breakdown is not None:
+        out += "; the breakdown split `draw` into loader wait, copy and transforms, and timed every callback."
     elif c is not None:
-        what = 'callbacks, metrics and batch transforms' if any(getattr(c, 'drawn', {}).values()) else 'callbacks and metrics'
-        out += f"; {what} timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled batches."
+        what = ('callbacks, metrics and batch transforms' if any(getattr(c, 'drawn', {}).values())
+                else 'callbacks and metrics')
+        out += (f"; {what} timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled "
+                "batches.")
     else: out += "; callbacks and metrics not timed."
     m = _load(ev.facts)
-    if m is not None and not m.busy() and (said := m.line()): out += ' ' + said  # where /proc is missing: what was not measured
+    # where /proc is missing: what was not measured
+    if m is not None and not m.busy() and (said := m.line()): out += ' ' + said
     sc,bs,ns = measured_sizes(ev)
-    if ns: out += (f" Batch sizes {', '.join(map(str, [bs, *ns]))} timed after the fit ({fmt_time(sc.seconds)}, median of {sc.reps})" +
-                   (f"; {sc.stopped}." if sc.stopped else "."))
+    if ns:
+        out += (f" Batch sizes {', '.join(map(str, [bs, *ns]))} timed after the fit ({fmt_time(sc.seconds)}, median of "
+                f"{sc.reps})" + (f"; {sc.stopped}." if sc.stopped else "."))
     elif sc is None and isinstance(ev.facts.batch_scaling, BatchScaling) and ev.facts.batch_scaling.failure:
         out += f" Batch sizes {ev.facts.batch_scaling.failure}."
     return out
 
 # %% ../../nbs/09_diagnosis.ipynb #d5fea045
 def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord`
-             facts:Facts|None=None, # What the run was (workers, device, loader timing, callback costs); default: the result's
+             # What the run was (workers, device, loader timing, callback costs); default: the result's
+             facts:Facts|None=None,
              num_workers:int|None=None, # Loader workers during the fit, overriding `facts.num_workers`
-             rules:list|None=None, # `Rule`s (or functions `rule(ev) -> list[Finding]`) to apply; default: the registered, `RULES`
-             # A change to predict with its own values (e.g. `{'kind': 'num_workers', 'value': 16, ...}`, as `check_advice` applies the
-             # report's) instead of the values the rules would choose
+             # `Rule`s (or functions `rule(ev) -> list[Finding]`) to apply; default: the registered, `RULES`
+             rules:list|None=None,
+             # A change to predict with its own values (e.g. `{'kind': 'num_workers', 'value': 16, ...}`, as
+             # `check_advice` applies the report's) instead of the values the rules would choose
              change:dict|None=None,
             ) -> Diagnosis:
     "What bounds the profiled run, the fastai knob to turn, and the speedup predicted by the pipeline model"
@@ -937,7 +1053,8 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     if rules is not None:
         rules = [r if isinstance(r, Rule) else Rule(getattr(r, '__name__', repr(r)), r, getattr(r, '__name__', '?'))
                  for r in check_items('rules', rules, Callable, 'Rules or functions rule(Evidence) -> list of Finding')]
-    if change is not None: check_type('change', change, dict, "a dict such as {'kind': 'num_workers', 'value': 4} or None")
+    if change is not None:
+        check_type('change', change, dict, "a dict such as {'kind': 'num_workers', 'value': 4} or None")
     rec,facts = _source(src, facts)
     if facts is None: facts = Facts()
     if num_workers is not None: check_int('num_workers', num_workers, 0)
@@ -948,7 +1065,8 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     staged = {p:s.seconds/s.batches for p,s in facts.staging.items() if s.batches}
     ph = {p:_phase_model(rec, facts, p, W, staged.get(p, 0.)) for p in PHASES}
     ph = {p:d for p,d in ph.items() if d is not None}
-    if not ph or not fit > 0: raise ValueError("The profile holds no finished batch past the warm-up: nothing to diagnose")
+    if not ph or not fit > 0:
+        raise ValueError("The profile holds no finished batch past the warm-up: nothing to diagnose")
     res = ('input','copy','batch_tfms','compute','optimizer','callbacks')
     tot = {k:sum(d.n*getattr(d, k) for d in ph.values()) for k in res}
     tot['outside'] = sum(st[Row(p,'other')].total for p in PHASES) + st[Row('fit','other')].total
@@ -960,24 +1078,29 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
                   facts.breakdown if facts.breakdown is not None else facts.callback_costs, change)
     rs = list(RULES.values()) if rules is None else rules
     found = _apply(ev, rs)
-    if _worth_measuring(ev, found, rs): ev.measure = True; found = _apply(ev, rs)  # a costly rule could rank first: measure, again
+    # a costly rule could rank first: measure, again
+    if _worth_measuring(ev, found, rs): ev.measure = True; found = _apply(ev, rs)
     best = found[0]
     tds = st[Row('train','draw')]
     trs = tds.total + st[Row('train','batch')].total
     waits = tds.total + staged.get('train', 0.)*tds.n  # with prefetch, part of the wait is inside the batch
     draw_share = 100*waits/trs if trs > 0 else math.nan
-    ib = 'highly' if draw_share >= HIGHLY_INPUT_BOUND else 'moderately' if draw_share >= MODERATELY_INPUT_BOUND else 'not'
-    numbers = dict(fit=fit, step=best.step, predicted_step=best.predicted_step, train_draw_share=draw_share, num_workers=W,
-                   cpus=ev.cpus, warmup=warm, totals=tot, phases={p:{**asdict(d), 'step':d.step, 'main':d.main} for p,d in ph.items()})
+    ib = ('highly' if draw_share >= HIGHLY_INPUT_BOUND else 'moderately' if draw_share >= MODERATELY_INPUT_BOUND
+          else 'not')
+    numbers = dict(fit=fit, step=best.step, predicted_step=best.predicted_step, train_draw_share=draw_share,
+                   num_workers=W, cpus=ev.cpus, warmup=warm, totals=tot,
+                   phases={p:{**asdict(d), 'step':d.step, 'main':d.main} for p,d in ph.items()})
     ok = best.offered
     details = _details(rec, facts, numbers)
     sc,bs,ns = measured_sizes(ev)
     if sc is not None:  # what was measured, and the speedup the model predicts at each size
-        numbers['batch_scaling'] = dict(sizes=sc.sizes, train=sc.train, valid=sc.valid, draw=sc.draw, seconds=sc.seconds,
-                                        predicted={n:ev.steady/ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns})
-    return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares, numbers,
-                     _basis(ev, W, known), ib, found, best.change if ok else None, details, gpu_agreement(best.resource, facts.telemetry),
-                     _busy_short(facts), _busy(facts), {r.name:r.overlaps for r in rs})
+        numbers['batch_scaling'] = dict(sizes=sc.sizes, train=sc.train, valid=sc.valid, draw=sc.draw,
+                                        seconds=sc.seconds, predicted={
+                                            n:ev.steady/ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns})
+    return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares,
+                     numbers, _basis(ev, W, known), ib, found, best.change if ok else None, details,
+                     gpu_agreement(best.resource, facts.telemetry), _busy_short(facts), _busy(facts),
+                     {r.name:r.overlaps for r in rs})
 
 def _apply(ev:Evidence, rules:list) -> list:
     "The findings of `rules` on `ev`: each rule where it applies, those another covers left out, in their rank (`rank`)"
@@ -986,8 +1109,8 @@ def _apply(ev:Evidence, rules:list) -> list:
     return found
 
 def _worth_measuring(ev:Evidence, found:list, rules:list) -> bool:
-    """Whether a costly rule (`Rule.costly`: the batch sizes, measured after the fit) could change the verdict's first fixes: its largest
-    possible speedup (`Rule.most`) weighs more than the last of the fixes the verdict says"""
+    """Whether a costly rule (`Rule.costly`: the batch sizes, measured after the fit) could change the verdict's first
+    fixes: its largest possible speedup (`Rule.most`) weighs more than the last of the fixes the verdict says"""
     costly = [r for r in rules if r.costly and (r.applies is None or r.applies(ev))]
     if not costly: return False
     said = sorted((f.weight for f in found if f.offered), reverse=True)[:SHOWN]
@@ -1004,19 +1127,22 @@ def _busy_short(facts:Facts) -> str|None:
     m = _load(facts)
     if m is None or not m.busy(): return None
     p,w,o = m.judged,m.wait_share(m.judged),m.other_cpus(m.judged)
-    waited = f"the main thread waited for a CPU {fmt_pct(100*w)} of training" if w is not None else "this process shared its CPUs"
-    return (f"Busy machine: {waited}; other processes kept {o:.1f} CPUs busy. The times include that wait: a quiet machine may give "
-            "another verdict.")
+    waited = (f"the main thread waited for a CPU {fmt_pct(100*w)} of training" if w is not None
+              else "this process shared its CPUs")
+    return (f"Busy machine: {waited}; other processes kept {o:.1f} CPUs busy. The times include that wait: a quiet "
+            "machine may give another verdict.")
 
 def _busy(facts:Facts) -> str|None:
-    "What the machine's load says before the verdict: a line when it was busy (other processes held its CPUs), else None"
+    """What the machine's load says before the verdict: a line when it was busy (other processes held its CPUs), else
+    None"""
     m = _load(facts)
     return m.line() if m is not None and m.busy() else None
 
 def _details(rec, facts:Facts, numbers:dict) -> list:
     "The diagnosis' lines on the model's layers and on tokens (their numbers into `numbers`)"
     out,lay = [],facts.layers
-    if lay is not None and (len(lay.layers) > 1 or lay.failure):  # a model with no submodules is its only layer: nothing to add
+    # a model with no submodules is its only layer: nothing to add
+    if lay is not None and (len(lay.layers) > 1 or lay.failure):
         out += lay.lines(3)
         if lay.layers: numbers['layers'] = lay.table().head(10).to_dict('records')
     tl = tokens_line(rec, facts.tokens)
@@ -1033,6 +1159,7 @@ def diagnosis_section(result:ProfileResult) -> Section|None:
     "The report's *Diagnosis* section, or None when no training batch was profiled past the warm-up"
     if not result.record.stats[Row('train','batch')].n: return None
     d = diagnose(result)
-    # a busy machine is said before the verdict; the evidence one step away (collapsed in HTML, `diagnose(learn)` in a terminal)
+    # a busy machine is said before the verdict; the evidence one step away (collapsed in HTML, `diagnose(learn)` in a
+    # terminal)
     return Section('Diagnosis', d.lines(), d, preface=int(bool(d.machine)), more=d.evidence(),
                    hint="Evidence: `diagnose(learn)` prints what this rests on.")

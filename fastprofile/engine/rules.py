@@ -19,12 +19,14 @@ __all__ = ['MIN_GAIN', 'CEILING_LEAD', 'OPTIMISATION_LEAD', 'TIE', 'LABELS', 'RU
 
 # %% ../../nbs/06c_rules.ipynb #ae5d68d9
 MIN_GAIN = 1.05  # a fix predicted to gain less than 5% is not offered
-CEILING_LEAD = 2.  # a ceiling ('at most, if it cost nothing') is weighed as saving this many times less time than it bounds
-OPTIMISATION_LEAD = 1.5  # ... and a fix that changes the optimisation (a batch size) this many times less
+# a ceiling ('at most, if it cost nothing') is weighed as saving this many times less time than it bounds
+CEILING_LEAD = 2.
+OPTIMISATION_LEAD = 1.25  # ... and a fix that changes the optimisation (a batch size) this many times less
 TIE = 1.15  # fixes whose weights are within this factor of the first's are a tie: said together
 LABELS = {  # what bounds the run, short, for the headline (`Rule.label` for a rule of your own)
     'host': 'the host (the GPU waits for it)', 'input': 'the loader', 'copy': 'the host-to-device copy',
-    'batch_tfms': 'batch transforms', 'compute': 'model compute', 'per_batch': 'per-batch work', 'optimizer': 'the optimizer step',
+    'batch_tfms': 'batch transforms', 'compute': 'model compute', 'per_batch': 'per-batch work',
+    'optimizer': 'the optimizer step',
     'callbacks': 'callbacks and metrics', 'outside': 'time between batches', 'compile': 'torch.compile compiling',
     'throttling': 'GPU clock throttling'}
 
@@ -35,33 +37,38 @@ def weigh(speedup:float, # The fix's speedup (of the whole fit, unless `gain` sa
           optimises:bool=False, # It changes the optimisation
           gain:float=math.nan, # % of the fit the fix saves (NaN: from `speedup`)
          ) -> float:
-    "The weight the ranking gives a fix: the share of the fit it saves, half of it for a ceiling, two thirds for a new batch size"
+    """The weight the ranking gives a fix: the share of the fit it saves, half of it for a ceiling, four fifths for a new
+    batch size"""
     g = (1 - 1/speedup if math.isnan(gain) else gain/100) if speedup > 0 else 0.
     return g/(CEILING_LEAD if kind == 'bound' else 1.)/(OPTIMISATION_LEAD if optimises else 1.)
 
 @dataclass
 class Finding:
-    "A bottleneck of the run, as parts: what bounds it and its share, the fix (short and in full), its predicted speedup and kind"
+    """A bottleneck of the run, as parts: what bounds it and its share, the fix (short and in full), its predicted
+    speedup and kind"""
     resource:str  # What bounds the run (a key of `LABELS`, or a rule's own)
     share:float  # % of the fit the main process spends on it
     saved:float  # % of the fit it would save if it cost nothing, under the pipeline model
     fix:str|None  # The fix in full, with what it rests on; None: no change is predicted to gain 5% or more
     speedup:float  # The fix's speedup: steady-state batches before over after (whole fit for `outside`)
     kind:str  # 'model': predicted by the pipeline model from measured times; 'bound': at most (a ceiling)
-    change:dict|None=None  # What `check_advice` applies: {'kind': 'num_workers'|'remove_metric'|'remove_callback'|'prefetch', ...}
+    # What `check_advice` applies: {'kind': 'num_workers'|'remove_metric'|'remove_callback'|'prefetch', ...}
+    change:dict|None=None
     detail:str=''  # What was measured, in words (the evidence)
     step:float=math.nan  # Seconds per batch (steady state) now
     predicted_step:float=math.nan  # ... after the fix (NaN: a whole-fit bound)
     if_free:bool=False  # The speedup is the bound if the resource cost nothing
     covers:tuple=()  # Resources whose findings this one's fix already lists (besides its rule's `covers`)
-    unit:str='batch'  # What `step` and `predicted_step` are the seconds of ('64 samples': the batch-size fix, per the fit's batch)
+    # What `step` and `predicted_step` are the seconds of ('64 samples': the batch-size fix, per the fit's batch)
+    unit:str='batch'
     say:str=''  # The fix, short: code to paste and where (≤ ~90 characters; '' : `fix` is short already)
     cause:str=''  # Why, short, for the headline ('the model waits 12 ms a batch for the next')
     optimises:bool=False  # The fix changes the optimisation (a batch size: retune the learning rate)
     rule:str=''  # The rule that found it (`Rule.name`), set by `diagnose`
     label_:str|None=None  # What bounds the run, short, if not `LABELS[resource]`
     gain:float=math.nan  # % of the fit the fix saves (NaN: `speedup` is the whole fit's)
-    options:list=field(default_factory=list)  # Other fixes its `fix` lists (`Finding`s): the verdict says them beside the others
+    # Other fixes its `fix` lists (`Finding`s): the verdict says them beside the others
+    options:list=field(default_factory=list)
 
     @property
     def label(self) -> str: return self.label_ or LABELS.get(self.resource, self.resource.replace('_', ' '))
@@ -69,7 +76,8 @@ class Finding:
     def offered(self) -> bool: return self.fix is not None and self.speedup >= MIN_GAIN
     @property
     def weight(self) -> float:
-        "What the ranking weighs: the share of the fit the fix saves, half of it for a ceiling, two thirds for a change to the optimisation"
+        """What the ranking weighs: the share of the fit the fix saves, half of it for a ceiling, four fifths for a
+        change to the optimisation"""
         return weigh(self.speedup, self.kind, self.optimises, self.gain)
 
     def speed(self) -> str:
@@ -83,15 +91,18 @@ class Finding:
         "The predicted speedup, in full words"
         what = 'predicted' if self.kind == 'model' else 'at most, if it cost nothing' if self.if_free else 'at most'
         if math.isnan(self.predicted_step): return f"{self.speedup:.2f}x {what}, for the whole fit"
-        return f"{self.speedup:.2f}x {what} ({fmt_time(self.step)} -> {fmt_time(self.predicted_step)} per {self.unit}, steady state)"
+        return (f"{self.speedup:.2f}x {what} ({fmt_time(self.step)} -> {fmt_time(self.predicted_step)} per "
+                f"{self.unit}, steady state)")
 
     def __repr__(self):
         off = '' if self.offered else ' (not offered: it gains under 5%)' if self.fix is not None else ' (no fix)'
-        return (f"Finding {self.rule or self.resource!r}: {self.label}, {self.share:.1f}% of the fit" + (f"; {self.cause}" if self.cause else '')
-                + (f". {self.short()}" if self.fix is not None else '.') + off)
+        return (f"Finding {self.rule or self.resource!r}: {self.label}, {self.share:.1f}% of the fit"
+                + (f"; {self.cause}" if self.cause else '') + (f". {self.short()}" if self.fix is not None else '.')
+                + off)
 
     def short(self) -> str:
-        "The fix in one line: code and where, its speedup and kind (a change to the optimisation says to retune the learning rate)"
+        """The fix in one line: code and where, its speedup and kind (a change to the optimisation says to retune the
+        learning rate)"""
         s = f"{self.say or self.fix}".rstrip('.')
         return f"{s}: {self.speed()}" + ("; retune `lr`." if self.optimises else '.')
 
@@ -99,7 +110,8 @@ class Finding:
 # %% ../../nbs/06c_rules.ipynb #22b4c16d
 @dataclass
 class Rule:
-    "A diagnosis rule, declared: its name, the resource, what it reads, when it applies, the findings it returns, what it covers"
+    """A diagnosis rule, declared: its name, the resource, what it reads, when it applies, the findings it returns, what
+    it covers"""
     name:str  # Its name (unique in `RULES`)
     find:Callable  # `find(ev) -> list[Finding]`: its findings as parts; `ev` is the diagnosis' `Evidence`
     resource:str  # The resource its findings are about (a key of `LABELS`, or your own with `label`)
@@ -109,14 +121,16 @@ class Rule:
     overlaps:tuple=()  # Resources whose time its share also counts (the shares overlap: the report says so)
     label:str|None=None  # What bounds the run, short, for the headline (default `LABELS[resource]`)
     costly:bool=False  # It measures something when it runs (after the fit): run only when its findings could rank first
-    most:Callable|None=None  # `most(ev) -> float`: the largest speedup it could predict, read before it runs (for a costly rule)
+    # `most(ev) -> float`: the largest speedup it could predict, read before it runs (for a costly rule)
+    most:Callable|None=None
 
     def __call__(self, ev) -> list:
         "Its findings on `ev`, with `rule` and `label` set; [] where it does not apply"
         if self.applies is not None and not self.applies(ev): return []
         out = list(self.find(ev) or [])
         for f in out:
-            if not isinstance(f, Finding): raise TypeError(f"rule {self.name!r} returned {type(f).__name__}, not a Finding")
+            if not isinstance(f, Finding):
+                raise TypeError(f"rule {self.name!r} returned {type(f).__name__}, not a Finding")
             f.rule = f.rule or self.name
             if f.label_ is None and self.label is not None and f.resource == self.resource: f.label_ = self.label
         return out
@@ -124,10 +138,13 @@ class Rule:
 RULES = {}  # name -> `Rule`: the diagnosis applies them in this order
 
 def register_rule(r:Rule) -> Rule:
-    "Add rule `r` to `RULES` (after the built-in ones), or replace the rule of its name: every later diagnosis applies it"
+    """Add rule `r` to `RULES` (after the built-in ones), or replace the rule of its name: every later diagnosis applies
+    it"""
     check_type('r', r, Rule, 'a Rule')
-    if not (isinstance(r.name, str) and r.name): raise ValueError(f"a Rule needs a name (a non-empty str), got {r.name!r}")
-    if not callable(r.find): raise TypeError(f"Rule.find must be a function find(ev) -> list of Finding, got {r.find!r}")
+    if not (isinstance(r.name, str) and r.name):
+        raise ValueError(f"a Rule needs a name (a non-empty str), got {r.name!r}")
+    if not callable(r.find):
+        raise TypeError(f"Rule.find must be a function find(ev) -> list of Finding, got {r.find!r}")
     RULES[r.name] = r
     return r
 
@@ -144,9 +161,9 @@ def rule(resource:str, # The resource its findings are about
 def _close(f, w) -> bool: return f.offered and f.weight*TIE >= w  # within `TIE` of the weight `w`
 
 def rank(findings:list) -> list:
-    """`findings` in the order the verdict says them: the fixes offered (`Finding.offered`) by `Finding.weight`, those tied with the
-    first put in the order a reader acts on them (a prediction before a ceiling, then a fix that keeps the optimisation before one
-    that changes it, then by weight); then the rest by the time they would save if free"""
+    """`findings` in the order the verdict says them: the fixes offered (`Finding.offered`) by `Finding.weight`, those
+    tied with the first put in the order a reader acts on them (a prediction before a ceiling, then a fix that keeps the
+    optimisation before one that changes it, then by weight); then the rest by the time they would save if free"""
     on = sorted([f for f in findings if f.offered], key=lambda f: -f.weight)
     if on:
         w = on[0].weight
@@ -155,7 +172,8 @@ def rank(findings:list) -> list:
     return on + sorted([f for f in findings if not f.offered], key=lambda f: -f.saved)
 
 def tied(ranked:list) -> list:
-    "The fixes said first (`ranked` as `rank` orders them): the first and those whose weight is within `TIE` of the heaviest (a tie)"
+    """The fixes said first (`ranked` as `rank` orders them): the first and those whose weight is within `TIE` of the
+    heaviest (a tie)"""
     if not ranked or not ranked[0].offered: return ranked[:1]
     w = max(f.weight for f in ranked if f.offered)
     return [f for f in ranked if _close(f, w)]

@@ -74,16 +74,19 @@ def fmt_num(x:float) -> str:
     return fmt_si(x) or (f'{x:,.0f}' if abs(x) >= 100 or float(x).is_integer() else f'{x:.3g}')
 
 # %% ../../nbs/05_report.ipynb #0a731c1a
-TIME_COLS = ['Mean Duration','Duration Std Dev','Total Time','P50','P90','P99','Min','Max','GPU Mean Duration','GPU Total Time']
-COLUMNS = KEY_COLUMNS + list(RESULT_COLUMNS.values())  # the columns of every results table (`fastprofile.engine.record`), in order
+TIME_COLS = ['Mean Duration','Duration Std Dev','Total Time','P50','P90','P99','Min','Max','GPU Mean Duration',
+             'GPU Total Time']
+# the columns of every results table (`fastprofile.engine.record`), in order
+COLUMNS = KEY_COLUMNS + list(RESULT_COLUMNS.values())
 COLUMNS.insert(COLUMNS.index('Samples/Second') + 1, 'Tokens/Second')  # where batches are token ids: beside Samples/s
-OPTIONAL_COLUMNS = ['Min','Max','P99','P90','P50'] # Left out in this order where the width is short; the other standard columns never are
+# Left out in this order where the width is short; the other standard columns never are
+OPTIONAL_COLUMNS = ['Min','Max','P99','P90','P50']
 _SPREAD = ['Duration Std Dev','P50','P90','P99','Min','Max'] # Shown as '-' for single-call rows
 LABELS = {'Mean Duration':'Mean', 'Duration Std Dev':'Std Dev', 'Number of Calls':'Calls', 'Samples/Second':'Samples/s',
-          'Tokens/Second':'Tokens/s',
-          'Total Time':'Total', 'Percent of Total':'% of Fit', 'GPU Mean Duration':'GPU Mean', 'GPU Total Time':'GPU Total'}
-FORMATS = {**{c:fmt_time for c in TIME_COLS}, 'Number of Calls':fmt_count, 'Samples/Second':fmt_rate, 'Tokens/Second':fmt_rate,
-           'Percent of Total':fmt_pct}
+          'Tokens/Second':'Tokens/s', 'Total Time':'Total', 'Percent of Total':'% of Fit',
+          'GPU Mean Duration':'GPU Mean', 'GPU Total Time':'GPU Total'}
+FORMATS = {**{c:fmt_time for c in TIME_COLS}, 'Number of Calls':fmt_count, 'Samples/Second':fmt_rate,
+           'Tokens/Second':fmt_rate, 'Percent of Total':fmt_pct}
 
 def col_label(col:str) -> str:
     "The label results column `col` has wherever it is rendered (its own name if it has no shorter one)"
@@ -101,11 +104,15 @@ def col_format(col:str) -> Callable:
 # %% ../../nbs/05_report.ipynb #0a731c1b
 @dataclass
 class Section:
-    "A titled block of text after the table (the diagnosis, the ranks of a distributed run...), with the object it came from"
+    """A titled block of text after the table (the diagnosis, the ranks of a distributed run...), with the object it
+    came from"""
     title:str; lines:list; data:object=None
-    headline:bool|None=None # The first line is the verdict, shown prominently (None: when `data` has a `verdict`, as a `Diagnosis` does)
-    preface:int=0 # Lines said before the verdict (a busy machine), shown as a warning above it: the headline is the line after them
-    more:list=field(default_factory=list) # Lines one step away (the evidence): collapsed in HTML and markdown, left out of the text
+    # The first line is the verdict, shown prominently (None: when `data` has a `verdict`, as a `Diagnosis` does)
+    headline:bool|None=None
+    # Lines said before the verdict (a busy machine), shown as a warning above it: the headline is the line after them
+    preface:int=0
+    # Lines one step away (the evidence): collapsed in HTML and markdown, left out of the text
+    more:list=field(default_factory=list)
     hint:str='' # The line the text renderers show in place of `more` (where to read it)
     def __post_init__(self):
         if self.headline is None: self.headline = getattr(self.data, 'verdict', None) is not None
@@ -144,7 +151,8 @@ def _aligned(s:str) -> bool:
     return s.startswith('  ') and re.search(r'\S  +\S', s) is not None
 
 def _blocks(lines) -> list:
-    "Consecutive `lines` grouped as `(aligned, lines)`: rows of a text table (kept as they are) or prose (indented: a sub-point)"
+    """Consecutive `lines` grouped as `(aligned, lines)`: rows of a text table (kept as they are) or prose (indented: a
+    sub-point)"""
     out = []
     for l in lines:
         a = _aligned(l)
@@ -168,11 +176,12 @@ def _text_line(s:str, plain:bool, style:str='', labelled:bool=False) -> Text:
 
 # %% ../../nbs/05_report.ipynb #51732960
 _RICH_REWRITES = re.compile(r'[\t\r\x07\x08\x0b\x0c]')  # what `Text` changes: tabs expanded, control codes stripped
-_PLAIN_CELL = re.compile(r"[A-Za-z0-9_ .,%/()<>+*#@!?=&$'\"~^`|{}µ-]*")  # one cell per character; no markup, emoji codes or escapes
+# one cell per character; no markup, emoji codes or escapes
+_PLAIN_CELL = re.compile(r"[A-Za-z0-9_ .,%/()<>+*#@!?=&$'\"~^`|{}µ-]*")
 
 class _Table:
-    """The results table, rendered to the segments rich's `Table` gives it where it fits and holds plain text (faster); by that `Table`
-    otherwise"""
+    """The results table, rendered to the segments rich's `Table` gives it where it fits and holds plain text (faster);
+    by that `Table` otherwise"""
     def __init__(self,
         header:list, # The number columns' labels (the name column has none)
         rows:list, # `(rule_before, style, cells)`: `style` None or a rich style name for the whole row
@@ -181,23 +190,27 @@ class _Table:
     ):
         self.header,self.rows,self.min_width,self.plain = header,rows,min_width,plain
         cols = zip(['', *header], *(r[2] for r in rows))
-        self.widths = [max(map(len, c)) for c in cols]  # rich's `Table` sizes a column as its widest cell (the name column: at least 1)
+        # rich's `Table` sizes a column as its widest cell (the name column: at least 1)
+        self.widths = [max(map(len, c)) for c in cols]
         self.widths[0] = max(self.widths[0], 1)
         self.width = self.widths[0] + sum(n + _GAP for n in self.widths[1:])
-        self.fast = all(_PLAIN_CELL.fullmatch(x) for x in header) and all(_PLAIN_CELL.fullmatch(x) for r in rows for x in r[2])
+        self.fast = (all(_PLAIN_CELL.fullmatch(x) for x in header)
+                     and all(_PLAIN_CELL.fullmatch(x) for r in rows for x in r[2]))
 
     def table(self) -> Table:
         "The same table as a rich `Table` (it folds values where the width is short)"
         t = Table(box=_ASCII_RULES if self.plain else _RULES, show_edge=False, pad_edge=False, padding=(0,0,0,_GAP-1),
                   header_style='' if self.plain else 'bold', min_width=self.min_width)
-        t.add_column('', overflow='fold')  # in a terminal narrower than the core columns: values on two lines, never cut
+        # in a terminal narrower than the core columns: values on two lines, never cut
+        t.add_column('', overflow='fold')
         for c in self.header: t.add_column(c, justify='right', overflow='fold')
         for rule,style,cells in self.rows:
             if rule: t.add_section()
             t.add_row(*cells, style=style)
         return t
 
-    def __rich_measure__(self, console, options): return self.table().__rich_measure__(console, options)  # in a container
+    # in a container
+    def __rich_measure__(self, console, options): return self.table().__rich_measure__(console, options)
 
     def __rich_console__(self, console, options):
         w = self.widths
@@ -222,7 +235,8 @@ class _Table:
 
 # %% ../../nbs/05_report.ipynb #47c3303e
 class _Layout(NamedTuple):
-    "What rendering needs from the results, worked out once: the columns shown, each of their values as text, the table's lines"
+    """What rendering needs from the results, worked out once: the columns shown, each of their values as text, the
+    table's lines"""
     columns:list; cells:dict; outline:list; first:int
 
 class ProfileReport:
@@ -232,9 +246,11 @@ class ProfileReport:
         notes=(), # Lines under the table
         sections=(), # `Section`s after the notes
         title:str='Simple Profiler Results', # The table's caption
-        formats:dict|None=None, # Column -> how its values are written, where `col_format` would not know (a comparison's signed changes)
+        # Column -> how its values are written, where `col_format` would not know (a comparison's signed changes)
+        formats:dict|None=None,
     ):
-        self.results,self.notes,self.sections,self.title,self.formats = results,list(notes),list(sections),title,dict(formats or {})
+        self.results,self.notes,self.sections,self.title,self.formats = (results,list(notes),list(sections),title,
+                                                                         dict(formats or {}))
 
     def add_section(self, title:str, lines, data=None):
         "Add a titled block of text lines after the table"
@@ -248,14 +264,16 @@ class ProfileReport:
     def columns(self) -> list:
         "The results columns shown: the standard ones, then any other numeric column with values (GPU times...)"
         r = self.results
-        extra = [c for c in r.columns if c not in COLUMNS and pd.api.types.is_numeric_dtype(r[c]) and r[c].notna().any()]
+        extra = [c for c in r.columns
+                 if c not in COLUMNS and pd.api.types.is_numeric_dtype(r[c]) and r[c].notna().any()]
         return [c for c in COLUMNS if c in r] + extra
 
     def _values(self) -> pd.DataFrame:
         "Each shown number as a string with its unit, under the results' column names"
         L = self._layout()
         # text columns, as pandas types them
-        return pd.DataFrame({c: pd.Series(L.cells[c], index=self.results.index) for c in L.columns[3:]}, index=self.results.index)
+        return pd.DataFrame({c: pd.Series(L.cells[c], index=self.results.index) for c in L.columns[3:]},
+                            index=self.results.index)
 
     def formatted(self) -> pd.DataFrame:
         "The results as strings with units under their labels (`LABELS`), repeated Phase/Action names blanked"
@@ -292,7 +310,8 @@ class ProfileReport:
         return _Layout(cols, cells, outline, max((2*l.level + len(l.name) for l in outline), default=0))
 
     def _fit(self, width:int, L:_Layout|None=None) -> tuple:
-        "The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first), and their width"
+        """The number columns that fit in `width` characters (`OPTIONAL_COLUMNS`, then other extras, left out first),
+        and their width"""
         L = L or self._layout()
         cols = L.columns[3:]
         w = {c: max([len(col_label(c))] + [len(s) for s in L.cells[c]]) for c in cols}
@@ -307,32 +326,37 @@ class ProfileReport:
         L = self._layout()
         cols,need = self._fit(width, L)
         heading,blank = '' if plain else 'bold',('',)*len(cols)
-        rows = [(k > 0, heading, (l.name, *blank)) if l.i is None else (False, None, ('  '*l.level + l.name, *(L.cells[c][l.i] for c in cols)))
+        rows = [(k > 0, heading, (l.name, *blank)) if l.i is None
+                else (False, None, ('  '*l.level + l.name, *(L.cells[c][l.i] for c in cols)))
                 for k,l in enumerate(L.outline)]
         # `min_width`: what the table needs (more than `width` only when even the core columns do not fit)
         t = _Table([col_label(c) for c in cols], rows, need, plain)
         out = [Text(self.title, style='' if plain else 'bold'), t]
         left = [col_label(c) for c in L.columns[3:] if c not in cols]
-        if left: out.append(_text_line(f"Left out to fit {width} columns: {', '.join(left)} (all are in `.results`).", plain, 'dim'))
+        if left:
+            out.append(_text_line(f"Left out to fit {width} columns: {', '.join(left)} (all are in `.results`).", plain,
+                                  'dim'))
         out += [_text_line(n, plain, 'dim') for n in self.notes]
         for sec in self.sections:
             out += [Text(''), Text(f'{sec.title}:', style='' if plain else 'bold')]
             for k,l in enumerate(sec.lines):
-                style = 'bold' if sec.headline and k == sec.preface and not plain else 'yellow' if k < sec.preface and not plain else ''
+                style = ('bold' if sec.headline and k == sec.preface and not plain else 'yellow'
+                         if k < sec.preface and not plain else '')
                 i = _indent(l)  # an indented line keeps its indent when it wraps
                 out.append(Padding(_text_line(l[i:], plain, style, labelled=not style), (0,0,0,2+i)))
             if sec.more and sec.hint: out.append(Padding(_text_line(sec.hint, plain, 'dim'), (0,0,0,2)))
         return out
 
     def plain(self, width:int=120) -> str:
-        "The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core column"
+        """The report as plain text `width` characters wide: percentiles left out if need be (it says so), never a core
+        column"""
         check_int('width', width, 40)
         cons = {}  # one console per width
         def render(r, w):
             con = cons.get(w)
             if con is None:
-                con = cons[w] = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False, force_jupyter=False,
-                                        highlight=False, emoji=False, legacy_windows=False)
+                con = cons[w] = Console(file=io.StringIO(), width=w, color_system=None, force_terminal=False,
+                                        force_jupyter=False, highlight=False, emoji=False, legacy_windows=False)
             with con.capture() as out: con.print(r)
             return out.get()
         # the table wider than `width` rather than cut, if even its core columns need more
@@ -343,7 +367,8 @@ class ProfileReport:
         "The report as markdown: a table (Phase, Action and Step as columns), the notes, the sections"
         f = self.formatted()
         cell = lambda s: str(s).replace('|', r'\|')
-        table = ('| ' + ' | '.join(f.columns) + ' |\n|' + '|'.join(':---' if c in KEY_COLUMNS else '---:' for c in f.columns) + '|\n'
+        table = ('| ' + ' | '.join(f.columns) + ' |\n|'
+                 + '|'.join(':---' if c in KEY_COLUMNS else '---:' for c in f.columns) + '|\n'
                  + ''.join('| ' + ' | '.join(cell(x) for x in r) + ' |\n' for r in f.itertuples(index=False)))
         parts = [f'**{self.title}**', table.rstrip()]
         if self.notes: parts.append('  \n'.join(self.notes))
@@ -365,7 +390,8 @@ class ProfileReport:
 
 # %% ../../nbs/05_report.ipynb #5c305658
 def _md_section(sec:Section) -> str:
-    "A `Section` as markdown: title, verdict in bold, prose lines as a list (indented ones nested), aligned lines as a code block"
+    """A `Section` as markdown: title, verdict in bold, prose lines as a list (indented ones nested), aligned lines as a
+    code block"""
     lines,out = list(sec.lines),[f'**{sec.title}**']
     out += [f'> {lines.pop(0)}' for _ in range(min(sec.preface, len(lines)))]  # a warning before the verdict
     if sec.headline and lines: out.append(f'**{lines.pop(0)}**')
@@ -373,7 +399,8 @@ def _md_section(sec:Section) -> str:
         sub,l = _indent(l) > 0,l.lstrip(' ')
         m = _LABEL.match(l)
         return ('  - ' if sub else '- ') + (f'**{m[1]}:** {l[m.end():]}' if m else l)
-    body = lambda ls: ['```\n' + '\n'.join(b) + '\n```' if aligned else '\n'.join(map(item, b)) for aligned,b in _blocks(ls)]
+    body = lambda ls: ['```\n' + '\n'.join(b) + '\n```' if aligned else '\n'.join(map(item, b))
+                       for aligned,b in _blocks(ls)]
     out += body(lines)
     if sec.more: out += ['<details><summary>Evidence</summary>', *body(sec.more), '</details>']
     return '\n\n'.join(out)
@@ -448,15 +475,17 @@ def _html_bar(pct:float) -> str:
     return f'<span class="fp-bar" role="presentation"><span style="width:{min(max(pct, 0), 100):.1f}%"></span></span>'
 
 def _html_section(sec:Section) -> str:
-    """A `Section` as an HTML block: title, verdict first and prominent, prose as a list (indented lines as sub-points), aligned lines kept
-    aligned"""
+    """A `Section` as an HTML block: title, verdict first and prominent, prose as a list (indented lines as sub-points),
+    aligned lines kept aligned"""
     lines,out = list(sec.lines),[f'<div class="fp-title">{_esc(sec.title)}</div>']
-    out += [f'<p class="fp-warn">{_html_inline(lines.pop(0))}</p>' for _ in range(min(sec.preface, len(lines)))]  # a warning before the verdict
+    # a warning before the verdict
+    out += [f'<p class="fp-warn">{_html_inline(lines.pop(0))}</p>' for _ in range(min(sec.preface, len(lines)))]
     if sec.headline and lines: out.append(f'<p class="fp-headline">{_html_inline(lines.pop(0))}</p>')
     li = lambda l: f'<li class="fp-sub">{_html_line(l.lstrip(" "))}</li>' if _indent(l) else f'<li>{_html_line(l)}</li>'
     def body(ls):
         for aligned,b in _blocks(ls):
-            yield f'<pre class="fp-pre">{_esc(chr(10).join(b))}</pre>' if aligned else '<ul class="fp-lines">' + ''.join(map(li, b)) + '</ul>'
+            yield (f'<pre class="fp-pre">{_esc(chr(10).join(b))}</pre>' if aligned
+                   else '<ul class="fp-lines">' + ''.join(map(li, b)) + '</ul>')
     out += body(lines)
     if sec.more:  # the evidence, one click away
         out.append(f'<details class="fp-more"><summary>Evidence</summary>{"".join(body(sec.more))}</details>')
@@ -473,7 +502,8 @@ def _html_report(rep:ProfileReport) -> str:
     groups = []
     for l in L.outline:
         if l.i is None:
-            groups.append([f'<tr class="fp-phase"><th colspan="{len(cols)+1}" scope="rowgroup">{_esc(l.name)}</th></tr>'])
+            groups.append([f'<tr class="fp-phase"><th colspan="{len(cols)+1}" '
+                           f'scope="rowgroup">{_esc(l.name)}</th></tr>'])
             continue
         tds = ''.join(f'<td class="fp-pct{" fp-hot" if pct[l.i] >= HOT_SHARE and not l.total else ""}">{_html_value(L.cells[c][l.i])}{_html_bar(pct[l.i])}</td>'
                       if c == 'Percent of Total' else f'<td>{_html_value(L.cells[c][l.i])}</td>' for c in cols)
@@ -512,7 +542,8 @@ def atomic_write(path, write, binary:bool=False) -> Path:
             try: fd = _claim_tmp(tmp); break
             except FileExistsError: tmp = None  # another writer's name: never removed here
         else: raise FileExistsError(f"no free temporary name beside {path}")
-        with os.fdopen(fd, 'wb' if binary else 'w', **({} if binary else dict(newline='', encoding='utf-8'))) as f: write(f)
+        with os.fdopen(fd, 'wb' if binary else 'w', **({} if binary else dict(newline='', encoding='utf-8'))) as f:
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         if tmp is not None:
