@@ -240,13 +240,15 @@ class LayerTimer(Probe):
         # Batches sampled first: the first past the warm-up, then one every `spacing` training batches, across the call's phases
         first:int=6,
         every:int=256, # Then one more at the start of a training phase, once this many training batches have passed since the last
-        # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first)
+        # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first); a phase shorter
+        # than twice this takes the samples the spacing puts in it one after the other, at its start
         spacing:int=SAMPLE_SHARE,
     ):
         check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1); check_int('spacing', spacing, 1)
         self.learn,self.warmup,self.first,self.every,self.spacing = learn,warmup,first,every,spacing
         self.result,self._patches,self._undo,self._handles,self._off = LayerTimes(),None,None,[],None
         self._want,self._gap,self._last,self._early,self._since = 0,0,None,True,0
+        self._short,self._carry = None,0  # in a short phase: the samples still to take in it, and the gap after it (`phase`)
         self._installed,self._clock,self._cuda = False,time.perf_counter,False
         self._new_batch()
 
@@ -275,7 +277,7 @@ class LayerTimer(Probe):
     def start(self, s):
         "The call starts: nothing measured, the first samples wanted; hooks go through the session's undo stack"
         self.result,self._patches = LayerTimes(),s.patches
-        self._want,self._gap,self._early,self._since = self.first,0,True,0
+        self._want,self._gap,self._early,self._since,self._short = self.first,0,True,0,None
 
     def stage(self, s):
         "A fit starts: the clock for the device it trains on; a compiled or scripted model is not timed"
@@ -293,18 +295,29 @@ class LayerTimer(Probe):
         if self._early and self._want <= 0: self._early = False  # the first samples are all taken
         if self._early: self._since = 0
         elif not self._want and self._since >= self.every: self._want,self._gap,self._since = 1,0,0
-        if self._want: self._arm()
-        try: self._since += len(self.learn.dl)
-        except Exception: self._since += 1
+        try: n = len(self.learn.dl)
+        except Exception: n = None
+        self._short = None
+        if self._early and self._want and n is not None and 0 < n - self.warmup < 2*self.spacing: self._shorten(n - self.warmup)
+        if self._want and self._short != 0: self._arm()
+        self._since += 1 if n is None else n
+
+    def _shorten(self, n:int):
+        """A short training phase (`n` batches past the warm-up, fewer than two spacings): the samples that the spacing would put in it,
+        taken one after the other from its first batch past the warm-up; the hooks then come off for the rest of it, and the spacing goes
+        on from where it would be at the phase's end"""
+        k = max(0, -(-(n - self._gap)//self.spacing))  # the spaced schedule's samples in the phase: at `_gap`, then every `spacing`
+        self._short,self._carry,self._gap = min(k, self._want),self._gap + k*self.spacing - n,0
 
     def end_phase(self, s):
         self._disarm()
+        if self._short is not None: self._gap,self._short = self._carry,None  # after a short phase: the gap the spacing leaves
         if len(self.result._raw) >= _KEEP: _fold(self.result)  # else when the result is read (with no report shown: maybe never)
 
     def pause(self, s): self._disarm()  # a nested `validate()` is not a sampled batch
 
     def resume(self, s):
-        if s.phase == 'train' and self._want and not self._off: self._arm()
+        if s.phase == 'train' and self._want and self._short != 0 and not self._off: self._arm()
 
     def end_stage(self, s): self._disarm()
 
@@ -363,6 +376,7 @@ class LayerTimer(Probe):
             r.batches += 1; r.samples += self._bs; r.iters.append(self._iter)
         self._new_batch()
         self._want -= 1
+        if self._short: self._short -= 1
 
     def _trigger(self, model, args):
         """The model's forward starts: a training batch past the warm-up, `spacing` after the last sample, is sampled (the other hooks go on
@@ -374,14 +388,14 @@ class LayerTimer(Probe):
             if self._marks is not None:
                 if it == self._iter: return self._pre(0, model, args)  # the model called again in the same batch
                 self._close_batch()  # the last one's backward never came: its forward counts
-                if self._want <= 0: return self._disarm()
+                if self._want <= 0 or self._short == 0: return self._disarm()
             if it == self._last: return  # the model called again in a batch not sampled
             self._last = it
             if self._gap > 0:  # a batch between two of the first samples
                 self._gap -= 1
                 if self._installed: self._unhook()  # left on by a sampled batch whose backward never came
                 return
-            self._gap = self.spacing - 1 if self._early else 0
+            self._gap = self.spacing - 1 if self._early and self._short is None else 0
             if not self._installed: self._install(model)
             self._new_batch(it)
             x = args[0] if args else None
@@ -433,7 +447,7 @@ class LayerTimer(Probe):
         "The backward of a sampled batch is over: keep its marks; the module hooks come off until the next sample, all hooks after the last"
         try:
             self._close_batch(backward=True)
-            if self._want <= 0: self._disarm()
+            if self._want <= 0 or self._short == 0: self._disarm()  # all taken, or all of this short phase's
             elif self._gap: self._unhook()  # the next sample is batches away
         except Exception as e: self._fail(e)
 
