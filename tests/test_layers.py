@@ -155,14 +155,21 @@ def test_sampling_across_epochs():
     assert not any(spy.valid_timed)
 
 def test_first_samples_one_every_16_batches(spread_out):
-    "By default: the first training batch past the warm-up, then one every 16 (at most one in 16, after the first), until 6; across epochs too"
+    """By default: the first training batch past the warm-up, then one every 16 (at most one in 16, after the first), until 6; across epochs
+    too. A phase of fewer than 32 batches past the warm-up takes as many, one after the other at its start"""
     tiny = lambda: nn.Sequential(nn.Flatten(), nn.Linear(3*4*4, 10))
-    for n_trn,want in ((6, [1]), (20, [1, 17]), (33, [1, 17]), (34, [1, 17, 33]), (120, [1, 17, 33, 49, 65, 81])):
+    for n_trn,want in ((6, [1]), (17, [1]), (18, [1, 2]), (20, [1, 2]), (32, [1, 2]), (33, [1, 17]), (34, [1, 17, 33]),
+                       (120, [1, 17, 33, 49, 65, 81])):
         lay = fit(cnn_learner(n_trn=n_trn, n_val=1, bs=4, size=4, model=tiny())).facts.layers
         test_eq((n_trn, lay.iters), (n_trn, want))
-    # two epochs of 20: the warm-up of each is never sampled, the count runs on (epoch 1's train_iter 20 is its warm-up)
+    # two epochs of 20 (short: 19 batches past the warm-up): the warm-up of each is never sampled; the spacing puts 2 samples in the first
+    # (its batches 1 and 17) and 1 in the second (its batch 14), each taken at its start (epoch 1's train_iter 20 is its warm-up)
     lay = fit(cnn_learner(n_trn=20, n_val=1, bs=4, size=4, model=tiny()), 2).facts.layers
-    test_eq(lay.iters, [1, 17, 34])
+    test_eq(lay.iters, [1, 2, 21])
+    # seven epochs of 6 (5 batches past the warm-up each): the spacing puts the batches 0, 16 and 32 past the warm-ups in epochs 1, 4 and
+    # 7 (spaced out: train_iter 1, 20 and 39); each is taken at its epoch's first batch past the warm-up
+    lay = fit(cnn_learner(n_trn=6, n_val=1, bs=4, size=4, model=tiny()), 7).facts.layers
+    test_eq(lay.iters, [1, 19, 37])
 
 def test_hooks_only_on_the_spread_out_samples(spread_out):
     "Between two of the first samples the trigger stays on the model, the timing hooks come off; after the call, all of them"

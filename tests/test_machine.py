@@ -156,15 +156,19 @@ def test_a_running_worker_counts_as_the_process_own():
     finally: p.kill(); p.join()
 
 def test_it_reads_at_the_boundaries_only():
-    "Never per batch: once at the call's start and end, and at each phase's start and end"
+    """Never per batch: once at the call's start and end, and at each phase's start and end (a validation starts where its epoch's training
+    phase ended: one reading serves both)"""
     class Counted(MachineProbe):
         reads = 0
-        def read(self): Counted.reads += 1; return super().read()
+        def read(self, *a): Counted.reads += 1; return super().read(*a)
     learn = _learner(n_trn=160)  # 10 training batches, 3 valid, a fit
     s = session_for(learn, logger_callback=None, show_report=False)
     s.probes = [Counted() if isinstance(p, MachineProbe) else p for p in s.probes]
     s.arm(); learn.fit(2)
-    assert Counted.reads == 2 + 2*2*2  # the call; 2 epochs x 2 phases x (start, end)
+    assert Counted.reads == 2 + 2*3  # the call; 2 epochs x (train start, train end = valid start, valid end)
+    m = learn.simple_profile.facts.machine
+    assert set(m.phases) == {'train', 'valid'} and m.phases['valid'].wall > 0
+    assert m.phases['train'].wall + m.phases['valid'].wall <= m.call.wall  # the phases within the call, apart
     assert not MachineProbe.per_batch and not isinstance(Counted(), Callback)
 
 def _weights(machine_probe:bool) -> list:

@@ -62,7 +62,9 @@ class Session:
         profile.session = self
 
     def __reduce__(self): return (_no_session, ())  # pickled (`learn.export()` while armed): a live call has no copy
-    def __repr__(self): return f"<Session of {type(self.learn).__name__}: {'active' if self.active else 'armed' if self.armed else 'idle'}, {len(self.probes)} probes>"
+    def __repr__(self):
+        state = 'active' if self.active else 'armed' if self.armed else 'idle'
+        return f"<Session of {type(self.learn).__name__}: {state}, {len(self.probes)} probes>"
 
     @staticmethod
     def of(learn) -> Session|None:
@@ -96,6 +98,182 @@ class Session:
             if exc is not None and top and self.block and self.depth == 2 and self.contexts: self._close_open(exc)
             self.leave(exc)
 
+    def arm(self):
+        "Route the learner's training methods through `call` and add the callbacks, through `patches`"
+        learn = self.learn
+        for n in training_methods(learn): self.patches.set(learn, n, _ProfiledMethod(self, n))
+        learn.add_cbs(self.cbs)
+        self.patches.call(lambda: _take_off(learn, self.cbs))
+
+    def disarm(self):
+        "Put the learner back as it was before `arm` (the call's own changes too, if one is running)"
+        try: self.patches.restore()
+        finally:  # what `preserved` (fastprofile.fixes.advice) put back from its own copy of the learner after an earlier `disarm`
+            d,learn = self.learn.__dict__,self.learn
+            for n in [n for n,v in d.items() if isinstance(v, _ProfiledMethod) and v.session is self]: del d[n]
+            _take_off(learn, self.cbs)
+
+    def enter(self):
+        "A training method (or a `profiling()` block) starts"
+        self.depth += 1
+
+    def leave(self, exc:BaseException|None=None):
+        "It ends: the outermost ends the call (or, if it failed before any fit began, the session); `lr_find` alone leaves it armed"
+        self.depth -= 1
+        if self.depth: return
+        if self.active: self._end(exc)
+        elif exc is not None: self.disarm()  # a training call that failed before its first fit: the profile is spent
+
+    def _fit_begins(self) -> tuple:
+        "At a `before_fit`: (a `Learner.fit` starts, not `validate`, `get_preds` or `lr_find`; no other fit of the learner is running)"
+        learn,was = self.learn,self._opening  # `was`: None when no fit is opening, else whether a validation held the learner when it began
+        if self.depth:  # inside a call: its wrapper saw each of its `Learner.fit`s begin
+            held = _validating(learn)
+            if was is not None and (was or not held):  # the opening fit's own
+                self._opening = None
+                return not hasattr(learn, 'lr_finder'), self.fits <= 1
+            if held: return False, False  # a validation's
+        fit,alone = _stack_says(learn)  # no wrapper around (a callback added by hand), or a fit that went around it
+        return fit and not hasattr(learn, 'lr_finder'), alone
+
+    def _listeners(self, event:str, back:bool=False) -> list:
+        "The probes that do something at `event`, in the start order (or reversed), worked out once per session: the others are not called"
+        k = (event, back)  # the probes are fixed once the session is made
+        got = self._heard.get(k)
+        if got is None:
+            got = self._heard[k] = [p for p in (self.probes[::-1] if back else self.probes) if _listens(p, event)]
+        return got
+
+    def _tell(self, event:str, probes=None):
+        """Call `event` on each probe that listens to it (the start order, or `probes`); a probe that fails warns (raises in strict mode)
+        and the others go on"""
+        for p in (self._listeners(event) if probes is None else probes):
+            f = getattr(p, event)
+            try: f(self)
+            except Exception as e:
+                if strict_mode(): raise
+                warnings.warn(f"fastprofile: {type(p).__name__}.{event} failed and was skipped ({type(e).__name__}: {e}); training is "
+                              f"unaffected")
+
+    def _tell_back(self, event:str): self._tell(event, self._listeners(event, back=True))
+
+    def fit_starts(self) -> bool:
+        "`before_fit` (from the pair's first callback): a fit of the call starts (True), or something nested in one (False)"
+        learn = self.learn
+        fit,alone = self._fit_begins()
+        if self.contexts and fit and alone:  # a fit that ended by an exception left its context open
+            if self.depth: self._close_open(_Unseen())  # inside a call that goes on (a `profiling()` block caught the exception)
+            else: self._end(_Unseen())  # the pair added by hand: each fit is a call
+        if self.contexts or not fit:
+            if self.measuring: self._tell('pause')
+            self.contexts.append('other')
+            return False
+        self.device = train_device(learn)  # read once for the probes (a few dozen µs a read at a fit's start)
+        if not self.active:
+            self.active,self.exc,self.stage,self.phase,self._interrupt = True,None,-1,None,None
+            self.facts = Facts()
+            _ACTIVE[learn] = self
+            self._tell('start')
+        self.contexts.append('stage')
+        self.stage += 1
+        self._tell('stage')
+        return True
+
+    def fit_ends(self):
+        """`after_fit` (from the pair's last callback): a fit of the call ends (and, with no method wrapper around it, the call), or
+        something nested in it"""
+        kind = self.contexts.pop() if self.contexts else None
+        if kind == 'stage':
+            self.contexts.append(kind)  # still in the stage while the probes end it
+            try:
+                self.phase_ends()
+                self._tell_back('end_stage')
+            finally: self.contexts.pop()
+            if not self.depth: self._end(None)  # the pair added by hand (or to `fit(cbs=...)`): each fit is a call
+        elif kind == 'other' and self.measuring: self._tell('resume')
+
+    def phase_starts(self, phase:str):
+        "`before_train` / `before_validate` of a fit of the call"
+        if not self.measuring: return
+        self.phase = phase
+        self._tell('phase')
+
+    def phase_ends(self):
+        "`after_train` / `after_validate` of a fit of the call"
+        if self.phase is None: return
+        try: self._tell_back('end_phase')
+        finally: self.phase = None
+
+    def _ending(self, f, *args):
+        "Run a step of the call's end; an interrupt (or a strict-mode failure) is held back until the result is on the learner"
+        try: return f(*args)
+        except BaseException as e:
+            if self._interrupt is None: self._interrupt = e
+            return None
+
+    def _contribute(self):
+        for p in self.probes:
+            try: p.contribute(self.facts)
+            except Exception as e:
+                if strict_mode(): raise
+                warnings.warn(f"fastprofile: {type(p).__name__}.contribute failed and was skipped ({type(e).__name__}: {e})")
+
+    def _keep(self, res):
+        "Put the result where the user finds it (`learn.simple_profile`), before any output step"
+        self.result = res
+        publish = self.profile.publish  # the pair added by hand to a `Profile(publish=...)`: there
+        if publish is not None: publish(res)
+        else: self.learn.__dict__['simple_profile'] = res
+
+    def _close_open(self, exc:BaseException):
+        "End what a fit that raised left open (its phase, its stage) and close the record there; the call goes on"
+        self.exc = exc
+        try:
+            if self.phase is not None: self.phase_ends()
+            while self.contexts:
+                if self.contexts[-1] == 'stage': self._tell_back('end_stage')
+                self.contexts.pop()
+            if self.record is not None: self.record.close(interrupted=True)  # at the last batch seen; the next stage opens it again
+        finally: self.exc = None
+
+    def _end(self, exc:BaseException|None):
+        "The call is over, however it ended: probes end and contribute → result → on the learner → learner put back → save, log, show"
+        if not self.active:
+            self.contexts = []
+            return
+        self.exc = exc
+        res,main = None,True
+        try:
+            if self.phase is not None: self._ending(self.phase_ends)
+            while self.contexts:  # what an exception left open (fastai fires no `after_fit` then)
+                if self.contexts[-1] == 'stage': self._ending(self._tell_back, 'end_stage')
+                self.contexts.pop()
+            self._ending(self._tell_back, 'end')
+            self._ending(self._contribute)
+            got = self._ending(self.profile.conclude, exc, self.facts)
+            if got is not None: res,main = got
+            if self.profile.held is not None and self._interrupt is None: self._interrupt = self.profile.held
+            if res is not None: self._ending(self._keep, res)
+        finally:
+            self.active = False
+            if _ACTIVE.get(self.learn) is self: del _ACTIVE[self.learn]
+            self.disarm()
+        try:
+            if res is not None and exc is None and self._interrupt is None: self.profile.output(res, main)
+        finally: self._release()
+        held,self._interrupt = self._interrupt,None
+        if held is None: return
+        if exc is None: raise held
+        warnings.warn(f"fastprofile: ending the call also raised {type(held).__name__}: {held}")  # the call's own exception goes on
+
+    def _release(self):
+        """A session that added its callbacks (`learn.profile()`, `profiling()`) is spent when its call ends: it lets go of its probes, and
+        its profile of it, so that what the call made is freed as soon as nothing uses it, not left in reference cycles for the garbage
+        collector (whose passes cost a short fit ~0.1 ms)"""
+        if not self.cbs: return  # the pair added by hand (or a callback's own session): it goes on, each fit a call
+        if self.profile.session is self: self.profile.session = None
+        self.probes,self.cbs,self._heard = [],[],{}
+
 # %% ../../nbs/06a_session.ipynb #bf11331f
 class _ProfiledMethod:
     "`learn.<name>` while a `Session` arms the learner: the call goes through the session"
@@ -110,36 +288,6 @@ def _take_off(learn, cbs):
     learn.remove_cbs([cb for cb in cbs if cb in learn.cbs])
     for cb in cbs:
         if cb not in learn.cbs and learn.__dict__.get(cb.name) is cb: delattr(learn, cb.name); cb.learn = None
-
-@patch
-def arm(self:Session):
-    "Route the learner's training methods through `call` and add the callbacks, through `patches`"
-    learn = self.learn
-    for n in training_methods(learn): self.patches.set(learn, n, _ProfiledMethod(self, n))
-    learn.add_cbs(self.cbs)
-    self.patches.call(lambda: _take_off(learn, self.cbs))
-
-@patch
-def disarm(self:Session):
-    "Put the learner back as it was before `arm` (the call's own changes too, if one is running)"
-    try: self.patches.restore()
-    finally:  # what `preserved` (fastprofile.fixes.advice) put back from its own copy of the learner after an earlier `disarm`
-        d,learn = self.learn.__dict__,self.learn
-        for n in [n for n,v in d.items() if isinstance(v, _ProfiledMethod) and v.session is self]: del d[n]
-        _take_off(learn, self.cbs)
-
-@patch
-def enter(self:Session):
-    "A training method (or a `profiling()` block) starts"
-    self.depth += 1
-
-@patch
-def leave(self:Session, exc:BaseException|None=None):
-    "It ends: the outermost ends the call (or, if it failed before any fit began, the session); `lr_find` alone leaves it armed"
-    self.depth -= 1
-    if self.depth: return
-    if self.active: self._end(exc)
-    elif exc is not None: self.disarm()  # a training call that failed before its first fit: the profile is spent
 
 # %% ../../nbs/06a_session.ipynb #e883d2d1
 def _stack_says(learn) -> tuple:
@@ -161,179 +309,15 @@ def _validating(learn) -> bool:
     lock = getattr(learn, 'lock', None)
     return lock is not None and lock.locked()
 
-@patch
-def _fit_begins(self:Session) -> tuple:
-    "At a `before_fit`: (a `Learner.fit` starts, not `validate`, `get_preds` or `lr_find`; no other fit of the learner is running)"
-    learn,was = self.learn,self._opening  # `was`: None when no fit is opening, else whether a validation held the learner when it began
-    if self.depth:  # inside a call: its wrapper saw each of its `Learner.fit`s begin
-        held = _validating(learn)
-        if was is not None and (was or not held):  # the opening fit's own
-            self._opening = None
-            return not hasattr(learn, 'lr_finder'), self.fits <= 1
-        if held: return False, False  # a validation's
-    fit,alone = _stack_says(learn)  # no wrapper around (a callback added by hand), or a fit that went around it
-    return fit and not hasattr(learn, 'lr_finder'), alone
-
 # %% ../../nbs/06a_session.ipynb #df4248e9
 def _listens(p, event:str) -> bool:
     "Whether probe `p` does something at `event`: its method is not `Probe`'s own, which does nothing"
     return getattr(type(p), event, None) is not getattr(Probe, event) or event in p.__dict__
 
-@patch
-def _listeners(self:Session, event:str, back:bool=False) -> list:
-    "The probes that do something at `event`, in the start order (or reversed), worked out once per session: the others are not called"
-    k = (event, back)  # the probes are fixed once the session is made
-    got = self._heard.get(k)
-    if got is None:
-        got = self._heard[k] = [p for p in (self.probes[::-1] if back else self.probes) if _listens(p, event)]
-    return got
-
-@patch
-def _tell(self:Session, event:str, probes=None):
-    """Call `event` on each probe that listens to it (the start order, or `probes`); a probe that fails warns (raises in strict mode) and
-    the others go on"""
-    for p in (self._listeners(event) if probes is None else probes):
-        f = getattr(p, event)
-        try: f(self)
-        except Exception as e:
-            if strict_mode(): raise
-            warnings.warn(f"fastprofile: {type(p).__name__}.{event} failed and was skipped ({type(e).__name__}: {e}); training is "
-                          f"unaffected")
-
-@patch
-def _tell_back(self:Session, event:str): self._tell(event, self._listeners(event, back=True))
-
-@patch
-def fit_starts(self:Session) -> bool:
-    "`before_fit` (from the pair's first callback): a fit of the call starts (True), or something nested in one (False)"
-    learn = self.learn
-    fit,alone = self._fit_begins()
-    if self.contexts and fit and alone:  # a fit that ended by an exception left its context open
-        if self.depth: self._close_open(_Unseen())  # inside a call that goes on (a `profiling()` block caught the exception)
-        else: self._end(_Unseen())  # the pair added by hand: each fit is a call
-    if self.contexts or not fit:
-        if self.measuring: self._tell('pause')
-        self.contexts.append('other')
-        return False
-    self.device = train_device(learn)  # read once for the probes (a few dozen µs a read at a fit's start)
-    if not self.active:
-        self.active,self.exc,self.stage,self.phase,self._interrupt = True,None,-1,None,None
-        self.facts = Facts()
-        _ACTIVE[learn] = self
-        self._tell('start')
-    self.contexts.append('stage')
-    self.stage += 1
-    self._tell('stage')
-    return True
-
-@patch
-def fit_ends(self:Session):
-    """`after_fit` (from the pair's last callback): a fit of the call ends (and, with no method wrapper around it, the call), or something
-    nested in it"""
-    kind = self.contexts.pop() if self.contexts else None
-    if kind == 'stage':
-        self.contexts.append(kind)  # still in the stage while the probes end it
-        try:
-            self.phase_ends()
-            self._tell_back('end_stage')
-        finally: self.contexts.pop()
-        if not self.depth: self._end(None)  # the pair added by hand (or to `fit(cbs=...)`): each fit is a call
-    elif kind == 'other' and self.measuring: self._tell('resume')
-
-@patch
-def phase_starts(self:Session, phase:str):
-    "`before_train` / `before_validate` of a fit of the call"
-    if not self.measuring: return
-    self.phase = phase
-    self._tell('phase')
-
-@patch
-def phase_ends(self:Session):
-    "`after_train` / `after_validate` of a fit of the call"
-    if self.phase is None: return
-    try: self._tell_back('end_phase')
-    finally: self.phase = None
-
 # %% ../../nbs/06a_session.ipynb #8504e1cd
 class _Unseen(Exception):
     "How a call ended that no method wrapper saw end: its fit raised, so fastai fired no `after_fit`"
     def __init__(self): super().__init__("the fit ended by an exception")
-
-@patch
-def _ending(self:Session, f, *args):
-    "Run a step of the call's end; an interrupt (or a strict-mode failure) is held back until the result is on the learner"
-    try: return f(*args)
-    except BaseException as e:
-        if self._interrupt is None: self._interrupt = e
-        return None
-
-@patch
-def _contribute(self:Session):
-    for p in self.probes:
-        try: p.contribute(self.facts)
-        except Exception as e:
-            if strict_mode(): raise
-            warnings.warn(f"fastprofile: {type(p).__name__}.contribute failed and was skipped ({type(e).__name__}: {e})")
-
-@patch
-def _keep(self:Session, res):
-    "Put the result where the user finds it (`learn.simple_profile`), before any output step"
-    self.result = res
-    publish = self.profile.publish  # the pair added by hand to a `Profile(publish=...)`: there
-    if publish is not None: publish(res)
-    else: self.learn.__dict__['simple_profile'] = res
-
-@patch
-def _close_open(self:Session, exc:BaseException):
-    "End what a fit that raised left open (its phase, its stage) and close the record there; the call goes on"
-    self.exc = exc
-    try:
-        if self.phase is not None: self.phase_ends()
-        while self.contexts:
-            if self.contexts[-1] == 'stage': self._tell_back('end_stage')
-            self.contexts.pop()
-        if self.record is not None: self.record.close(interrupted=True)  # at the last batch seen; the next stage opens it again
-    finally: self.exc = None
-
-@patch
-def _end(self:Session, exc:BaseException|None):
-    "The call is over, however it ended: probes end and contribute → result → on the learner → learner put back → save, log, show"
-    if not self.active:
-        self.contexts = []
-        return
-    self.exc = exc
-    res,main = None,True
-    try:
-        if self.phase is not None: self._ending(self.phase_ends)
-        while self.contexts:  # what an exception left open (fastai fires no `after_fit` then)
-            if self.contexts[-1] == 'stage': self._ending(self._tell_back, 'end_stage')
-            self.contexts.pop()
-        self._ending(self._tell_back, 'end')
-        self._ending(self._contribute)
-        got = self._ending(self.profile.conclude, exc, self.facts)
-        if got is not None: res,main = got
-        if self.profile.held is not None and self._interrupt is None: self._interrupt = self.profile.held
-        if res is not None: self._ending(self._keep, res)
-    finally:
-        self.active = False
-        if _ACTIVE.get(self.learn) is self: del _ACTIVE[self.learn]
-        self.disarm()
-    try:
-        if res is not None and exc is None and self._interrupt is None: self.profile.output(res, main)
-    finally: self._release()
-    held,self._interrupt = self._interrupt,None
-    if held is None: return
-    if exc is None: raise held
-    warnings.warn(f"fastprofile: ending the call also raised {type(held).__name__}: {held}")  # the call's own exception goes on
-
-@patch
-def _release(self:Session):
-    """A session that added its callbacks (`learn.profile()`, `profiling()`) is spent when its call ends: it lets go of its probes, and its
-    profile of it, so that what the call made is freed as soon as nothing uses it, not left in reference cycles for the garbage collector
-    (whose passes cost a short fit ~0.1 ms)"""
-    if not self.cbs: return  # the pair added by hand (or a callback's own session): it goes on, each fit a call
-    if self.profile.session is self: self.profile.session = None
-    self.probes,self.cbs,self._heard = [],[],{}
 
 # %% ../../nbs/06a_session.ipynb #f15d4224
 _ACTIVE = weakref.WeakKeyDictionary()  # learner -> the session whose call is running on it

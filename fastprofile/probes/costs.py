@@ -264,79 +264,92 @@ class CostSampler(Probe):
         i = self._learn.iter
         if i + 1 >= self._next or self._target is not None: self._step(i)
 
+    def _after(self, j:int) -> int:
+        "The first batch after batch `j` of a phase to sample"
+        k = j + 1 - self._w
+        if k < self._first: return j + 1
+        return self._w + -(-k//self.every)*self.every
+
+    def _step(self, i:int):
+        """After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled (the stand-ins stay on from one
+        sampled batch to the next)"""
+        j = i + 1
+        sample = j >= self._next and j < getattr(self._learn, 'n_iter', j + 1)
+        if self._target is not None:
+            if sample and self._target == (self._learn.training, i): return self._carry_on(j)
+            self._end(i)
+        if not sample: return
+        self._next = self._after(j)
+        self._begin(j)
+
+    def _carry_on(self, j:int):
+        """Batch `j` is sampled right after the one that just ended: keep that one's sample, the stand-ins stay on, the pipelines time the
+        next draw"""
+        training = self._learn.training
+        self._keep(training, bool(self._pipes))
+        self._next,self._target,self._sample,self._parts = self._after(j),(training, j),{},{}
+        for tp in self._pipes: tp.on()  # each switched itself off after the draw it timed
+
+    def _begin(self, j:int):
+        "Install the stand-ins for batch `j` of this phase"
+        self._target,self._sample,self._parts = (self._learn.training, j),{},{}
+        self._armed = [self._patches.set(t.obj, t.attr, t) for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
+        self._pipes = self._draw_pipes()
+        for tp in self._pipes: tp.on()
+
+    def _drop(self):
+        "Take the stand-ins of a sampled batch off"
+        for p in self._armed: self._patches.undo(p)
+        for tp in self._pipes: tp.off()  # a pipeline the draw did not run (the phase ended) comes off here
+        self._armed,self._target,self._pipes = [],None,[]
+
+    def _end(self, i:int):
+        "Take the stand-ins off; keep the sample if batch `i` is the one they were for"
+        training,j = self._target
+        split = bool(self._pipes)
+        self._drop()
+        if i == j and self._learn.training == training: self._keep(training, split)
+
+    def _keep(self, training:bool, split:bool):
+        "The sampled batch's costs into `costs`, and its draw's parts if the pipelines timed it (`split`)"
+        p = 'train' if training else 'valid'
+        self.costs._add_sample(p, self._sample)
+        if split: self.costs._add_draw(p, self._parts)
+
+    def _draw_pipes(self) -> list:
+        """A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each `after_batch` transform, timed
+        at the next draw"""
+        return timed_pipelines(getattr(self._learn, 'dl', None), self._draw_part, self._patches)
+
+    def _draw_part(self, name, t0, t1):
+        "Called by the timed pipelines: `t1-t0` seconds of `name` in the sampled batch's draw"
+        self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
+
+    def _batch_plan(self) -> list:
+        "Stand-ins for the batch events of the learner's callbacks and metrics (made again when they change)"
+        learn = self._learn
+        mets = getattr(learn, 'metrics', [])
+        key = (id(learn.cbs), len(learn.cbs), tuple(map(id, learn.cbs)), id(mets), tuple(map(id, mets)))
+        if key != self._plan_key:
+            batch,epoch = _methods(learn)
+            self._plan = [t for obj,attr,name in batch if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
+            for obj,attr,name in epoch:  # between batches: on until the call ends
+                if (id(obj), attr) in self._seen or attr == 'accumulate': continue
+                t = stand_in(obj, attr, name, self.costs_epoch, self._stack)
+                if t is not None: self._patches.set(obj, attr, t); self._seen.add((id(obj), attr))
+            self._plan_key = key
+        return self._plan
+
+    def _add(self, name, event, dt):
+        "A batch event's exclusive time, added to this batch's sample"
+        s = self._sample
+        s[(name,event)] = s.get((name,event), 0.) + dt
+
+    def costs_epoch(self, name, event, dt):
+        "An event between batches: its time, added to the costs"
+        self.costs._add_epoch(name, event, dt)
+
 register(CostSampler)
-
-# %% ../../nbs/08a_costs.ipynb #2ac3a70e
-@patch
-def _after(self:CostSampler, j:int) -> int:
-    "The first batch after batch `j` of a phase to sample"
-    k = j + 1 - self._w
-    if k < self._first: return j + 1
-    return self._w + -(-k//self.every)*self.every
-
-@patch
-def _step(self:CostSampler, i:int):
-    """After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled (the stand-ins stay on from one
-    sampled batch to the next)"""
-    j = i + 1
-    sample = j >= self._next and j < getattr(self._learn, 'n_iter', j + 1)
-    if self._target is not None:
-        if sample and self._target == (self._learn.training, i): return self._carry_on(j)
-        self._end(i)
-    if not sample: return
-    self._next = self._after(j)
-    self._begin(j)
-
-@patch
-def _carry_on(self:CostSampler, j:int):
-    """Batch `j` is sampled right after the one that just ended: keep that one's sample, the stand-ins stay on, the pipelines time the next
-    draw"""
-    training = self._learn.training
-    self._keep(training, bool(self._pipes))
-    self._next,self._target,self._sample,self._parts = self._after(j),(training, j),{},{}
-    for tp in self._pipes: tp.on()  # each switched itself off after the draw it timed
-
-@patch
-def _begin(self:CostSampler, j:int):
-    "Install the stand-ins for batch `j` of this phase"
-    self._target,self._sample,self._parts = (self._learn.training, j),{},{}
-    self._armed = [self._patches.set(t.obj, t.attr, t) for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
-    self._pipes = self._draw_pipes()
-    for tp in self._pipes: tp.on()
-
-@patch
-def _drop(self:CostSampler):
-    "Take the stand-ins of a sampled batch off"
-    for p in self._armed: self._patches.undo(p)
-    for tp in self._pipes: tp.off()  # a pipeline the draw did not run (the phase ended) comes off here
-    self._armed,self._target,self._pipes = [],None,[]
-
-@patch
-def _end(self:CostSampler, i:int):
-    "Take the stand-ins off; keep the sample if batch `i` is the one they were for"
-    training,j = self._target
-    split = bool(self._pipes)
-    self._drop()
-    if i == j and self._learn.training == training: self._keep(training, split)
-
-@patch
-def _keep(self:CostSampler, training:bool, split:bool):
-    "The sampled batch's costs into `costs`, and its draw's parts if the pipelines timed it (`split`)"
-    p = 'train' if training else 'valid'
-    self.costs._add_sample(p, self._sample)
-    if split: self.costs._add_draw(p, self._parts)
-
-# %% ../../nbs/08a_costs.ipynb #7395b1aa
-@patch
-def _draw_pipes(self:CostSampler) -> list:
-    """A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each `after_batch` transform, timed at
-    the next draw"""
-    return timed_pipelines(getattr(self._learn, 'dl', None), self._draw_part, self._patches)
-
-@patch
-def _draw_part(self:CostSampler, name, t0, t1):
-    "Called by the timed pipelines: `t1-t0` seconds of `name` in the sampled batch's draw"
-    self._parts[name] = self._parts.get(name, 0.) + (t1 - t0)
 
 # %% ../../nbs/08a_costs.ipynb #da0cd459
 # learner -> (key, its batch and epoch event methods, each object by weak reference: a callback holds its learner)
@@ -356,30 +369,3 @@ def _methods(learn) -> tuple:
     try: _METHODS[learn] = (key, *([(weakref.ref(o),a,n) for o,a,n in ms] for ms in (b, e)))
     except TypeError: _METHODS.pop(learn, None)  # something that takes no weak reference: not kept
     return b,e
-
-@patch
-def _batch_plan(self:CostSampler) -> list:
-    "Stand-ins for the batch events of the learner's callbacks and metrics (made again when they change)"
-    learn = self._learn
-    mets = getattr(learn, 'metrics', [])
-    key = (id(learn.cbs), len(learn.cbs), tuple(map(id, learn.cbs)), id(mets), tuple(map(id, mets)))
-    if key != self._plan_key:
-        batch,epoch = _methods(learn)
-        self._plan = [t for obj,attr,name in batch if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
-        for obj,attr,name in epoch:  # between batches: on until the call ends
-            if (id(obj), attr) in self._seen or attr == 'accumulate': continue
-            t = stand_in(obj, attr, name, self.costs_epoch, self._stack)
-            if t is not None: self._patches.set(obj, attr, t); self._seen.add((id(obj), attr))
-        self._plan_key = key
-    return self._plan
-
-@patch
-def _add(self:CostSampler, name, event, dt):
-    "A batch event's exclusive time, added to this batch's sample"
-    s = self._sample
-    s[(name,event)] = s.get((name,event), 0.) + dt
-
-@patch
-def costs_epoch(self:CostSampler, name, event, dt):
-    "An event between batches: its time, added to the costs"
-    self.costs._add_epoch(name, event, dt)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from functools import partial
 import numpy as np, pandas as pd, torch
 from torch import nn
-from fastcore.basics import patch
 from ..engine.checks import check_int
 from dataclasses import asdict
 from ..engine.core import Probe, strict_mode, SAMPLE_SHARE, register
@@ -168,40 +167,39 @@ class LayerTimes:
 
     def __repr__(self): return '\n'.join(self.lines())
 
+    def table(self) -> pd.DataFrame:
+        "One row per module, largest share first: seconds per sampled batch, share of forward+backward and its spread, FLOP/s if estimated"
+        n,rows,r = max(self.batches, 1),[],self.ranked()
+        for l in self.top(len(self.layers)):
+            rows.append({'module':l.name, 'kind':l.kind, 'forward':l.forward/n, 'backward':l.backward/n, 'total':l.total/n,
+                         'share':r[l.name][0],
+                         'spread':r[l.name][1], 'calls':l.calls/n,
+                         'flops_per_second':l.flops/l.total if l.flops and l.total > 0 else math.nan})
+        return pd.DataFrame(rows, columns=['module','kind','forward','backward','total','share','spread','calls','flops_per_second'])
+
+    def lines(self, n:int=5) -> list:
+        """What the report says: the `n` modules with the largest share, each with its spread and its forward and backward self time per
+        batch; whether one leads"""
+        if not self.layers: return [f"Layers: {self.failure or 'no training batch was sampled'}."]
+        k,kept,r = self.batches,self.kept,self.ranked()
+        how = 'CUDA events' if self.timing == 'events' else 'wall clock'
+        med = f"; a share is its median over the batches ± 2 standard errors" if kept > 1 else ''
+        out = [f"Layers (self time of forward+backward, {k} sampled training batch{'es' if k != 1 else ''}, {how}; "
+               f"forward {fmt_time(self.forward/k)}, backward {fmt_time(self.backward/k)} a batch{med}):"]
+        for l in self.top(n):
+            fl = f", {fmt_flops(l.flops/l.total)}" if l.flops and l.total > 0 else ''
+            out.append(f"  {self.label(l)} {fmt_share(*r[l.name])}: forward {fmt_time(l.forward/k)}, backward {fmt_time(l.backward/k)}{fl}")
+        if len(self.layers) > 1 and kept and not self.leaders(1):
+            out.append("  No single layer dominates (the top ones are within their spread, or the sampled batches disagree on the "
+                       "first)." if kept > 1 else
+                       "  One sampled batch: too few for a spread, so no layer is named as the one that dominates.")
+        return out
+
 # %% ../../nbs/16f_layers.ipynb #cfbace24
 def fmt_share(p:float, spread:float=math.nan) -> str:
     "A share and its spread in percentage points: `14% ±3.2`, `41% ±12`, `8.1% ±<0.1`; the share alone without a spread"
     if spread != spread: return fmt_pct(p)
     return f"{fmt_pct(p)} ±{'<0.1' if spread < .1 else f'{spread:.1f}' if spread < 10 else f'{spread:.0f}'}"
-
-@patch
-def table(self:LayerTimes) -> pd.DataFrame:
-    "One row per module, largest share first: seconds per sampled batch, share of forward+backward and its spread, FLOP/s where estimated"
-    n,rows,r = max(self.batches, 1),[],self.ranked()
-    for l in self.top(len(self.layers)):
-        rows.append({'module':l.name, 'kind':l.kind, 'forward':l.forward/n, 'backward':l.backward/n, 'total':l.total/n,
-                     'share':r[l.name][0],
-                     'spread':r[l.name][1], 'calls':l.calls/n, 'flops_per_second':l.flops/l.total if l.flops and l.total > 0 else math.nan})
-    return pd.DataFrame(rows, columns=['module','kind','forward','backward','total','share','spread','calls','flops_per_second'])
-
-@patch
-def lines(self:LayerTimes, n:int=5) -> list:
-    """What the report says: the `n` modules with the largest share, each with its spread and its forward and backward self time per batch;
-    whether one leads"""
-    if not self.layers: return [f"Layers: {self.failure or 'no training batch was sampled'}."]
-    k,kept,r = self.batches,self.kept,self.ranked()
-    how = 'CUDA events' if self.timing == 'events' else 'wall clock'
-    med = f"; a share is its median over the batches ± 2 standard errors" if kept > 1 else ''
-    out = [f"Layers (self time of forward+backward, {k} sampled training batch{'es' if k != 1 else ''}, {how}; "
-           f"forward {fmt_time(self.forward/k)}, backward {fmt_time(self.backward/k)} a batch{med}):"]
-    for l in self.top(n):
-        fl = f", {fmt_flops(l.flops/l.total)}" if l.flops and l.total > 0 else ''
-        out.append(f"  {self.label(l)} {fmt_share(*r[l.name])}: forward {fmt_time(l.forward/k)}, backward {fmt_time(l.backward/k)}{fl}")
-    if len(self.layers) > 1 and kept and not self.leaders(1):
-        out.append("  No single layer dominates (the top ones are within their spread, or the sampled batches disagree on the "
-                   "first)." if kept > 1 else
-                   "  One sampled batch: too few for a spread, so no layer is named as the one that dominates.")
-    return out
 
 # %% ../../nbs/16f_layers.ipynb #f9f0a2aa
 _NOBODY = -1  # a mark's owner when the time from it is no module's (a hook's own time, the loss)
@@ -242,13 +240,15 @@ class LayerTimer(Probe):
         # Batches sampled first: the first past the warm-up, then one every `spacing` training batches, across the call's phases
         first:int=6,
         every:int=256, # Then one more at the start of a training phase, once this many training batches have passed since the last
-        # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first)
+        # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first); a phase shorter
+        # than twice this takes the samples the spacing puts in it one after the other, at its start
         spacing:int=SAMPLE_SHARE,
     ):
         check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1); check_int('spacing', spacing, 1)
         self.learn,self.warmup,self.first,self.every,self.spacing = learn,warmup,first,every,spacing
         self.result,self._patches,self._undo,self._handles,self._off = LayerTimes(),None,None,[],None
         self._want,self._gap,self._last,self._early,self._since = 0,0,None,True,0
+        self._short,self._carry = None,0  # in a short phase: the samples still to take in it, and the gap after it (`phase`)
         self._installed,self._clock,self._cuda = False,time.perf_counter,False
         self._new_batch()
 
@@ -274,83 +274,195 @@ class LayerTimer(Probe):
         self._marks,self._hooked,self._calls,self._flops = [],set(),[0]*n,[0]*n  # `_hooked`: the autograd nodes (or leaf tensors) hooked
         self._out = _no_mark if self._cuda else self._clock  # the clock at a hook's end (on the CPU its own time is no module's)
 
+    def start(self, s):
+        "The call starts: nothing measured, the first samples wanted; hooks go through the session's undo stack"
+        self.result,self._patches = LayerTimes(),s.patches
+        self._want,self._gap,self._early,self._since,self._short = self.first,0,True,0,None
+
+    def stage(self, s):
+        "A fit starts: the clock for the device it trains on; a compiled or scripted model is not timed"
+        model,r = self.learn.model,self.result
+        self._cuda,self._last = s.device.type == 'cuda',None  # `_last`: fastai counts `train_iter` from 0 again
+        r.model,r.timing,self._clock = type(model).__name__,('events' if self._cuda else 'wall'),time.perf_counter
+        if self._cuda: r._dev = torch.cuda.current_device(); self._clock = partial(_cuda_mark, r._dev)
+        self._off = ("the model is compiled (`torch.compile`): hooks on its modules would recompile it" if is_compiled(model) else
+                     "the model is a TorchScript module, which takes no hooks" if isinstance(model, torch.jit.ScriptModule) else None)
+        if self._off and not r.batches: r.failure = f"not measured: {self._off}"
+
+    def phase(self, s):
+        "A training phase starts: arm the trigger while the first samples are wanted, or for one more once `every` training batches went by"
+        if s.phase != 'train' or self._off: return
+        if self._early and self._want <= 0: self._early = False  # the first samples are all taken
+        if self._early: self._since = 0
+        elif not self._want and self._since >= self.every: self._want,self._gap,self._since = 1,0,0
+        try: n = len(self.learn.dl)
+        except Exception: n = None
+        self._short = None
+        if self._early and self._want and n is not None and 0 < n - self.warmup < 2*self.spacing: self._shorten(n - self.warmup)
+        if self._want and self._short != 0: self._arm()
+        self._since += 1 if n is None else n
+
+    def _shorten(self, n:int):
+        """A short training phase (`n` batches past the warm-up, fewer than two spacings): the samples that the spacing would put in it,
+        taken one after the other from its first batch past the warm-up; the hooks then come off for the rest of it, and the spacing goes
+        on from where it would be at the phase's end"""
+        k = max(0, -(-(n - self._gap)//self.spacing))  # the spaced schedule's samples in the phase: at `_gap`, then every `spacing`
+        self._short,self._carry,self._gap = min(k, self._want),self._gap + k*self.spacing - n,0
+
+    def end_phase(self, s):
+        self._disarm()
+        if self._short is not None: self._gap,self._short = self._carry,None  # after a short phase: the gap the spacing leaves
+        if len(self.result._raw) >= _KEEP: _fold(self.result)  # else when the result is read (with no report shown: maybe never)
+
+    def pause(self, s): self._disarm()  # a nested `validate()` is not a sampled batch
+
+    def resume(self, s):
+        if s.phase == 'train' and self._want and self._short != 0 and not self._off: self._arm()
+
+    def end_stage(self, s): self._disarm()
+
+    def end(self, s):
+        self._disarm()
+        if self.result.batches: self.result.failure = None  # a hook that failed after some batches were measured: they count
+
+    def measured(self): return self.result
+
+    def _arm(self):
+        "Put the trigger on the model: a forward pre-hook that starts timing at the first batch past the warm-up"
+        if self._undo is not None: return
+        model = self.learn.model
+        self._handles,self._installed = [model.register_forward_pre_hook(self._trigger)],False
+        self._undo = self._patches.call(self._uninstall)
+
+    def _uninstall(self):
+        "Take every hook off the model"
+        hs,self._handles,self._installed,self._bwds = self._handles,[],False,()
+        for h in hs: h.remove()
+
+    def _unhook(self):
+        "Take the module hooks off, the trigger stays on: the batches up to the next sample run without them"
+        hs,self._handles,self._installed = self._handles,self._handles[:1],False
+        for h in hs[1:]: h.remove()
+
+    def _disarm(self):
+        "Take the hooks off now (through the undo stack); a batch in flight is closed"
+        p,self._undo = self._undo,None
+        if p is not None: self._patches.undo(p)
+        self._close_batch()
+
+    def _install(self, model):
+        "Hooks on every module: a forward pre-hook and a forward hook (the model's own pre-hook is the trigger)"
+        mods = list(model.named_modules())
+        self._names,self._kinds = [n for n,_ in mods],[_described(m) for _,m in mods]  # no module kept past the call
+        self._dense = [isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) for _,m in mods]  # the layers whose FLOPs are estimated
+        n = len(mods)
+        self._bwds = [partial(self._bwd, n+i) for i in range(n)]  # the gradient hook of module `i`'s outputs (its backward's owner: `n+i`)
+        hs,post = self._handles,self._post
+        hs.append(model.register_forward_hook(partial(post, 0)))
+        for i,(_,m) in enumerate(mods[1:], 1):
+            hs.append(m.register_forward_pre_hook(partial(self._pre, i)))
+            hs.append(m.register_forward_hook(partial(post, i)))
+        self._installed = True
+
+    def _close_batch(self, backward:bool=False):
+        "The sampled batch in flight is over: kept if its forward finished (with its backward, if `backward`), dropped if not"
+        marks = self._marks
+        if marks is None: return
+        if backward: marks.append((self._clock(), None, _NOBODY))
+        if not self._stack:
+            r = self.result
+            if not r._raw: r._raw = []
+            r._raw.append((marks, self._calls, self._flops, self._names, self._kinds, self._cuda))
+            r.batches += 1; r.samples += self._bs; r.iters.append(self._iter)
+        self._new_batch()
+        self._want -= 1
+        if self._short: self._short -= 1
+
+    def _trigger(self, model, args):
+        """The model's forward starts: a training batch past the warm-up, `spacing` after the last sample, is sampled (the other hooks go on
+        now)"""
+        try:
+            learn = self.learn
+            if not (model.training and torch.is_grad_enabled()) or getattr(learn, 'iter', 0) < self.warmup: return
+            it = getattr(learn, 'train_iter', None)
+            if self._marks is not None:
+                if it == self._iter: return self._pre(0, model, args)  # the model called again in the same batch
+                self._close_batch()  # the last one's backward never came: its forward counts
+                if self._want <= 0 or self._short == 0: return self._disarm()
+            if it == self._last: return  # the model called again in a batch not sampled
+            self._last = it
+            if self._gap > 0:  # a batch between two of the first samples
+                self._gap -= 1
+                if self._installed: self._unhook()  # left on by a sampled batch whose backward never came
+                return
+            self._gap = self.spacing - 1 if self._early and self._short is None else 0
+            if not self._installed: self._install(model)
+            self._new_batch(it)
+            x = args[0] if args else None
+            if not (isinstance(x, torch.Tensor) and x.dim()): x = next((a for a in _tensors(args) if a.dim()), None)
+            self._bs = int(x.shape[0]) if x is not None else 0
+            self._pre(0, model, args)
+        except Exception as e: self._fail(e)
+
+    def _pre(self, i, m, args):
+        "Module `i`'s forward starts: the time from here is its own"
+        marks = self._marks
+        if marks is None: return
+        t = self._clock()
+        self._stack.append(i)
+        self._calls[i] += 1
+        marks.append((t, self._out(), i))  # each mark: the clock at the hook's start and end, whose time starts at its end
+
+    def _post(self, i, m, args, out):
+        "Module `i`'s forward ends: the time is its parent's again; the gradient of its output will start its backward"
+        marks = self._marks
+        if marks is None: return
+        t = self._clock()
+        try:
+            st,hooked = self._stack,self._hooked
+            while st and st.pop() != i: pass  # a submodule whose forward raised (and was caught) left its entry
+            if self._dense[i]: self._flops[i] += layer_flops(m, args, out)*(1 + _grads(m, args))
+            for x in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
+                if not x.requires_grad: continue
+                g = x.grad_fn  # the node that makes its gradient flow on: hooked once, by the innermost module that returned it
+                if g is None:  # a leaf (a parameter returned as it is)
+                    if x not in hooked: hooked.add(x); x.register_hook(self._bwds[i])
+                elif g not in hooked: hooked.add(g); g.register_prehook(self._bwds[i])  # changed in place since: a new node
+            marks.append((t, self._out(), st[-1] if st else _NOBODY))
+        except Exception as e: self._fail(e)
+
+    def _bwd(self, owner, grad):
+        "The gradient of a module's output is ready: its backward (`owner`) starts; the first one queues the end of the backward"
+        marks = self._marks
+        if marks is None: return
+        t = self._clock()
+        try:
+            if not self._queued:
+                self._queued = True
+                _ENGINE.queue_callback(self._end_backward)
+            marks.append((t, self._out(), owner))
+        except Exception as e: self._fail(e)
+
+    def _end_backward(self):
+        "The backward of a sampled batch is over: keep its marks; the module hooks come off until the next sample, all hooks after the last"
+        try:
+            self._close_batch(backward=True)
+            if self._want <= 0 or self._short == 0: self._disarm()  # all taken, or all of this short phase's
+            elif self._gap: self._unhook()  # the next sample is batches away
+        except Exception as e: self._fail(e)
+
+    def _fail(self, e:Exception):
+        "A hook failed: the timer stops for the call (it raises in strict mode); training is unaffected"
+        self._off = self.result.failure = f"timing failed ({type(e).__name__}: {e})"
+        self._want,self._marks = 0,None
+        self._disarm()
+        if strict_mode(): raise e
+        warnings.warn(f"fastprofile: timing the model's layers failed and is off for this call ({type(e).__name__}: {e}); training is "
+                      f"unaffected")
+
 register(LayerTimer)
 
-# %% ../../nbs/16f_layers.ipynb #093a5aaf
-@patch
-def start(self:LayerTimer, s):
-    "The call starts: nothing measured, the first samples wanted; hooks go through the session's undo stack"
-    self.result,self._patches = LayerTimes(),s.patches
-    self._want,self._gap,self._early,self._since = self.first,0,True,0
-
-@patch
-def stage(self:LayerTimer, s):
-    "A fit starts: the clock for the device it trains on; a compiled or scripted model is not timed"
-    model,r = self.learn.model,self.result
-    self._cuda,self._last = s.device.type == 'cuda',None  # `_last`: fastai counts `train_iter` from 0 again
-    r.model,r.timing,self._clock = type(model).__name__,('events' if self._cuda else 'wall'),time.perf_counter
-    if self._cuda: r._dev = torch.cuda.current_device(); self._clock = partial(_cuda_mark, r._dev)
-    self._off = ("the model is compiled (`torch.compile`): hooks on its modules would recompile it" if is_compiled(model) else
-                 "the model is a TorchScript module, which takes no hooks" if isinstance(model, torch.jit.ScriptModule) else None)
-    if self._off and not r.batches: r.failure = f"not measured: {self._off}"
-
-@patch
-def phase(self:LayerTimer, s):
-    "A training phase starts: arm the trigger while the first samples are wanted, or for one more once `every` training batches went by"
-    if s.phase != 'train' or self._off: return
-    if self._early and self._want <= 0: self._early = False  # the first samples are all taken
-    if self._early: self._since = 0
-    elif not self._want and self._since >= self.every: self._want,self._gap,self._since = 1,0,0
-    if self._want: self._arm()
-    try: self._since += len(self.learn.dl)
-    except Exception: self._since += 1
-
-@patch
-def end_phase(self:LayerTimer, s):
-    self._disarm()
-    if len(self.result._raw) >= _KEEP: _fold(self.result)  # else when the result is read (with no report shown: maybe never)
-@patch
-def pause(self:LayerTimer, s): self._disarm()  # a nested `validate()` is not a sampled batch
-@patch
-def resume(self:LayerTimer, s):
-    if s.phase == 'train' and self._want and not self._off: self._arm()
-@patch
-def end_stage(self:LayerTimer, s): self._disarm()
-@patch
-def end(self:LayerTimer, s):
-    self._disarm()
-    if self.result.batches: self.result.failure = None  # a hook that failed after some batches were measured: they count
-@patch
-def measured(self:LayerTimer): return self.result
-
 # %% ../../nbs/16f_layers.ipynb #e068e95a
-@patch
-def _arm(self:LayerTimer):
-    "Put the trigger on the model: a forward pre-hook that starts timing at the first batch past the warm-up"
-    if self._undo is not None: return
-    model = self.learn.model
-    self._handles,self._installed = [model.register_forward_pre_hook(self._trigger)],False
-    self._undo = self._patches.call(self._uninstall)
-
-@patch
-def _uninstall(self:LayerTimer):
-    "Take every hook off the model"
-    hs,self._handles,self._installed,self._bwds = self._handles,[],False,()
-    for h in hs: h.remove()
-
-@patch
-def _unhook(self:LayerTimer):
-    "Take the module hooks off, the trigger stays on: the batches up to the next sample run without them"
-    hs,self._handles,self._installed = self._handles,self._handles[:1],False
-    for h in hs[1:]: h.remove()
-
-@patch
-def _disarm(self:LayerTimer):
-    "Take the hooks off now (through the undo stack); a batch in flight is closed"
-    p,self._undo = self._undo,None
-    if p is not None: self._patches.undo(p)
-    self._close_batch()
-
 _KINDS = weakref.WeakKeyDictionary()  # module -> `describe_module` of it, as first described: a sweep of calls describes each module once
 
 def _described(m) -> str:
@@ -359,124 +471,6 @@ def _described(m) -> str:
         if k is None: k = _KINDS[m] = describe_module(m)
         return k
     except TypeError: return describe_module(m)  # a module that takes no weak reference
-
-@patch
-def _install(self:LayerTimer, model):
-    "Hooks on every module: a forward pre-hook and a forward hook (the model's own pre-hook is the trigger)"
-    mods = list(model.named_modules())
-    self._names,self._kinds = [n for n,_ in mods],[_described(m) for _,m in mods]  # no module kept past the call
-    self._dense = [isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) for _,m in mods]  # the layers whose FLOPs are estimated
-    n = len(mods)
-    self._bwds = [partial(self._bwd, n+i) for i in range(n)]  # the gradient hook of module `i`'s outputs (its backward's owner: `n+i`)
-    hs,post = self._handles,self._post
-    hs.append(model.register_forward_hook(partial(post, 0)))
-    for i,(_,m) in enumerate(mods[1:], 1):
-        hs.append(m.register_forward_pre_hook(partial(self._pre, i)))
-        hs.append(m.register_forward_hook(partial(post, i)))
-    self._installed = True
-
-@patch
-def _close_batch(self:LayerTimer, backward:bool=False):
-    "The sampled batch in flight is over: kept if its forward finished (with its backward, if `backward`), dropped if not"
-    marks = self._marks
-    if marks is None: return
-    if backward: marks.append((self._clock(), None, _NOBODY))
-    if not self._stack:
-        r = self.result
-        if not r._raw: r._raw = []
-        r._raw.append((marks, self._calls, self._flops, self._names, self._kinds, self._cuda))
-        r.batches += 1; r.samples += self._bs; r.iters.append(self._iter)
-    self._new_batch()
-    self._want -= 1
-
-# %% ../../nbs/16f_layers.ipynb #6731871b
-@patch
-def _trigger(self:LayerTimer, model, args):
-    "The model's forward starts: a training batch past the warm-up, `spacing` after the last sample, is sampled (the other hooks go on now)"
-    try:
-        learn = self.learn
-        if not (model.training and torch.is_grad_enabled()) or getattr(learn, 'iter', 0) < self.warmup: return
-        it = getattr(learn, 'train_iter', None)
-        if self._marks is not None:
-            if it == self._iter: return self._pre(0, model, args)  # the model called again in the same batch
-            self._close_batch()  # the last one's backward never came: its forward counts
-            if self._want <= 0: return self._disarm()
-        if it == self._last: return  # the model called again in a batch not sampled
-        self._last = it
-        if self._gap > 0:  # a batch between two of the first samples
-            self._gap -= 1
-            if self._installed: self._unhook()  # left on by a sampled batch whose backward never came
-            return
-        self._gap = self.spacing - 1 if self._early else 0
-        if not self._installed: self._install(model)
-        self._new_batch(it)
-        x = args[0] if args else None
-        if not (isinstance(x, torch.Tensor) and x.dim()): x = next((a for a in _tensors(args) if a.dim()), None)
-        self._bs = int(x.shape[0]) if x is not None else 0
-        self._pre(0, model, args)
-    except Exception as e: self._fail(e)
-
-@patch
-def _pre(self:LayerTimer, i, m, args):
-    "Module `i`'s forward starts: the time from here is its own"
-    marks = self._marks
-    if marks is None: return
-    t = self._clock()
-    self._stack.append(i)
-    self._calls[i] += 1
-    marks.append((t, self._out(), i))  # each mark: the clock at the hook's start and end, whose time starts at its end
-
-@patch
-def _post(self:LayerTimer, i, m, args, out):
-    "Module `i`'s forward ends: the time is its parent's again; the gradient of its output will start its backward"
-    marks = self._marks
-    if marks is None: return
-    t = self._clock()
-    try:
-        st,hooked = self._stack,self._hooked
-        while st and st.pop() != i: pass  # a submodule whose forward raised (and was caught) left its entry
-        if self._dense[i]: self._flops[i] += layer_flops(m, args, out)*(1 + _grads(m, args))
-        for x in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
-            if not x.requires_grad: continue
-            g = x.grad_fn  # the node that makes its gradient flow on: hooked once, by the innermost module that returned it
-            if g is None:  # a leaf (a parameter returned as it is)
-                if x not in hooked: hooked.add(x); x.register_hook(self._bwds[i])
-            elif g not in hooked: hooked.add(g); g.register_prehook(self._bwds[i])  # changed in place since: a new node
-        marks.append((t, self._out(), st[-1] if st else _NOBODY))
-    except Exception as e: self._fail(e)
-
-# %% ../../nbs/16f_layers.ipynb #0d446d7c
-@patch
-def _bwd(self:LayerTimer, owner, grad):
-    "The gradient of a module's output is ready: its backward (`owner`) starts; the first one queues the end of the backward"
-    marks = self._marks
-    if marks is None: return
-    t = self._clock()
-    try:
-        if not self._queued:
-            self._queued = True
-            _ENGINE.queue_callback(self._end_backward)
-        marks.append((t, self._out(), owner))
-    except Exception as e: self._fail(e)
-
-@patch
-def _end_backward(self:LayerTimer):
-    "The backward of a sampled batch is over: keep its marks; the module hooks come off until the next sample, all hooks after the last"
-    try:
-        self._close_batch(backward=True)
-        if self._want <= 0: self._disarm()
-        elif self._gap: self._unhook()  # the next sample is batches away
-    except Exception as e: self._fail(e)
-
-@patch
-def _fail(self:LayerTimer, e:Exception):
-    "A hook failed: the timer stops for the call (it raises in strict mode); training is unaffected"
-    self._off = self.result.failure = f"timing failed ({type(e).__name__}: {e})"
-    self._want,self._marks = 0,None
-    self._disarm()
-    if strict_mode(): raise e
-    warnings.warn(f"fastprofile: timing the model's layers failed and is off for this call ({type(e).__name__}: {e}); training is "
-                  f"unaffected")
 
 # %% ../../nbs/16f_layers.ipynb #1829e575
 def _fold(r:LayerTimes):

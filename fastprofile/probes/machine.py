@@ -78,17 +78,18 @@ def schedstat(tid:int) -> tuple:
     "Thread `tid`'s (seconds on a CPU, seconds waiting on a run queue, timeslices) since it started, from /proc's schedstat"
     return _schedstat(_read(f'{PROC}/self/task/{tid}/schedstat'))
 
-def thread_waits() -> dict:
-    "Thread id -> (seconds on a CPU, seconds waiting on a run queue) of each thread of this process now (schedstat)"
+def thread_waits(read=None) -> dict:
+    """Thread id -> (seconds on a CPU, seconds waiting on a run queue) of each thread of this process now (schedstat); `read(name)`: the
+    text of /proc's file `name` (`MachineProbe` reads through descriptors it keeps for the call), else each file opened and closed"""
     out = {}
     for t in os.listdir(f'{PROC}/self/task'):
-        try: out[int(t)] = schedstat(int(t))[:2]
+        try: out[int(t)] = _schedstat(read(f'self/task/{t}/schedstat')) if read else schedstat(int(t))
         except OSError: pass  # a thread that ended meanwhile
-    return out
+    return {k:v[:2] for k,v in out.items()}
 
 def _cpu_stat(text:str, cpus) -> tuple:
-    busy,steal,seen = 0,0,0
-    for ln in text.splitlines():
+    busy,steal,seen,n = 0,0,0,max(cpus, default=-1) + 2  # CPU k's line is at most the (k+2)th: only those are split off
+    for ln in text.split('\n', n)[:n]:
         if not ln.startswith('cpu'): break  # the CPUs' lines come first; the rest (interrupts, ...) is not read
         if not ln[3:4].isdigit(): continue  # 'cpu ' sums all CPUs
         p = ln.split()
@@ -112,25 +113,81 @@ def running_children() -> float:
         out += (int(v[11]) + int(v[12]))/_TICK  # utime, stime: fields 14 and 15 of the line
     return out
 
+_CPU_COUNT = []
+
+def _machine_cpus() -> int|None:
+    "`os.cpu_count()`, asked once per process (it counts the machine's CPUs in /sys: tens of µs at a call's start)"
+    if not _CPU_COUNT: _CPU_COUNT.append(os.cpu_count())
+    return _CPU_COUNT[0]
+
 def allowed_cpus() -> set:
     "The CPUs this process may run on (`os.sched_getaffinity`; all of the machine's where it cannot say)"
     try: return set(os.sched_getaffinity(0))
     except (AttributeError, OSError): return set(range(os.cpu_count() or 1))
 
 # %% ../../nbs/16i_machine.ipynb #7218230e
+class _Reading(NamedTuple):
+    "One reading of the counters (`MachineProbe.read`): /proc's text as read, parsed only when a span is first asked for"
+    wall:float; run:float; sched:str|None; stat:str|None; switches:float; cpu:float; children:float
+
+_THREADS = object()  # in `MachineLoad._raw`: the threads' schedstat texts at the call's start and end (tid -> text)
+
+class _FoldedOnRead:
+    """`MachineLoad.call`, `phases`, `threads_run`, `threads_wait`: the readings of the call (`_raw`) become spans and sums when one of
+    them is first read (often never)"""
+    def __init__(self, empty): self.empty = empty  # makes the field's value when none is given
+    def __set_name__(self, owner, name): self.key = '_' + name
+    def __get__(self, obj, cls=None):
+        if obj is None: return None  # the field's default: `__set__` makes it empty
+        if obj._raw: obj._fold()
+        return obj.__dict__[self.key]
+    def __set__(self, obj, v): obj.__dict__[self.key] = self.empty() if v is None else v
+
 @dataclass
 class MachineLoad:
     """How busy the machine was during a profiled call (`facts.machine`): the main thread's run-queue wait, the process's CPU time, other
     processes' CPUs, per call and per phase"""
     cpus:int|None=None # CPUs this process may use (`os.sched_getaffinity`)
     machine_cpus:int|None=None # CPUs of the machine (`os.cpu_count()`)
-    call:MachineSpan=MachineSpan() # The whole call, from its first fit's start to its end
-    phases:dict=field(default_factory=dict) # Phase ('train', 'valid') -> its `MachineSpan`, over all the call's fits
+    call:MachineSpan=_FoldedOnRead(MachineSpan) # The whole call, from its first fit's start to its end (None: an empty span)
+    phases:dict=_FoldedOnRead(dict) # Phase ('train', 'valid') -> its `MachineSpan`, over all the call's fits
     threads:int=0 # Threads of the process at the call's end
-    # CPU seconds of all the process's threads over the call (each one's schedstat; those that ended during it are missing)
-    threads_run:float=math.nan
-    threads_wait:float=math.nan # Seconds they waited on a run queue, together
+    # CPU seconds of all the process's threads over the call (each one's schedstat; those that ended during it are missing); None: NaN
+    threads_run:float=_FoldedOnRead(lambda: math.nan)
+    threads_wait:float=_FoldedOnRead(lambda: math.nan) # Seconds they waited on a run queue, together
     unmeasured:dict=field(default_factory=dict) # What was not measured ('wait', 'other', 'workers', 'switches', 'threads') -> why
+    # (phase, None for the call, or `_THREADS`; its first and last reading) not yet folded into `call`, `phases`, `threads_run` and
+    # `threads_wait` (`MachineProbe`)
+    _raw = ()
+    _cpuset = frozenset()  # the CPUs whose lines of /proc/stat the readings add up
+
+    def __getstate__(self):  # pickled or copied: folded first (`_THREADS` is this process's marker)
+        if self._raw: self._fold()
+        return self.__dict__
+
+    def _fold(self):
+        "The readings waiting in `_raw` parsed: the call's span, each phase's added to its phase's, the threads' sums"
+        raw,self._raw = self._raw,()
+        for phase,a,b in raw:
+            if phase is _THREADS: self._fold_threads(a, b); continue
+            d = self._span(b).since(self._span(a))
+            if phase is None: self._call = d
+            else: ph = self._phases; ph[phase] = ph[phase].plus(d) if phase in ph else d
+
+    def _fold_threads(self, t0:dict, t1:dict):
+        "Every thread's CPU seconds and run-queue wait over the call, together, from their schedstat texts at its start and end"
+        try: t0,t1 = ({k:_schedstat(v) for k,v in t.items()} for t in (t0, t1))
+        except Exception as e: self.unmeasured.setdefault('threads', f"{type(e).__name__}: {e}"); return
+        self._threads_run,self._threads_wait = (sum(v[i] - t0.get(k, (0., 0.))[i] for k,v in t1.items()) for i in (0, 1))
+
+    def _span(self, r:_Reading) -> MachineSpan:
+        "A reading's counters: /proc's text parsed; where that fails, NaN, and why in `unmeasured`"
+        def parsed(what, f, *args):
+            if args[0] is None: return None  # not read (why is in `unmeasured` already)
+            try: return f(*args)
+            except Exception as e: self.unmeasured.setdefault(what, f"{type(e).__name__}: {e}"); return None
+        sched,stat,nan2 = parsed('wait', _schedstat, r.sched),parsed('other', _cpu_stat, r.stat, self._cpuset),(math.nan, math.nan)
+        return MachineSpan(r.wall, r.run, *(sched[1:] if sched else nan2), r.switches, r.cpu, r.children, *(stat or nan2))
 
     def span(self, phase:str|None=None) -> MachineSpan|None:
         "The call's span (`phase` None), or `phase`'s; None if it did not run"
@@ -209,6 +266,7 @@ class MachineProbe(Probe):
     `MachineLoad`"""
     def __init__(self):
         self.result,self._start,self._phase0,self._threads0,self._tid,self._cpus = None,None,None,None,None,set()
+        self._ended = None  # (stage, epoch, the reading) at a training phase's end: the start of that epoch's validation (`phase`)
         self._fds = {}  # /proc's files read at each reading: name -> descriptor, open during the call
     def __repr__(self): return f"{type(self).__name__}()"
 
@@ -221,24 +279,33 @@ class MachineProbe(Probe):
             if self.result is not None: self.result.unmeasured.setdefault(what, why)
             return None
 
-    def read(self) -> MachineSpan:
-        "The counters now, from their origins (boot, the process's start): a span is one reading less another"
+    def read(self, sched:str|None=None) -> _Reading:
+        """The counters now, from their origins (boot, the process's start): a span is one reading less another. /proc's text is kept as
+        read: the result parses it when its spans are first read (`MachineLoad.span`), often never with no report shown. `sched`: the main
+        thread's schedstat, if just read (with the other threads')"""
         wall,run = time.perf_counter(),time.thread_time()
-        sched = self._try('wait', lambda: _schedstat(self._proc(f'self/task/{self._tid}/schedstat')))
-        stat = self._try('other', lambda: _cpu_stat(self._proc('stat'), self._cpus))
+        if sched is None: sched = self._try('wait', lambda: self._proc(f'self/task/{self._tid}/schedstat'))
+        stat = self._try('other', lambda: self._proc('stat'))
         kids = self._try('workers', running_children) if stat is not None else 0.  # first: it reaps the workers that ended
         if resource is None: ru = ch = None; self.result.unmeasured.setdefault('switches', 'no getrusage on this system')
         else: ru,ch = resource.getrusage(resource.RUSAGE_SELF),resource.getrusage(resource.RUSAGE_CHILDREN)
-        nan2 = (math.nan, math.nan)
-        return MachineSpan(wall, run, *(sched[1:] if sched else nan2), math.nan if ru is None else ru.ru_nivcsw,
-                           time.process_time() if ru is None else ru.ru_utime + ru.ru_stime,
-                           (0. if ch is None else ch.ru_utime + ch.ru_stime) + (kids or 0.), *(stat or nan2))
+        return _Reading(wall, run, sched, stat, math.nan if ru is None else ru.ru_nivcsw,
+                        time.process_time() if ru is None else ru.ru_utime + ru.ru_stime,
+                        (0. if ch is None else ch.ru_utime + ch.ru_stime) + (kids or 0.))
 
     def _proc(self, name:str) -> str:
         "/proc's file `name`, read through a descriptor kept open for the call (opened at its first reading)"
         fd = self._fds.get(name)
         if fd is None: fd = self._fds[name] = os.open(f'{PROC}/{name}', os.O_RDONLY)
         return _pread(fd)
+
+    def _threads(self) -> dict:
+        "Each thread's schedstat now, as read (tid -> text): `thread_waits`, through the call's descriptors, parsed when the result is read"
+        out = {}
+        for t in os.listdir(f'{PROC}/self/task'):
+            try: out[int(t)] = self._proc(f'self/task/{t}/schedstat')
+            except OSError: pass  # a thread that ended meanwhile
+        return out
 
     def _close(self):
         fds,self._fds = self._fds,{}
@@ -248,27 +315,38 @@ class MachineProbe(Probe):
         "The call starts: the main thread is the one that runs it"
         self._close(); s.patches.call(self._close)  # the descriptors closed when the call ends, however it ends
         self._tid,self._cpus = threading.get_native_id(),allowed_cpus()
-        self.result = MachineLoad(cpus=len(self._cpus), machine_cpus=os.cpu_count())
-        self._threads0 = self._try('threads', thread_waits)
-        self._start,self._phase0 = self.read(),None
+        self.result = r = MachineLoad(cpus=len(self._cpus), machine_cpus=_machine_cpus())
+        r._cpuset,r._raw = frozenset(self._cpus),[]
+        self._threads0 = t = self._try('threads', self._threads)
+        self._start,self._phase0,self._ended = self.read(t.get(self._tid) if t else None),None,None
 
-    def phase(self, s): self._phase0 = self.read()
+    def phase(self, s):
+        """A phase starts: the counters now; a validation right after its epoch's training phase starts where that one ended (nothing runs
+        between fastai's `after_train` and `before_validate`): one reading serves both"""
+        e,self._ended = self._ended,None
+        self._phase0 = e[2] if e is not None and s.phase == 'valid' and e[:2] == (s.stage, getattr(s.learn, 'epoch', None)) else self.read()
 
     def end_phase(self, s):
         "The phase's span, added to its phase's"
         if self._phase0 is None or self.result is None: return
-        d,self._phase0 = self.read().since(self._phase0),None
-        ph = self.result.phases
-        ph[s.phase] = ph[s.phase].plus(d) if s.phase in ph else d
+        now = self.read()
+        self._pending((s.phase, self._phase0, now)); self._phase0 = None
+        self._ended = (s.stage, getattr(s.learn, 'epoch', None), now) if s.phase == 'train' else None
+
+    def _pending(self, span:tuple):
+        "A span to fold when the result is read: (phase, or None for the call; its first and last reading)"
+        r = self.result
+        if not r._raw: r._raw = []  # (a span was read meanwhile: the others folded)
+        r._raw.append(span)
+
+    def pause(self, s): self._ended = None  # something nested runs (a `validate()` from a callback): the next phase reads anew
 
     def end(self, s):
         "The call ends, however: its span, and every thread's run-queue wait over it"
         if self._start is None or self.result is None: return
-        r,t1 = self.result,self._try('threads', thread_waits)
-        r.call,self._start = self.read().since(self._start),None
-        if t1 is not None and self._threads0 is not None:
-            t0,r.threads = self._threads0,len(t1)
-            r.threads_run,r.threads_wait = (sum(v[i] - t0.get(k, (0., 0.))[i] for k,v in t1.items()) for i in (0, 1))
+        r,t1 = self.result,self._try('threads', self._threads)
+        self._pending((None, self._start, self.read(t1.get(self._tid) if t1 else None))); self._start = None
+        if t1 is not None and self._threads0 is not None: r.threads = len(t1); self._pending((_THREADS, self._threads0, t1))
         self._close()
 
     def measured(self): return self.result

@@ -8,7 +8,6 @@ Docs: https://fastprofile.github.io/fastprofile/snapshot.html.md"""
 from __future__ import annotations
 from pathlib import Path
 import torch
-from fastcore.basics import patch
 from ..engine.checks import check_bool, check_int
 from ..engine.core import Probe, guarded, register
 
@@ -78,20 +77,18 @@ class MemorySnapshot(Probe):
     @classmethod
     def make(cls, call): return None if call.snapshot_path is None else cls(call.snapshot_path)
 
-register(MemorySnapshot)
+    def _dump(self, s):
+        "When `s.exc` is an out-of-memory error and nothing was written yet: write the snapshot, and say where in the error's note"
+        exc = s.exc
+        if not (self._on and self.written is None and isinstance(exc, torch.OutOfMemoryError)): return
+        path = snapshot_path(self.csv_path, _rank())
+        def dump():
+            path.parent.mkdir(parents=True, exist_ok=True)  # as the CSV's folder is made when it is written
+            self._mem()._dump_snapshot(str(path))
+            return path
+        if guarded(f'writing the memory snapshot {path}', dump, expected=(OSError,)) is None: return
+        self.written = path
+        exc.add_note(f"fastprofile: CUDA's memory at this error, with the last {self.max_entries:,} allocator events before it, is in "
+                     f"{path}: drag it into https://pytorch.org/memory_viz")
 
-# %% ../../nbs/16d_snapshot.ipynb #393bcbb8
-@patch
-def _dump(self:MemorySnapshot, s):
-    "When `s.exc` is an out-of-memory error and nothing was written yet: write the snapshot, and say where in the error's note"
-    exc = s.exc
-    if not (self._on and self.written is None and isinstance(exc, torch.OutOfMemoryError)): return
-    path = snapshot_path(self.csv_path, _rank())
-    def dump():
-        path.parent.mkdir(parents=True, exist_ok=True)  # as the CSV's folder is made when it is written
-        self._mem()._dump_snapshot(str(path))
-        return path
-    if guarded(f'writing the memory snapshot {path}', dump, expected=(OSError,)) is None: return
-    self.written = path
-    exc.add_note(f"fastprofile: CUDA's memory at this error, with the last {self.max_entries:,} allocator events before it, is in "
-                 f"{path}: drag it into https://pytorch.org/memory_viz")
+register(MemorySnapshot)
