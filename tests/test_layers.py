@@ -106,7 +106,7 @@ def test_top_layer_and_share_against_torch_profiler():
     assert d.knob.startswith(f"`{BIG}` (Conv2d 8→64, 7×7, stride 2) "), d.knob
     assert 'of forward+backward' in d.knob and 'For the whole model:' in d.knob
     assert any(l.startswith(f"  `{BIG}` (Conv2d 8→64, 7×7, stride 2)") for l in d.details), d.details
-    assert f"`{BIG}` (Conv2d 8→64, 7×7, stride 2)" in res.report.plain(width=200)
+    assert f"`{BIG}` (Conv2d) takes " in d.head and d.head in res.report.plain(width=200), d.lines()  # named in the headline
     row = lay.table().set_index('module').loc[BIG]
     assert row.flops_per_second > 0 and row.calls == 1  # a call per batch
     test_eq(diagnose(learn).knob, d.knob)  # `diagnose(learn)` says the same

@@ -480,6 +480,12 @@ def compute_rule(ev:Evidence) -> list:
     ph0 = ev.train
     cause = f"forward, loss and backward take {fmt_pct(100*ph0.compute/ph0.step if ph0.step > 0 else 0.)} of the step"
     lead = '' if lead is None else lead + '. For the whole model: '
+    lay = getattr(ev.facts, 'layers', None)
+    top = ([l for l in lay.leaders(2) if lay.share(l.name) >= LAYER_LEAD]
+           if lay is not None and len(lay.layers) > 1 and lay.total > 0 else [])
+    if top:  # a layer clearly leads: the headline names it (its kind short; in full in the evidence)
+        k = top[0].kind.split(' ', 1)[0]
+        cause = f"`{top[0].name}`" + (f" ({k})" if k else '') + f" takes {fmt_pct(lay.share(top[0].name))} of forward+backward"
     if ev.facts.on_gpu:
         return [ev.finding('compute',
                            lead

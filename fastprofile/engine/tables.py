@@ -112,7 +112,7 @@ class Section:
     # Lines said before the verdict (a busy machine), shown as a warning above it: the headline is the line after them
     preface:int=0
     # Lines one step away (the evidence): collapsed in HTML and markdown, left out of the text
-    more:list=field(default_factory=list)
+    more:list|tuple=()
     hint:str='' # The line the text renderers show in place of `more` (where to read it)
     def __post_init__(self):
         if self.headline is None: self.headline = getattr(self.data, 'verdict', None) is not None
