@@ -27,7 +27,8 @@ __all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'EXTRA_KEYS', 'PR
 
 # %% ../../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
-    "True when `FASTPROFILE_STRICT` is set (to anything but '' or '0'): fastprofile's own failures raise instead of warning"
+    """True when `FASTPROFILE_STRICT` is set (to anything but '' or '0'): fastprofile's own failures raise instead of
+    warning"""
     return os.environ.get('FASTPROFILE_STRICT', '') not in ('', '0')
 
 def guarded(what:str, f:Callable, *args, expected=(), **kwargs):
@@ -35,20 +36,22 @@ def guarded(what:str, f:Callable, *args, expected=(), **kwargs):
     try: return f(*args, **kwargs)
     except Exception as e:
         if strict_mode() and not isinstance(e, expected): raise
-        warnings.warn(f"fastprofile: {what} failed and was skipped ({type(e).__name__}: {e}); training is unaffected", stacklevel=2)
+        warnings.warn(f"fastprofile: {what} failed and was skipped ({type(e).__name__}: {e}); training is unaffected",
+                      stacklevel=2)
         return None
 
 # %% ../../nbs/06_core.ipynb #8293a4b7
-# seconds between the telemetry sampler's samples, by default: 4 Hz (NVML's utilization is itself an average over 1/6 s to 1 s; at 20 Hz the
-# thread cost a host-bound GPU step ~5%)
+# seconds between the telemetry sampler's samples, by default: 4 Hz (NVML's utilization is itself an average over 1/6 s
+# to 1 s; at 20 Hz the thread cost a host-bound GPU step ~5%)
 TELEMETRY_EVERY = .25
 EVERY_RANGE = (.005, 60.)  # the intervals `telemetry_every` may take, in seconds
 GATHER_TIMEOUT = 10.  # seconds rank 0 waits at the end of a call for the profiles of ranks that have not arrived
 
 @dataclass
 class ProfileOptions:
-    """What a profiled call was asked for, every option of `Learner.profile` but where it logs and writes: one object from the call to every
-    probe; checked on creation (what depends on the learner, its device and its loaders is checked by `session_for`)"""
+    """What a profiled call was asked for, every option of `Learner.profile` but where it logs and writes: one object
+    from the call to every probe; checked on creation (what depends on the learner, its device and its loaders is
+    checked by `session_for`)"""
     # the report, the CSV
 
     show_report:bool=True # Display the report after the call
@@ -66,25 +69,31 @@ class ProfileOptions:
     events_every:int=GPU_EVERY
     # what the probes measure
 
-    # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`) instead of sampling callback costs
+    # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`) instead of
+    # sampling callback costs
     breakdown:bool=False
-    # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with `peak_flops`
+    # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with
+    # `peak_flops`
     efficiency:bool|str='auto'
-    peak_flops:float|None=None # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
-    layers:bool=True # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
-    # Time the step at larger batch sizes after the fit, when a diagnosis first reads it (`BatchProbe`): what a larger batch is priced with
+    # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
+    peak_flops:float|None=None
+    # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
+    layers:bool=True
+    # Time the step at larger batch sizes after the fit, when a diagnosis first reads it (`BatchProbe`): what a larger
+    # batch is priced with
     batch_sizes:bool=True
-    # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the sampler on a GPU, the CPU
-    # per phase on a CPU; True: the sampler on a CPU too; False: off
+    # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the
+    # sampler on a GPU, the CPU per phase on a CPU; True: the sampler on a CPU too; False: off
     telemetry:bool|str='auto'
     telemetry_every:float=TELEMETRY_EVERY # Seconds between the telemetry sampler's samples
-    # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV for PyTorch's
-    # memory visualizer
+    # GPU only: record CUDA's allocator history during the call; if a fit runs out of memory, a snapshot next to the CSV
+    # for PyTorch's memory visualizer
     memory_snapshot:bool=False
     # distributed runs
 
     rank_csv:bool=False # Under DDP, rank 0 also writes each rank's results to '{csv_name stem}_rank{r}.csv'
-    gather_timeout:float=GATHER_TIMEOUT # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
+    # Under DDP, seconds rank 0 waits at the end for ranks that have not sent their profile
+    gather_timeout:float=GATHER_TIMEOUT
     def __post_init__(self):
         for n in ('show_report','plain','markdown','save_csv','samples_per_second'): check_bool(n, getattr(self, n))
         check_int('log_every', self.log_every, 1)
@@ -101,25 +110,26 @@ class ProfileOptions:
 
 # %% ../../nbs/06_core.ipynb #e53a7981
 def option_params() -> list:
-    """The `ProfileOptions` fields as keyword-only `inspect.Parameter`s: each with its default and its type, resolved (`bool | str`, not
-    a string)"""
+    """The `ProfileOptions` fields as keyword-only `inspect.Parameter`s: each with its default and its type, resolved
+    (`bool | str`, not a string)"""
     hints = typing.get_type_hints(ProfileOptions)
     return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
             for f in fields(ProfileOptions)]
 
 def takes_options(f:Callable) -> Callable:
-    """`f(..., **options)` documented as taking every `ProfileOptions` field: its signature lists them after its own parameters (which keep
-    their resolved types), and `docments(f)` reads their comments from `ProfileOptions`"""
+    """`f(..., **options)` documented as taking every `ProfileOptions` field: its signature lists them after its own
+    parameters (which keep their resolved types), and `docments(f)` reads their comments from `ProfileOptions`"""
     sig = inspect.signature(f, eval_str=True)
     own = [p for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
     f.__signature__ = sig.replace(parameters=[*own, *option_params()])
-    f.__delwrap__ = ProfileOptions  # where `fastcore.docments` goes on for the parameters `f`'s own source does not document
+    # where `fastcore.docments` goes on for the parameters `f`'s own source does not document
+    f.__delwrap__ = ProfileOptions
     return f
 
 # %% ../../nbs/06_core.ipynb #7ed928cb
 class LoadTime:
-    """Mean time to build one batch where the loader builds it (`workers` processes, or 0: the main process), in one phase; and to move one
-    between processes"""
+    """Mean time to build one batch where the loader builds it (`workers` processes, or 0: the main process), in one
+    phase; and to move one between processes"""
     _fields = ('seconds', 'cpu_seconds', 'batches', 'workers', 'send', 'receive')
     def __init__(self,
                  seconds:float, # Wall seconds to build one batch
@@ -128,7 +138,8 @@ class LoadTime:
                  workers:int, # Loader workers that built them (0: the main process)
                  send:float=math.nan, # Seconds to send one batch from a worker to the main process (NaN: not measured)
                  receive:float=math.nan, # Seconds to receive it there
-                 # Measures `(send, receive)` when either is first read, instead of the two: a probe kept out of training
+                 # Measures `(send, receive)` when either is first read, instead of the two: a probe kept out of
+                 # training
                  probe:Callable|None=None,
                 ):
         self.seconds,self.cpu_seconds,self.batches,self.workers = seconds,cpu_seconds,batches,workers
@@ -141,14 +152,17 @@ class LoadTime:
             try: self._transfer = tuple(float(v) for v in probe())
             except Exception: self._transfer = (math.nan, math.nan)
         return self._transfer
-    send = property(lambda self: self.transfer()[0], doc="Seconds to send one batch from a worker to the main process (NaN: not measured)")
-    receive = property(lambda self: self.transfer()[1], doc="Seconds to receive it in the main process (NaN: not measured)")
+    send = property(lambda self: self.transfer()[0],
+                    doc="Seconds to send one batch from a worker to the main process (NaN: not measured)")
+    receive = property(lambda self: self.transfer()[1],
+                       doc="Seconds to receive it in the main process (NaN: not measured)")
 
     def __iter__(self): return iter((self.seconds, self.cpu_seconds, self.batches, self.workers, *self.transfer()))
     def _asdict(self) -> dict: return dict(zip(self._fields, self))
     def __eq__(self, o): return isinstance(o, LoadTime) and tuple(self) == tuple(o)
     def __hash__(self): return hash(tuple(self))
-    def __reduce__(self): return (LoadTime, tuple(self))  # pickled (`learn.export`, a DDP gather) as numbers: the probe runs first
+    # pickled (`learn.export`, a DDP gather) as numbers: the probe runs first
+    def __reduce__(self): return (LoadTime, tuple(self))
     def __repr__(self): return f"LoadTime({', '.join(f'{k}={v!r}' for k,v in zip(self._fields, self))})"
 
 # %% ../../nbs/06_core.ipynb #b5c6d7ea
@@ -156,33 +170,39 @@ class Staging(NamedTuple):
     "Host time that `CudaPrefetchCallback` spent drawing and staging next batches inside the current ones, in one phase"
     seconds:float; batches:int
 
-# what the learner's facts keep in `extra` for the diagnosis' copy model (`fastprofile.learner.batch_copy`): no probe's key
+# what the learner's facts keep in `extra` for the diagnosis' copy model (`fastprofile.learner.batch_copy`): no probe's
+# key
 EXTRA_KEYS = ('batch_bytes', 'batch_pinned', 'pinned_copy', 'pinned_copy_seconds')
-# key -> the registered `Probe` class (`register`): the session makes one per call (`make`), its facts are `facts.extra[key]`, saved with
-# its `to_json`, shown with its `section`, logged with its `scalars`
+# key -> the registered `Probe` class (`register`): the session makes one per call (`make`), its facts are
+# `facts.extra[key]`, saved with its `to_json`, shown with its `section`, logged with its `scalars`
 PROBES = {}
 
 @dataclass(init=False)
 class Facts:
-    """What the run was, besides its times (its fields), and what each probe measured, under the probe's `key` in `extra` (read as
-    `facts.<key>`): collected when the call ends"""
+    """What the run was, besides its times (its fields), and what each probe measured, under the probe's `key` in
+    `extra` (read as `facts.<key>`): collected when the call ends"""
     device:str='cpu' # Where the model trained ('cpu', 'cuda:0', ...)
     num_workers:int|None=None # Loader workers of the training `DataLoader` (None: unknown)
     cpus:int|None=None # CPUs this process may run on (None: unknown; the diagnosis takes this machine's)
     threads:int|None=None # `torch.get_num_threads()`
     batch_size:int|None=None # Batch size of the training loader
-    model:dict=field(default_factory=dict) # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
+    # What the model is, for the advice on a CPU: 'conv2d', 'channels_last', 'compiled'
+    model:dict=field(default_factory=dict)
     staging:dict=field(default_factory=dict) # phase -> `Staging`, when `CudaPrefetchCallback` was active
     prefetch:bool=False # `CudaPrefetchCallback` was active
-    # `Row` -> FLOPs per sample of its work: the table's `FLOP/s` column (`fastprofile.probes.efficiency_probe` fills it)
+    # `Row` -> FLOPs per sample of its work: the table's `FLOP/s` column (`fastprofile.probes.efficiency_probe` fills
+    # it)
     flops:dict=field(default_factory=dict)
-    # phase -> `fastprofile.engine.tokens.TokenPhase`: the tokens and padding of token-id batches, counted by the profiler itself
+    # phase -> `fastprofile.engine.tokens.TokenPhase`: the tokens and padding of token-id batches, counted by the
+    # profiler itself
     tokens:dict=field(default_factory=dict)
     # probe key -> what that probe measured (`Probe.measured`; fastprofile's own: 'loading', 'layers', 'telemetry', ...)
     extra:dict=field(default_factory=dict)
 
-    def __init__(self, device:str='cpu', num_workers:int|None=None, cpus:int|None=None, threads:int|None=None, batch_size:int|None=None,
-                 model:dict|None=None, staging:dict|None=None, prefetch:bool=False, flops:dict|None=None, tokens:dict|None=None,
+    def __init__(self, device:str='cpu', num_workers:int|None=None, cpus:int|None=None, threads:int|None=None,
+                 batch_size:int|None=None,
+                 model:dict|None=None, staging:dict|None=None, prefetch:bool=False, flops:dict|None=None,
+                 tokens:dict|None=None,
                  extra:dict|None=None,
                  **measured # What probes measured, by key (`Facts(layers=...)`): into `extra`
                 ):
@@ -193,13 +213,14 @@ class Facts:
         for k,v in measured.items(): setattr(self, k, v)
 
     def __getattr__(self, k):
-        "What the probe with key `k` measured (`facts.layers`): `extra[k]`, or the registered probe's `empty()` when it measured nothing"
+        """What the probe with key `k` measured (`facts.layers`): `extra[k]`, or the registered probe's `empty()` when
+        it measured nothing"""
         ex = self.__dict__.get('extra')
         if ex is not None and k in ex: return ex[k]
         cls = PROBES.get(k)
         if cls is None or k.startswith('__'):
-            raise AttributeError(f"'Facts' has no {k!r}: neither a field ({', '.join(_FIELDS)}) nor a registered probe's key "
-                                 f"({', '.join(sorted(PROBES)) or 'none registered'})")
+            raise AttributeError(f"'Facts' has no {k!r}: neither a field ({', '.join(_FIELDS)}) nor a registered "
+                                 f"probe's key ({', '.join(sorted(PROBES)) or 'none registered'})")
         return cls.empty()
 
     def __setattr__(self, k, v):
@@ -213,7 +234,8 @@ class Facts:
         d,ex = dict(d),dict(d.get('extra') or {})
         for k in [k for k in d if k not in _FIELDS]:
             v = d.pop(k)
-            if v is not None and not (isinstance(v, dict) and not v): ex.setdefault(k, v)  # 0.1.0's empty fields: nothing measured
+            # 0.1.0's empty fields: nothing measured
+            if v is not None and not (isinstance(v, dict) and not v): ex.setdefault(k, v)
         self.__dict__.update({**Facts().__dict__, **d, 'extra': ex})
 
     @property
@@ -223,8 +245,8 @@ _FIELDS = tuple(Facts.__dataclass_fields__)  # what the run was; any other name 
 
 # %% ../../nbs/06_core.ipynb #d7e8f90c
 class Probe:
-    """Measures something in a profiled call. The session that owns the call tells it when the call, each fit and each phase start and end,
-    in a fixed order, on every exit path"""
+    """Measures something in a profiled call. The session that owns the call tells it when the call, each fit and each
+    phase start and end, in a fixed order, on every exit path"""
     def start(self, s):
         "The call starts, at its first fit's `before_fit` (`s`: the `fastprofile.lifecycle.session.Session`)"
     def stage(self, s):
@@ -234,7 +256,8 @@ class Probe:
     def end_phase(self, s):
         "The phase ends (also when an exception ends it)"
     def pause(self, s):
-        "Something that is not a fit of this call runs inside it (a `validate()` from a callback): measure nothing until `resume`"
+        """Something that is not a fit of this call runs inside it (a `validate()` from a callback): measure nothing
+        until `resume`"""
     def resume(self, s):
         "It is over: the fit goes on"
     def end_stage(self, s):
@@ -242,22 +265,25 @@ class Probe:
     def end(self, s):
         "The call ends, however it ends (`s.exc`: the exception, if one ended it)"
     # What a probe is besides its events: one class holds all of it, and `register` puts it in `PROBES`
-    # Where `contribute` puts `measured()`: `facts.extra[key]`, read as `facts.<key>` (saved and loaded with the profile)
+    # Where `contribute` puts `measured()`: `facts.extra[key]`, read as `facts.<key>` (saved and loaded with the
+    # profile)
     key:str|None = None
     options:tuple = () # The `ProfileOptions` fields `make` reads (checked by `register`)
-    # Where the session places it: probes start in this order and end in the reverse; fastprofile's 10-60, yours 70, past 100 after the
-    # sinks
+    # Where the session places it: probes start in this order and end in the reverse; fastprofile's 10-60, yours 70,
+    # past 100 after the sinks
     probe_order:int = 70
-    # The session calls it (`probe()`) after every recorded training and validation batch: one probe at most (keep it to a counter check)
+    # The session calls it (`probe()`) after every recorded training and validation batch: one probe at most (keep it to
+    # a counter check)
     per_batch:bool = False
     @classmethod
     def make(cls, call:Call) -> Probe|None:
-        """This probe for a profiled `call` (its learner and checked options), or None when the options leave it off; the session calls it
-        for every registered class. The default makes none: pass yours as `learn.profile(probes=[...])`, or override `make` to run it on
-        every profiled call"""
+        """This probe for a profiled `call` (its learner and checked options), or None when the options leave it off;
+        the session calls it for every registered class. The default makes none: pass yours as
+        `learn.profile(probes=[...])`, or override `make` to run it on every profiled call"""
         return None
     def contribute(self, facts:Facts):
-        "Add what this probe measured to the call's `Facts` (after `end`): by default `measured()` under `facts.extra[key]`"
+        """Add what this probe measured to the call's `Facts` (after `end`): by default `measured()` under
+        `facts.extra[key]`"""
         if self.key is not None:
             v = self.measured()
             if v is not None: facts.extra[self.key] = v
@@ -269,8 +295,8 @@ class Probe:
         return None
     @classmethod
     def to_json(cls, data):
-        """`data` (what `measured` returned) as plain JSON values, for `ProfileResult.save`; by default `to_plain` (what JSON cannot hold is
-        dropped)"""
+        """`data` (what `measured` returned) as plain JSON values, for `ProfileResult.save`; by default `to_plain` (what
+        JSON cannot hold is dropped)"""
         return to_plain(data)
     @classmethod
     def from_json(cls, d):
@@ -290,27 +316,33 @@ class Call(NamedTuple):
 
 
 def register(cls:type) -> type:
-    """Register a `Probe` class with a `key`: the session makes it for every profiled call (its `make`), its facts are saved and loaded
-    (`to_json`, `from_json`), its section shows in every report holding its facts (a profile read from a file too), its scalars go to the
-    loggers. A class decorator; `learn.profile(probes=[...])` registers its probes' classes too"""
-    if not (isinstance(cls, type) and issubclass(cls, Probe)): raise TypeError(f"`register` takes a `Probe` subclass, got {cls!r}")
+    """Register a `Probe` class with a `key`: the session makes it for every profiled call (its `make`), its facts are
+    saved and loaded (`to_json`, `from_json`), its section shows in every report holding its facts (a profile read from
+    a file too), its scalars go to the loggers. A class decorator; `learn.profile(probes=[...])` registers its probes'
+    classes too"""
+    if not (isinstance(cls, type) and issubclass(cls, Probe)):
+        raise TypeError(f"`register` takes a `Probe` subclass, got {cls!r}")
     k = cls.key
-    if not (isinstance(k, str) and k.isidentifier()): raise ValueError(f"{cls.__name__}.key must be a name (a str identifier) for its "
-                                                                       f"facts, got {k!r}")
+    if not (isinstance(k, str) and k.isidentifier()):
+        raise ValueError(f"{cls.__name__}.key must be a name (a str identifier) for its facts, got {k!r}")
     if k in _FIELDS: raise ValueError(f"{cls.__name__}.key {k!r} is a field of `Facts`: pick another name")
-    if k in EXTRA_KEYS: raise ValueError(f"{cls.__name__}.key {k!r} is kept in `facts.extra` by fastprofile itself (the copy model's "
-                                         f"{', '.join(EXTRA_KEYS)}): pick another name")
+    if k in EXTRA_KEYS:
+        raise ValueError(f"{cls.__name__}.key {k!r} is kept in `facts.extra` by fastprofile itself (the copy model's "
+                         f"{', '.join(EXTRA_KEYS)}): pick another name")
     bad = [o for o in cls.options if o not in ProfileOptions.__dataclass_fields__]
-    if bad: raise ValueError(f"{cls.__name__}.options names {', '.join(map(repr, bad))}, not `ProfileOptions` fields: valid are "
-                             f"{', '.join(ProfileOptions.__dataclass_fields__)}")
+    if bad:
+        raise ValueError(f"{cls.__name__}.options names {', '.join(map(repr, bad))}, not `ProfileOptions` fields: "
+                         f"valid are {', '.join(ProfileOptions.__dataclass_fields__)}")
     had = PROBES.get(k)
     mods = {cls.__module__} if had is None else {had.__module__, cls.__module__}
     if had is not None and had.__qualname__ == cls.__qualname__ and '__main__' in mods and len(mods) == 2:
-        # a module's notebook defines the class its module registers (before or after the module is imported): the module's is the one kept
+        # a module's notebook defines the class its module registers (before or after the module is imported): the
+        # module's is the one kept
         if cls.__module__ != '__main__': PROBES[k] = cls
         return cls
     if had is not None and had is not cls and (had.__module__, had.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ValueError(f"the probe key {k!r} is taken by {had.__module__}.{had.__qualname__}: pick another `key` for {cls.__name__}")
+        raise ValueError(f"the probe key {k!r} is taken by {had.__module__}.{had.__qualname__}: pick another `key` for "
+                         f"{cls.__name__}")
     PROBES[k] = cls  # the same class defined again (a notebook cell run twice): the new one
     return cls
 
@@ -332,17 +364,17 @@ def probe_scalars(result) -> dict:
 SAMPLE_SHARE = 16  # a probe's first sampling of a phase takes at most one in this many of its batches past the warm-up
 
 def first_samples(first:int, dl, warmup:int) -> int:
-    """How many of a phase's first batches a sampling probe takes: `first`, at most one in `SAMPLE_SHARE` of the loader `dl`'s batches past
-    `warmup`, at least one (if `first` is); `first` for a loader with no length"""
+    """How many of a phase's first batches a sampling probe takes: `first`, at most one in `SAMPLE_SHARE` of the loader
+    `dl`'s batches past `warmup`, at least one (if `first` is); `first` for a loader with no length"""
     try: n = len(dl) - warmup
     except Exception: return first
     return min(first, max(1, n//SAMPLE_SHARE))
 
 class Sink(Probe):
     "Where a profile goes besides the report: subclass and override what you need (a `Probe` that also logs)"
-    # During the call, the record folds the ended phases' batches into its statistics when they are read: a sink that reads
-    # `s.record.stats` in `end_phase` or `end_stage` calls `s.record.fold()` first (`log_batch`'s `record.last()`, `log_fit`'s result need
-    # nothing)
+    # During the call, the record folds the ended phases' batches into its statistics when they are read: a sink that
+    # reads `s.record.stats` in `end_phase` or `end_stage` calls `s.record.fold()` first (`log_batch`'s `record.last()`,
+    # `log_fit`'s result need nothing)
     name = 'sink'
     def __repr__(self): return f"{type(self).__name__}()"  # how a sink shows in fastai's WandbCallback run config
     def log_batch(self, record:ProfileRecord, step:int, window:int):
@@ -382,32 +414,37 @@ def fit_tokens_per_second(results:pd.DataFrame) -> float|None:
     return _fit_rate(results, 'tokens_per_s')
 
 def row_flops_per_second(results:pd.DataFrame, flops:dict) -> list:
-    "FLOP/s of each row of `results`: FLOPs per sample (`flops[Row(...)]`) × the row's samples / its time; NaN for rows not in `flops`"
+    """FLOP/s of each row of `results`: FLOPs per sample (`flops[Row(...)]`) × the row's samples / its time; NaN for
+    rows not in `flops`"""
     t = results['Total Time']
-    if 'GPU Total Time' in results: t = np.fmax(t, results['GPU Total Time'])  # CUDA events: never faster than the GPU did it
+    # CUDA events: never faster than the GPU did it
+    if 'GPU Total Time' in results: t = np.fmax(t, results['GPU Total Time'])
     n = results['Samples/Second'] * results['Total Time']  # the row's samples
     return [flops.get(Row.of(r), math.nan) * k / dt if dt > 0 else math.nan
             for r,k,dt in zip(results.to_dict('records'), n, t)]
 
 # %% ../../nbs/06_core.ipynb #4f6b3504
 class ProfileResult:
-    "What a profiled call leaves behind: its closed record, the facts of the run, and (built when first asked for) results and report"
+    """What a profiled call leaves behind: its closed record, the facts of the run, and (built when first asked for)
+    results and report"""
     def __init__(self,
         record:ProfileRecord, # The closed record (all ranks merged under DDP)
         facts:Facts|None=None, # What the run was (workers, device, prefetch, breakdown...)
-        # Functions `f(result) -> Section|None` (or a list of sections) adding sections to the report (diagnosis, ranks...);
-        # `probe_sections` among them places the probes' (else they come last)
+        # Functions `f(result) -> Section|None` (or a list of sections) adding sections to the report (diagnosis,
+        # ranks...); `probe_sections` among them places the probes' (else they come last)
         sections=(),
         interrupted:str|None=None, # How the call ended early, if it did (e.g. 'KeyboardInterrupt')
         own_cost:float=0., # Seconds the profiler spent outside the table (set-up, closing)
-        # Where and with what it ran (versions, device, machine, when), as a saved profile tells it (`fastprofile.sinks.saving`)
+        # Where and with what it ran (versions, device, machine, when), as a saved profile tells it
+        # (`fastprofile.sinks.saving`)
         about:dict|None=None,
     ):
         check_type('record', record, ProfileRecord, 'a ProfileRecord')
         if facts is not None: check_type('facts', facts, Facts, 'a Facts or None')
         if about is not None: check_type('about', about, dict, 'a dict or None')
         sections = check_items('sections', sections, Callable, 'functions f(result)')
-        self._record,self.facts,self.sections,self.interrupted,self.own_cost = record,facts,list(sections),interrupted,own_cost
+        self._record,self.facts,self.sections,self.interrupted,self.own_cost = record,facts,list(
+            sections),interrupted,own_cost
         self.about = about
 
     @property
@@ -461,7 +498,8 @@ class Profile:
         csv_path=None, # Where `save_csv` writes
         publish=None, # `publish(result)`, called by `finish` with the `ProfileResult` before any output step
         clock=time.perf_counter, # Wall clock of the record (and of the profiler's own cost)
-        on_batch=None, # `on_batch()`, called after every recorded batch (on the per-batch path: keep it to a counter check)
+        # `on_batch()`, called after every recorded batch (on the per-batch path: keep it to a counter check)
+        on_batch=None,
     ):
         self.options = _options(options)
         sinks,sections = check_items('sinks', sinks, Sink, 'Sink objects'),check_items('sections', sections, Callable,
@@ -475,17 +513,21 @@ class Profile:
         # `session`: the `fastprofile.lifecycle.session.Session` that owns the call
         self.record,self.own_cost,self.session,self.held = None,0.,None,None
 
-    def __repr__(self): return f"Profile({self.options}, sinks={self.sinks})"  # what fastai's WandbCallback logs as config
-    def __getstate__(self): return {**self.__dict__, 'session': None}  # pickled with its callbacks (`learn.export()`): not the live call
+    # what fastai's WandbCallback logs as config
+    def __repr__(self): return f"Profile({self.options}, sinks={self.sinks})"
+    # pickled with its callbacks (`learn.export()`): not the live call
+    def __getstate__(self): return {**self.__dict__, 'session': None}
 
     def start_stage(self, device='cpu', overhead=None) -> ProfileRecord:
-        """A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits `device`), stage started;
-        `overhead`: the pair's cost per batch, or a function measuring it"""
+        """A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits
+        `device`), stage started; `overhead`: the pair's cost per batch, or a function measuring it"""
         t0 = self.clock()
         if self.record is None:
             o = self.options
-            self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock, keep_batches=o.keep_batches,
-                                      warmup=o.warmup, events_every=o.events_every, lazy=True)  # folded when the result is read
+            self.record = make_record(resolve_timing(o.timing, device), device, clock=self.clock,
+                                      keep_batches=o.keep_batches,
+                                      # folded when the result is read
+                                      warmup=o.warmup, events_every=o.events_every, lazy=True)
         if overhead is not None: self.record.overhead_per_batch = overhead  # a function: measured when first asked for
         self.own_cost += self.clock() - t0
         self.record.start_stage()
@@ -497,15 +539,16 @@ class Profile:
             try: s.log_batch(self.record, step, self.options.log_every)
             except Exception as e:
                 self.sinks.remove(s)
-                warnings.warn(f"fastprofile: logging to {s.name!r} failed and is now off for this call: {type(e).__name__}: {e}")
+                warnings.warn(f"fastprofile: logging to {s.name!r} failed and is now off for this call: "
+                              f"{type(e).__name__}: {e}")
 
     def end_stage(self, bs:int=0):
         "The fastai fit ended (`after_fit`): close it in the record"
         if self.record is not None: self.record.end_stage(bs)
 
     def conclude(self, interrupted:BaseException|None=None, facts:Facts|None=None) -> tuple:
-        """Close → gather → result: `(ProfileResult, is_main)`, or `(None, True)` if nothing was profiled; the profile is then ready for
-        another call"""
+        """Close → gather → result: `(ProfileResult, is_main)`, or `(None, True)` if nothing was profiled; the profile
+        is then ready for another call"""
         rec,self.held = self.record,None
         if rec is None: return None,True
         t0 = self.clock()
@@ -515,20 +558,23 @@ class Profile:
         if self.gather is not None:
             got = self._hold('gathering the ranks', self.gather, rec, interrupted is not None)
             if got is not None: rec,main = got
-        why = None if interrupted is None else (type(interrupted).__name__ + (f": {interrupted}" if str(interrupted) else ''))
+        why = (None if interrupted is None
+               else (type(interrupted).__name__ + (f": {interrupted}" if str(interrupted) else '')))
         res = ProfileResult(rec, facts, self.sections, why, self.own_cost + self.clock() - t0)
         self.own_cost = 0.
         return res,main
 
     def _hold(self, what, f, *args, **kwargs):
-        "A step of `conclude`: `guarded`, and an interrupt (Ctrl-C) in it held as `held`, so that the result is still made"
+        """A step of `conclude`: `guarded`, and an interrupt (Ctrl-C) in it held as `held`, so that the result is still
+        made"""
         try: return guarded(what, f, *args, **kwargs)
         except BaseException as e:
             if self.held is None: self.held = e
             return None
 
     def output(self, res:ProfileResult, main:bool=True):
-        "Save the CSV, log to each sink, show the report: on the main process (rank 0), after a call that was not interrupted"
+        """Save the CSV, log to each sink, show the report: on the main process (rank 0), after a call that was not
+        interrupted"""
         if not main or res.interrupted: return
         o = self.options
         if o.save_csv and self.csv_path is not None:
@@ -540,7 +586,8 @@ class Profile:
         "The fit-end pipeline of a `Profile` used on its own: conclude → publish → output; None if nothing was profiled"
         res,main = self.conclude(interrupted, facts)
         if res is None: return None
-        if self.publish is not None: self.publish(res)  # the result is kept before any output step: an interrupt there keeps it
+        # the result is kept before any output step: an interrupt there keeps it
+        if self.publish is not None: self.publish(res)
         if self.held is not None: raise self.held  # an interrupt while closing: kept, and raised once the result is out
         self.output(res, main)
         return res

@@ -22,8 +22,10 @@ __all__ = ['TIMED_EVENTS', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback
 _PRE_SLOTS  = dict(before_batch=Slot.BATCH_START, after_pred=Slot.FORWARD_END, after_loss=Slot.LOSS_END,
                    after_backward=Slot.BACKWARD_END, after_step=Slot.OPT_STEP_END, after_batch=Slot.ZERO_GRAD_END)
 _POST_SLOTS = dict(before_draw=Slot.DRAW_START, before_batch=Slot.FORWARD_START, after_pred=Slot.LOSS_START,
-                   before_backward=Slot.BACKWARD_START, before_step=Slot.OPT_STEP_START, after_step=Slot.ZERO_GRAD_START)
-_PRE_TABLE,_POST_TABLE = ({e:int(v) for e,v in d.items()} for d in (_PRE_SLOTS, _POST_SLOTS))  # as plain ints: `_table`'s marks
+                   before_backward=Slot.BACKWARD_START, before_step=Slot.OPT_STEP_START,
+                   after_step=Slot.ZERO_GRAD_START)
+# as plain ints: `_table`'s marks
+_PRE_TABLE,_POST_TABLE = ({e:int(v) for e,v in d.items()} for d in (_PRE_SLOTS, _POST_SLOTS))
 TIMED_EVENTS = ('before_draw','before_batch','after_pred','after_loss','before_backward','after_backward',
                 'before_step','after_step','after_batch')
 
@@ -35,13 +37,14 @@ _NAMES = {}  # callback class -> its fastai name
 _INLINE_MARKS = (ProfileRecord.mark, GpuProfileRecord.mark)
 
 def _wall(rec) -> ProfileRecord|None:
-    """`rec` if its `mark` is a plain one on `perf_counter` (the callbacks then write its marks, and a sampled batch's CUDA events,
-    themselves: one call less per mark), else None"""
+    """`rec` if its `mark` is a plain one on `perf_counter` (the callbacks then write its marks, and a sampled batch's
+    CUDA events, themselves: one call less per mark), else None"""
     return rec if type(rec).mark in _INLINE_MARKS and 'mark' not in rec.__dict__ and rec.clock is _perf else None
 
 class _TableDispatch(Callback, Probe):
-    """A `Callback` whose events go through one table, `_table`: an event's slot (an int: mark a time there) or its handler (a function of
-    the callback, called with it: no bound method, so no cycle through the callback itself); a `Probe` of its session"""
+    """A `Callback` whose events go through one table, `_table`: an event's slot (an int: mark a time there) or its
+    handler (a function of the callback, called with it: no bound method, so no cycle through the callback itself); a
+    `Probe` of its session"""
     # the tables, and when the session's events swap them: fastprofile.lifecycle.session, "The per-batch fast path"
     # `_untimed`: left out of the callback costs (`fastprofile.probes.costs.event_methods`): it is the timer
     _table,_untimed,_wall = {},True,None
@@ -53,16 +56,19 @@ class _TableDispatch(Callback, Probe):
                 rec = self._wall
                 if rec is not None:  # `rec.mark(h)`, inlined
                     rec.marks[h] = _perf()
-                    if rec.evs is not None: rec.evs[h].record(rec.stream)  # a batch that records CUDA events (one in `gpu_every`)
+                    # a batch that records CUDA events (one in `gpu_every`)
+                    if rec.evs is not None: rec.evs[h].record(rec.stream)
                 else: self._mark(h)
             else: h(self)
         if event_name == 'after_fit': self.run = True
     def __setattr__(self, name, value):
-        """Its own state (`_` names) and what fastai sets on every callback (`learn`, `run`) set directly: fastai's `Callback.__setattr__`
-        first asks the learner whether `name` shadows one of its attributes (µs a time, a few dozen a fit)"""
+        """Its own state (`_` names) and what fastai sets on every callback (`learn`, `run`) set directly: fastai's
+        `Callback.__setattr__` first asks the learner whether `name` shadows one of its attributes (µs a time, a few
+        dozen a fit)"""
         if name[:1] == '_' or name == 'learn' or name == 'run': self.__dict__[name] = value
         else: super().__setattr__(name, value)
-    # Real methods, so `show_training_loop` / `ordered_cbs` list the pair at the events it times (`before_draw`: the last one only)
+    # Real methods, so `show_training_loop` / `ordered_cbs` list the pair at the events it times (`before_draw`: the
+    # last one only)
     def before_batch(self):    self('before_batch')
     def after_pred(self):      self('after_pred')
     def after_loss(self):      self('after_loss')
@@ -73,8 +79,8 @@ class _TableDispatch(Callback, Probe):
     def after_batch(self):     self('after_batch')
     @property
     def name(self) -> str:
-        """fastai's `Callback.name` ('simple_profiler', 'simple_profiler_post'), worked out once per class: fastai reads it at each add and
-        remove"""
+        """fastai's `Callback.name` ('simple_profiler', 'simple_profiler_post'), worked out once per class: fastai reads
+        it at each add and remove"""
         n = _NAMES.get(type(self))
         if n is None: n = _NAMES[type(self)] = class2attr(self, 'Callback')
         return n
@@ -94,8 +100,10 @@ class SimpleProfilerCallback(_TableDispatch):
         "Mark into `rec`, follow the stage's epochs, tell the session when a phase starts"
         s = self.profile.session
         self._mark,self._wall = rec.mark,_wall(rec)
-        self._table = dict(_PRE_TABLE, before_fit=type(self)._before_fit, before_epoch=lambda cb: rec.start_epoch(cb.learn.epoch),
-                           before_train=lambda cb: s.phase_starts('train'), before_validate=lambda cb: s.phase_starts('valid'))
+        self._table = dict(_PRE_TABLE, before_fit=type(self)._before_fit,
+                           before_epoch=lambda cb: rec.start_epoch(cb.learn.epoch),
+                           before_train=lambda cb: s.phase_starts('train'),
+                           before_validate=lambda cb: s.phase_starts('valid'))
 
     def _before_fit(self):
         "The session decides what this is: a fit of the call (it then calls `stage`) or something nested"
@@ -103,18 +111,22 @@ class SimpleProfilerCallback(_TableDispatch):
         if s is not None: s.fit_starts()
 
     def _by_hand(self, learn) -> Session:
-        "The session of the pair added by hand (or to `fit(cbs=...)`), made at its first fit on `learn`: each fit a call"
+        """The session of the pair added by hand (or to `fit(cbs=...)`), made at its first fit on `learn`: each fit a
+        call"""
         prof = self.profile
         post = [cb for cb in learn.cbs if isinstance(cb, SimpleProfilerPostCallback) and cb.profile is prof]
-        # the batch hook (the cost sampler) is a probe of the call too: a pair loaded from a learner exported while armed brings it along
+        # the batch hook (the cost sampler) is a probe of the call too: a pair loaded from a learner exported while
+        # armed brings it along
         hook = [p for p in (prof.on_batch,) if isinstance(p, Probe)]
         return Session(learn, prof, probes=[self, *hook, *prof.sinks, *post])
 
     def stage(self, s):
-        "A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains on)"
+        """A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains
+        on)"""
         dev = s.device
         rec = s.profile.start_stage(dev)
-        rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)  # calibrated once per process, when first asked for
+        # calibrated once per process, when first asked for
+        rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)
         self._bind(rec)
 
     def phase(self, s): s.record.start_phase(s.phase)
@@ -122,9 +134,11 @@ class SimpleProfilerCallback(_TableDispatch):
 
 # %% ../../nbs/07_callback.ipynb #f0a4f3ad
 class SimpleProfilerPostCallback(_TableDispatch):
-    "Last at every event: marks where fastai's phases start, ends batches and epochs, and tells the session when a phase and a fit end"
+    """Last at every event: marks where fastai's phases start, ends batches and epochs, and tells the session when a
+    phase and a fit end"""
     order,remove_on_fetch = 1000,True  # after Recorder (50), ProgressCallback (60), trackers
-    def before_draw(self): self('before_draw')  # the first one marks nothing there: `all_batches` calls only the callbacks that define it
+    # the first one marks nothing there: `all_batches` calls only the callbacks that define it
+    def before_draw(self): self('before_draw')
     def __init__(self, profile:Profile): self.profile,self._tokens,self.token_phases = profile,None,{}; self._idle()
     def _idle(self):
         self._table,self._wall = dict(after_fit=type(self)._after_fit),None
@@ -135,17 +149,21 @@ class SimpleProfilerPostCallback(_TableDispatch):
         self._rec,self._mark,self._wall = rec,rec.mark,_wall(rec)
         self._log_every = self.profile.options.log_every if self.profile.sinks else 0
         self._on_batch,self._count_samples = self.profile.on_batch,self.profile.options.samples_per_second
-        # a phase's first batch says whether its batches are token ids (`_first_batch`): one handler or the other from then on
+        # a phase's first batch says whether its batches are token ids (`_first_batch`): one handler or the other from
+        # then on
         c = type(self)
-        after = c._first_batch if self._tokens is None else c._after_batch if self._tokens is False else c._after_token_batch
-        self._table = dict(_POST_TABLE, after_fit=c._after_fit, after_batch=after, after_train=lambda cb: s.phase_ends(),
-                           after_validate=lambda cb: s.phase_ends(), after_epoch=lambda cb: rec.end_epoch(cb._bs()))
+        after = (c._first_batch if self._tokens is None else c._after_batch if self._tokens is False
+                 else c._after_token_batch)
+        self._table = dict(_POST_TABLE, after_fit=c._after_fit, after_batch=after,
+                           after_train=lambda cb: s.phase_ends(), after_validate=lambda cb: s.phase_ends(),
+                           after_epoch=lambda cb: rec.end_epoch(cb._bs()))
 
     def _bs(self) -> int:
         if not self._count_samples: return 0
         try:
             xb = self.learn.xb
-            if type(xb) is tuple and xb and isinstance(xb[0], Tensor): return xb[0].shape[0]  # what `find_bs` finds there, sooner
+            # what `find_bs` finds there, sooner
+            if type(xb) is tuple and xb and isinstance(xb[0], Tensor): return xb[0].shape[0]
             return find_bs(xb)
         except Exception: return 0
 
@@ -162,7 +180,8 @@ class SimpleProfilerPostCallback(_TableDispatch):
             self.profile.log_batch(self.learn.train_iter)
 
     def _first_batch(self):
-        "A phase's first batch: are its batches token ids (a `TokenCounter` for the phase) or not; decided once per phase"
+        """A phase's first batch: are its batches token ids (a `TokenCounter` for the phase) or not; decided once per
+        phase"""
         x = token_ids(self.learn.xb, getattr(self.learn, 'model', None)) if self._count_samples else None
         self._tokens = False if x is None else TokenCounter(*pad_index(getattr(self.learn, 'dl', None)))
         self._table['after_batch'] = h = type(self)._after_batch if x is None else type(self)._after_token_batch
@@ -191,7 +210,8 @@ class SimpleProfilerPostCallback(_TableDispatch):
         self._tokens = None
         if 'after_batch' in self._table: self._table['after_batch'] = type(self)._first_batch
     def end_phase(self, s):
-        "The phase ends in the record (after an exception, the record's `close` ends it where the last batch ended); its tokens are read"
+        """The phase ends in the record (after an exception, the record's `close` ends it where the last batch ended);
+        its tokens are read"""
         if s.exc is None: s.record.end_phase(self._bs())
         t,self._tokens = self._tokens,None
         if t:

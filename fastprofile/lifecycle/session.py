@@ -29,15 +29,16 @@ def train_device(learn) -> torch.device:
 def training_methods(learn) -> list:
     "Names of `learn`'s training entry points: `fit`, `fine_tune` and every `fit*` method"
     cls = type(learn)
-    names = {n for c in cls.__mro__ for n in c.__dict__ if n == 'fine_tune' or n.startswith('fit')}  # as `dir`, without sorting every name
+    # as `dir`, without sorting every name
+    names = {n for c in cls.__mro__ for n in c.__dict__ if n == 'fine_tune' or n.startswith('fit')}
     return sorted(n for n in names if callable(getattr(cls, n, None)))
 
 # %% ../../nbs/06a_session.ipynb #906a32e8
 def _no_session(): return None
 
 class Session:
-    """The one owner of a profiled call on one learner: when the call, each fit and each phase start and end, told to every probe in one
-    order, on every exit"""
+    """The one owner of a profiled call on one learner: when the call, each fit and each phase start and end, told to
+    every probe in one order, on every exit"""
     def __init__(self,
         learn, # The `Learner`
         profile:Profile, # Options, record, sinks and the fit-end pipeline of the call
@@ -46,18 +47,22 @@ class Session:
     ):
         self.learn,self.profile,self.cbs = learn,profile,list(cbs)
         self.probes = check_items('probes', probes, Probe, 'Probe objects')
-        self._heard = {}  # (event, reversed) -> the probes that listen to it (`_listeners`, worked out at the first event)
+        # (event, reversed) -> the probes that listen to it (`_listeners`, worked out at the first event)
+        self._heard = {}
         self.patches = Patches()
         self.depth = 0  # training methods (or `profiling()` blocks) running: the outermost one is the call
         self.block = False  # the call is a `profiling()` block (its depth 1), which goes on after a fit in it raised
-        self.contexts = []  # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
-        self.fits = 0  # `Learner.fit`s in progress through the wrapper (`call('fit')`): 2 while a callback runs a fit inside one
-        # a `Learner.fit` began through the wrapper, its `before_fit` still to come: whether a validation held the learner then
-        # (`_validating`)
+        # the fits in progress, outermost first: 'stage' (a fit of the call) or 'other' (nested: validate, lr_find...)
+        self.contexts = []
+        # `Learner.fit`s in progress through the wrapper (`call('fit')`): 2 while a callback runs a fit inside one
+        self.fits = 0
+        # a `Learner.fit` began through the wrapper, its `before_fit` still to come: whether a validation held the
+        # learner then (`_validating`)
         self._opening = None
         self.active = False  # the call has begun (its first fit started) and not ended
         self.phase,self.stage,self.exc,self.facts,self.result = None,-1,None,None,None
-        self.device = None  # where the fit of the call in progress trains (`train_device`, read once at its `before_fit`)
+        # where the fit of the call in progress trains (`train_device`, read once at its `before_fit`)
+        self.device = None
         self._interrupt = None
         profile.session = self
 
@@ -83,8 +88,8 @@ class Session:
         return bool(self.contexts) and self.contexts[-1] == 'stage'
 
     def call(self, name, /, *args, **kwargs):
-        """Run the learner's own `name` (a training method) as part of the call; the outermost one is the call. A `fit` is counted while it
-        runs, and its `before_fit` awaited (`_fit_begins`)"""
+        """Run the learner's own `name` (a training method) as part of the call; the outermost one is the call. A `fit`
+        is counted while it runs, and its `before_fit` awaited (`_fit_begins`)"""
         self.enter()
         fit = name == 'fit'  # `fit_one_cycle`, `fine_tune`, `lr_find`... train through `self.fit`: this wrapper
         if fit: self.fits += 1; self._opening = _validating(self.learn)
@@ -93,8 +98,9 @@ class Session:
         except BaseException as e: exc = e; raise
         finally:
             if fit: self.fits -= 1; self._opening = None  # also a fit that failed before its `before_fit`
-            # a fit of a `profiling()` block raised (fastai fires no `after_fit`): its stage ends now, with its exception,
-            # which the block may catch and go on (the probes see it: the memory snapshot of an out-of-memory error)
+            # a fit of a `profiling()` block raised (fastai fires no `after_fit`): its stage ends now, with its
+            # exception, which the block may catch and go on (the probes see it: the memory snapshot of an out-of-memory
+            # error)
             if exc is not None and top and self.block and self.depth == 2 and self.contexts: self._close_open(exc)
             self.leave(exc)
 
@@ -108,7 +114,9 @@ class Session:
     def disarm(self):
         "Put the learner back as it was before `arm` (the call's own changes too, if one is running)"
         try: self.patches.restore()
-        finally:  # what `preserved` (fastprofile.fixes.advice) put back from its own copy of the learner after an earlier `disarm`
+        # what `preserved` (fastprofile.fixes.advice) put back from its own copy of the learner after an earlier
+        # `disarm`
+        finally:
             d,learn = self.learn.__dict__,self.learn
             for n in [n for n,v in d.items() if isinstance(v, _ProfiledMethod) and v.session is self]: del d[n]
             _take_off(learn, self.cbs)
@@ -118,15 +126,18 @@ class Session:
         self.depth += 1
 
     def leave(self, exc:BaseException|None=None):
-        "It ends: the outermost ends the call (or, if it failed before any fit began, the session); `lr_find` alone leaves it armed"
+        """It ends: the outermost ends the call (or, if it failed before any fit began, the session); `lr_find` alone
+        leaves it armed"""
         self.depth -= 1
         if self.depth: return
         if self.active: self._end(exc)
         elif exc is not None: self.disarm()  # a training call that failed before its first fit: the profile is spent
 
     def _fit_begins(self) -> tuple:
-        "At a `before_fit`: (a `Learner.fit` starts, not `validate`, `get_preds` or `lr_find`; no other fit of the learner is running)"
-        learn,was = self.learn,self._opening  # `was`: None when no fit is opening, else whether a validation held the learner when it began
+        """At a `before_fit`: (a `Learner.fit` starts, not `validate`, `get_preds` or `lr_find`; no other fit of the
+        learner is running)"""
+        # `was`: None when no fit is opening, else whether a validation held the learner when it began
+        learn,was = self.learn,self._opening
         if self.depth:  # inside a call: its wrapper saw each of its `Learner.fit`s begin
             held = _validating(learn)
             if was is not None and (was or not held):  # the opening fit's own
@@ -137,7 +148,8 @@ class Session:
         return fit and not hasattr(learn, 'lr_finder'), alone
 
     def _listeners(self, event:str, back:bool=False) -> list:
-        "The probes that do something at `event`, in the start order (or reversed), worked out once per session: the others are not called"
+        """The probes that do something at `event`, in the start order (or reversed), worked out once per session: the
+        others are not called"""
         k = (event, back)  # the probes are fixed once the session is made
         got = self._heard.get(k)
         if got is None:
@@ -145,24 +157,26 @@ class Session:
         return got
 
     def _tell(self, event:str, probes=None):
-        """Call `event` on each probe that listens to it (the start order, or `probes`); a probe that fails warns (raises in strict mode)
-        and the others go on"""
+        """Call `event` on each probe that listens to it (the start order, or `probes`); a probe that fails warns
+        (raises in strict mode) and the others go on"""
         for p in (self._listeners(event) if probes is None else probes):
             f = getattr(p, event)
             try: f(self)
             except Exception as e:
                 if strict_mode(): raise
-                warnings.warn(f"fastprofile: {type(p).__name__}.{event} failed and was skipped ({type(e).__name__}: {e}); training is "
-                              f"unaffected")
+                warnings.warn(f"fastprofile: {type(p).__name__}.{event} failed and was skipped ({type(e).__name__}: "
+                              f"{e}); training is unaffected")
 
     def _tell_back(self, event:str): self._tell(event, self._listeners(event, back=True))
 
     def fit_starts(self) -> bool:
-        "`before_fit` (from the pair's first callback): a fit of the call starts (True), or something nested in one (False)"
+        """`before_fit` (from the pair's first callback): a fit of the call starts (True), or something nested in one
+        (False)"""
         learn = self.learn
         fit,alone = self._fit_begins()
         if self.contexts and fit and alone:  # a fit that ended by an exception left its context open
-            if self.depth: self._close_open(_Unseen())  # inside a call that goes on (a `profiling()` block caught the exception)
+            # inside a call that goes on (a `profiling()` block caught the exception)
+            if self.depth: self._close_open(_Unseen())
             else: self._end(_Unseen())  # the pair added by hand: each fit is a call
         if self.contexts or not fit:
             if self.measuring: self._tell('pause')
@@ -180,8 +194,8 @@ class Session:
         return True
 
     def fit_ends(self):
-        """`after_fit` (from the pair's last callback): a fit of the call ends (and, with no method wrapper around it, the call), or
-        something nested in it"""
+        """`after_fit` (from the pair's last callback): a fit of the call ends (and, with no method wrapper around it,
+        the call), or something nested in it"""
         kind = self.contexts.pop() if self.contexts else None
         if kind == 'stage':
             self.contexts.append(kind)  # still in the stage while the probes end it
@@ -205,7 +219,8 @@ class Session:
         finally: self.phase = None
 
     def _ending(self, f, *args):
-        "Run a step of the call's end; an interrupt (or a strict-mode failure) is held back until the result is on the learner"
+        """Run a step of the call's end; an interrupt (or a strict-mode failure) is held back until the result is on the
+        learner"""
         try: return f(*args)
         except BaseException as e:
             if self._interrupt is None: self._interrupt = e
@@ -216,7 +231,8 @@ class Session:
             try: p.contribute(self.facts)
             except Exception as e:
                 if strict_mode(): raise
-                warnings.warn(f"fastprofile: {type(p).__name__}.contribute failed and was skipped ({type(e).__name__}: {e})")
+                warnings.warn(f"fastprofile: {type(p).__name__}.contribute failed and was skipped ({type(e).__name__}: "
+                              f"{e})")
 
     def _keep(self, res):
         "Put the result where the user finds it (`learn.simple_profile`), before any output step"
@@ -233,11 +249,13 @@ class Session:
             while self.contexts:
                 if self.contexts[-1] == 'stage': self._tell_back('end_stage')
                 self.contexts.pop()
-            if self.record is not None: self.record.close(interrupted=True)  # at the last batch seen; the next stage opens it again
+            # at the last batch seen; the next stage opens it again
+            if self.record is not None: self.record.close(interrupted=True)
         finally: self.exc = None
 
     def _end(self, exc:BaseException|None):
-        "The call is over, however it ended: probes end and contribute → result → on the learner → learner put back → save, log, show"
+        """The call is over, however it ended: probes end and contribute → result → on the learner → learner put back →
+        save, log, show"""
         if not self.active:
             self.contexts = []
             return
@@ -264,12 +282,13 @@ class Session:
         held,self._interrupt = self._interrupt,None
         if held is None: return
         if exc is None: raise held
-        warnings.warn(f"fastprofile: ending the call also raised {type(held).__name__}: {held}")  # the call's own exception goes on
+        # the call's own exception goes on
+        warnings.warn(f"fastprofile: ending the call also raised {type(held).__name__}: {held}")
 
     def _release(self):
-        """A session that added its callbacks (`learn.profile()`, `profiling()`) is spent when its call ends: it lets go of its probes, and
-        its profile of it, so that what the call made is freed as soon as nothing uses it, not left in reference cycles for the garbage
-        collector (whose passes cost a short fit ~0.1 ms)"""
+        """A session that added its callbacks (`learn.profile()`, `profiling()`) is spent when its call ends: it lets go
+        of its probes, and its profile of it, so that what the call made is freed as soon as nothing uses it, not left
+        in reference cycles for the garbage collector (whose passes cost a short fit ~0.1 ms)"""
         if not self.cbs: return  # the pair added by hand (or a callback's own session): it goes on, each fit a call
         if self.profile.session is self: self.profile.session = None
         self.probes,self.cbs,self._heard = [],[],{}
@@ -279,23 +298,25 @@ class _ProfiledMethod:
     "`learn.<name>` while a `Session` arms the learner: the call goes through the session"
     def __init__(self, session, name): self.session,self.name = session,name
     def __call__(self, *args, **kwargs): return self.session.call(self.name, *args, **kwargs)
-    def __reduce__(self): return (getattr, (self.session.learn, self.name))  # pickled (`learn.export()`): the plain method
+    # pickled (`learn.export()`): the plain method
+    def __reduce__(self): return (getattr, (self.session.learn, self.name))
     def __repr__(self): return f"<{type(self.session.learn).__name__}.{self.name}, profiled by fastprofile>"
 
 def _take_off(learn, cbs):
-    """Take the session's callbacks off `learn` as fastai's `remove_cb` does, also those that took themselves off `learn.cbs` meanwhile
-    (`EfficiencyCallback` once its work is done): their `learn.<name>` goes too"""
+    """Take the session's callbacks off `learn` as fastai's `remove_cb` does, also those that took themselves off
+    `learn.cbs` meanwhile (`EfficiencyCallback` once its work is done): their `learn.<name>` goes too"""
     learn.remove_cbs([cb for cb in cbs if cb in learn.cbs])
     for cb in cbs:
         if cb not in learn.cbs and learn.__dict__.get(cb.name) is cb: delattr(learn, cb.name); cb.learn = None
 
 # %% ../../nbs/06a_session.ipynb #e883d2d1
 def _stack_says(learn) -> tuple:
-    """For a `before_fit` that no method wrapper saw coming (a callback added by hand, a fit around the wrapper): (fastai is starting a
-    `Learner.fit` of `learn`, not `validate`/`get_preds`; no other fit of `learn` is running), from fastai's stack, the one place that
-    says"""
+    """For a `before_fit` that no method wrapper saw coming (a callback added by hand, a fit around the wrapper):
+    (fastai is starting a `Learner.fit` of `learn`, not `validate`/`get_preds`; no other fit of `learn` is running),
+    from fastai's stack, the one place that says"""
     f,fit,n = sys._getframe(1),None,0
-    while f is not None:  # `Learner._with_events(..., 'fit')` fires a fit's `before_fit`, `Learner.__enter__` a validation's
+    # `Learner._with_events(..., 'fit')` fires a fit's `before_fit`, `Learner.__enter__` a validation's
+    while f is not None:
         c = f.f_code.co_name
         if (c == '_with_events' or c == '__enter__') and f.f_locals.get('self') is learn:
             one = c == '_with_events' and f.f_locals.get('event_type') == 'fit'
@@ -305,7 +326,8 @@ def _stack_says(learn) -> tuple:
     return bool(fit), n <= 1
 
 def _validating(learn) -> bool:
-    "Whether a fastai validation (`validate`, `get_preds`, `predict`) holds `learn`: its `validation_context` holds `learn.lock`"
+    """Whether a fastai validation (`validate`, `get_preds`, `predict`) holds `learn`: its `validation_context` holds
+    `learn.lock`"""
     lock = getattr(learn, 'lock', None)
     return lock is not None and lock.locked()
 
@@ -323,9 +345,9 @@ class _Unseen(Exception):
 _ACTIVE = weakref.WeakKeyDictionary()  # learner -> the session whose call is running on it
 
 def driven_by(cb, held:Session|None, make=None) -> Session|None:
-    """The session to which callback `cb` forwards fastai's fit and phase events: `held` (the one it has) while it is on `cb`'s learner; at
-    a `before_fit` (`make` given) with none there, `make(learn)`, a session of `cb` added by hand (each fit a call). None while another
-    session's call drives `cb` (that session's pair forwards the events)"""
+    """The session to which callback `cb` forwards fastai's fit and phase events: `held` (the one it has) while it is on
+    `cb`'s learner; at a `before_fit` (`make` given) with none there, `make(learn)`, a session of `cb` added by hand
+    (each fit a call). None while another session's call drives `cb` (that session's pair forwards the events)"""
     learn = cb.learn
     s = _ACTIVE.get(learn)
     if s is not None and s is not held and cb in s.probes: return None
@@ -333,8 +355,8 @@ def driven_by(cb, held:Session|None, make=None) -> Session|None:
     return make(learn)
 
 class ProbeCallback(Callback, Probe):
-    """A fastai `Callback` that is also a `Probe`: a session drives it; added to a learner by hand, it drives itself with a session of its
-    own (each fit a call)"""
+    """A fastai `Callback` that is also a `Probe`: a session drives it; added to a learner by hand, it drives itself
+    with a session of its own (each fit a call)"""
     _own = None
     def _hand(self, start:bool=False) -> Session|None:
         "Its own session when no other drives this callback (made at a fit's start, with `start`); None when driven"

@@ -48,7 +48,8 @@ class _Timed:
 
 # %% ../../nbs/08a_costs.ipynb #b51c1b07
 def stand_in(obj, attr:str, name:str, sink, stack:list) -> _Timed|None:
-    "A `_Timed` for `obj.attr` (the class's method, or a function set on the instance), or None if there is nothing to time"
+    """A `_Timed` for `obj.attr` (the class's method, or a function set on the instance), or None if there is nothing to
+    time"""
     f = obj.__dict__.get(attr, _MISSING)
     if isinstance(f, _Timed): return None
     if f is _MISSING: f = getattr(obj, attr, None)
@@ -59,8 +60,9 @@ def metric_name(m) -> str:
     return f"metric {getattr(m, 'name', type(m).__name__)}"
 
 def event_methods(learn, events, skip=()) -> list:
-    """`(obj, attr, name)` for each event method of `events` that `learn`'s callbacks define (class or instance), and each metric's
-    `accumulate`; callbacks of a class marked `_untimed` (fastprofile's own) or of a type in `skip` left out"""
+    """`(obj, attr, name)` for each event method of `events` that `learn`'s callbacks define (class or instance), and
+    each metric's `accumulate`; callbacks of a class marked `_untimed` (fastprofile's own) or of a type in `skip` left
+    out"""
     out = []
     for cb in learn.cbs:
         if getattr(type(cb), '_untimed', False) or isinstance(cb, skip): continue
@@ -71,7 +73,8 @@ def event_methods(learn, events, skip=()) -> list:
     return out
 
 # %% ../../nbs/08a_costs.ipynb #fbcf9681
-# fastai's events of one batch, in order: its `_inner_loop` leaves out `after_cancel_step`, which fires inside a batch too
+# fastai's events of one batch, in order: its `_inner_loop` leaves out `after_cancel_step`, which fires inside a batch
+# too
 _BATCH_LOOP = tuple(_events[_events.index('before_batch'):_events.index('after_batch')+1])
 
 def _phase(learn, event):
@@ -100,20 +103,22 @@ def squares_from(rows) -> dict:
     return {tuple(r['key']):unplain_num(r['squares']) for r in rows}
 
 def mean_spread(total:float, squares:float, n:int) -> float:
-    """How far a mean of `n` batches' seconds may be off: 2·s/√n, `s` their standard deviation (from their `total` and `squares`); NaN for
-    one"""
+    """How far a mean of `n` batches' seconds may be off: 2·s/√n, `s` their standard deviation (from their `total` and
+    `squares`); NaN for one"""
     if n < 2: return math.nan
     return 2*math.sqrt(max(squares - total*total/n, 0.)/(n - 1)/n)
 
 def cost_spread(c, phase:str, name:str, event:str|None=None) -> float:
-    "`mean_spread` of `name`'s `event` (None: its events but `before_draw`, added up) per batch of `phase` in `c`; NaN if not timed there"
+    """`mean_spread` of `name`'s `event` (None: its events but `before_draw`, added up) per batch of `phase` in `c`; NaN
+    if not timed there"""
     n = c.batches.get(phase, 0)
     if event is not None:
         t,sq = c.costs.get((phase,name,event)),c.squares.get((phase,name,event))
         return math.nan if t is None or sq is None else mean_spread(t[0], sq, n)
     sq = c.callback_squares.get((phase,name))
     if sq is None: return math.nan
-    return mean_spread(sum(t for (p,m,e),(t,_) in c.costs.items() if p == phase and m == name and e != 'before_draw'), sq, n)
+    return mean_spread(sum(t for (p,m,e),(t,_) in c.costs.items() if p == phase and m == name and e != 'before_draw'),
+                       sq, n)
 
 _UNITS = {'ns':(1e9, 0), 'µs':(1e6, 1), 'ms':(1e3, 2), 's':(1., 2)}  # `fmt_time`'s units: scale and decimals
 
@@ -125,20 +130,22 @@ def fmt_time_spread(s:float, spread:float) -> str:
     return f"{t} ±{spread*u[0]:,.{u[1]}f}"
 
 class SampledCosts:
-    """What a `CostSampler` measured: each callback event's and metric's cost per sampled batch (and its spread), and every event between
-    batches"""
+    """What a `CostSampler` measured: each callback event's and metric's cost per sampled batch (and its spread), and
+    every event between batches"""
     def __init__(self):
         self.costs = {}  # (phase, name, event) -> [seconds, calls] over the sampled batches
         self.batches = defaultdict(int)  # phase -> batches sampled
         self.epoch = {}  # (name, event) -> [seconds, calls]: events between batches, all of them
-        self.draw = {}  # phase -> {part: seconds}: the copy to the device and each `after_batch` transform, over the sampled batches
+        # phase -> {part: seconds}: the copy to the device and each `after_batch` transform, over the sampled batches
+        self.draw = {}
         self.drawn = defaultdict(int)  # phase -> sampled batches whose draw was split
         self.squares = {}  # (phase, name, event) -> its seconds in each sampled batch, squared and summed (its spread)
         # (phase, name) -> the same for a callback's or metric's events in a batch added up (`before_draw` left out)
         self.callback_squares = {}
         self.draw_squares = {}  # phase -> {part: its seconds in each split draw, squared and summed}
 
-    def __setstate__(self, d): self.__init__(); self.__dict__.update(d)  # pickled by fastprofile 0.2 or older: no squares
+    # pickled by fastprofile 0.2 or older: no squares
+    def __setstate__(self, d): self.__init__(); self.__dict__.update(d)
 
     def _add_sample(self, phase, sample):
         self.batches[phase] += 1
@@ -149,8 +156,10 @@ class SampledCosts:
             if c is None: self.costs[k] = [dt, 1]
             else: c[0] += dt; c[1] += 1
             self.squares[k] = self.squares.get(k, 0.) + dt*dt
-            if event != 'before_draw': per[name] = per.get(name, 0.) + dt  # between batches: not the batch's callback cost
-        for name,dt in per.items(): self.callback_squares[(phase,name)] = self.callback_squares.get((phase,name), 0.) + dt*dt
+            # between batches: not the batch's callback cost
+            if event != 'before_draw': per[name] = per.get(name, 0.) + dt
+        for name,dt in per.items():
+            self.callback_squares[(phase,name)] = self.callback_squares.get((phase,name), 0.) + dt*dt
 
     def _add_draw(self, phase, parts):
         self.drawn[phase] += 1
@@ -158,19 +167,21 @@ class SampledCosts:
         for k,v in parts.items(): d[k] = d.get(k, 0.) + v; sq[k] = sq.get(k, 0.) + v*v
 
     def draw_parts(self, phase:str='train') -> dict:
-        """Mean seconds per sampled batch of `phase` of each part of `draw` run in the main process: `copy` (to the device) and each
-        `after_batch` transform, by name"""
+        """Mean seconds per sampled batch of `phase` of each part of `draw` run in the main process: `copy` (to the
+        device) and each `after_batch` transform, by name"""
         n = self.drawn.get(phase, 0)
         return {k:v/n for k,v in self.draw.get(phase, {}).items()} if n else {}
 
     def draw_spread(self, phase:str='train') -> dict:
-        """How far each of `draw_parts(phase)` may be off, in seconds: 2 standard errors of its mean over the split draws (NaN for fewer
-        than 2)"""
+        """How far each of `draw_parts(phase)` may be off, in seconds: 2 standard errors of its mean over the split
+        draws (NaN for fewer than 2)"""
         n,sq = self.drawn.get(phase, 0),self.draw_squares.get(phase, {})
-        return {k:mean_spread(v, sq[k], n) if k in sq else math.nan for k,v in self.draw.get(phase, {}).items()} if n else {}
+        return ({k:mean_spread(v, sq[k], n) if k in sq else math.nan for k,v in self.draw.get(phase, {}).items()} if n
+                else {})
 
     def spread(self, phase:str, name:str, event:str|None=None) -> float:
-        "How far the seconds per sampled batch of `name`'s `event` (None: its events added up) in `phase` may be off: 2 standard errors"
+        """How far the seconds per sampled batch of `name`'s `event` (None: its events added up) in `phase` may be off:
+        2 standard errors"""
         return cost_spread(self, phase, name, event)
 
     def _add_epoch(self, name, event, dt):
@@ -179,53 +190,61 @@ class SampledCosts:
         else: c[0] += dt; c[1] += 1
 
     def rows(self) -> list:
-        """The rows of `callback_costs`, in its order, as tuples (phase, name, event, total, calls, per_batch): no DataFrame (the diagnosis
-        reads these)"""
+        """The rows of `callback_costs`, in its order, as tuples (phase, name, event, total, calls, per_batch): no
+        DataFrame (the diagnosis reads these)"""
         rows = [(p, n, e, tot, c, tot/self.batches[p]) for (p,n,e),(tot,c) in self.costs.items() if self.batches.get(p)]
         rows += [('fit', n, e, tot, c, math.nan) for (n,e),(tot,c) in self.epoch.items()]
-        return sorted(rows, key=lambda r: r[5] if r[5] == r[5] else r[3], reverse=True)  # stable: equal costs keep their order
+        # stable: equal costs keep their order
+        return sorted(rows, key=lambda r: r[5] if r[5] == r[5] else r[3], reverse=True)
 
     def callback_costs(self) -> pd.DataFrame:
-        """One row per (phase, callback or metric, event), as `Breakdown.callback_costs`: `per_batch` and its `spread`; between batches
-        ('fit'): `total`"""
+        """One row per (phase, callback or metric, event), as `Breakdown.callback_costs`: `per_batch` and its `spread`;
+        between batches ('fit'): `total`"""
         rows = [(*r, self.spread(*r[:3]) if r[0] != 'fit' else math.nan) for r in self.rows()]
         return pd.DataFrame(rows, columns=['phase','name','event','total','calls','per_batch','spread'])
 
     def lines(self, n:int=5) -> list:
         "The `n` costliest callback events per batch (± their spread), and between batches"
         df = self.callback_costs()
-        out = [f"{r.name}.{r.event} ({r.phase}): {fmt_time_spread(r.per_batch, r.spread)} per batch ({self.batches[r.phase]} sampled)"
-               for r in df[df.phase != 'fit'].head(n).itertuples()]
-        out += [f"{r.name}.{r.event}: {fmt_time(r.total)} in all, {r.calls} calls" for r in df[df.phase == 'fit'].head(n).itertuples()]
+        out = [f"{r.name}.{r.event} ({r.phase}): {fmt_time_spread(r.per_batch, r.spread)} per batch "
+               f"({self.batches[r.phase]} sampled)" for r in df[df.phase != 'fit'].head(n).itertuples()]
+        out += [f"{r.name}.{r.event}: {fmt_time(r.total)} in all, {r.calls} calls"
+                for r in df[df.phase == 'fit'].head(n).itertuples()]
         for p in ('train','valid'):
             parts,sp = self.draw_parts(p),self.draw_spread(p)
-            if parts: out.append(f"{p} draw, in the main process: " + ', '.join(f"{k} {fmt_time_spread(v, sp[k])}" for k,v in parts.items())
-                                 + f" per batch ({self.drawn[p]} sampled)")
+            if parts:
+                out.append(f"{p} draw, in the main process: "
+                           + ', '.join(f"{k} {fmt_time_spread(v, sp[k])}" for k,v in parts.items())
+                           + f" per batch ({self.drawn[p]} sampled)")
         return out
 
     def __repr__(self): return '\n'.join(self.lines()) or 'SampledCosts (empty)'
 
 # %% ../../nbs/08a_costs.ipynb #5ad0c013
 class CostSampler(Probe):
-    """A probe (and `Profile(on_batch=...)`): times every callback's batch events and metric's `accumulate` on sampled batches, and every
-    event between batches"""
+    """A probe (and `Profile(on_batch=...)`): times every callback's batch events and metric's `accumulate` on sampled
+    batches, and every event between batches"""
     def __init__(self,
         learn, # The `Learner` whose callbacks and metrics are timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up; at least 1)
-        # Batches sampled right after the warm-up, in each train and valid phase (at most one in 16 of its batches, at least one)
+        # Batches sampled right after the warm-up, in each train and valid phase (at most one in 16 of its batches, at
+        # least one)
         first:int=3,
         every:int=32, # Then every `every`-th batch of the phase
     ):
         check_int('warmup', warmup, 0); check_int('first', first, 0); check_int('every', every, 1)
-        # `_learn`, not `learn`: fastai's WandbCallback logs the `__init__` arguments an object holds, recursively (the Profile holds this)
+        # `_learn`, not `learn`: fastai's WandbCallback logs the `__init__` arguments an object holds, recursively (the
+        # Profile holds this)
         self._learn,self.first,self.every,self._w = learn,first,every,max(warmup, 1)
         self._first = first  # this phase's: `first`, capped on a short phase (`first_samples`)
-        self._stack,self._armed,self._patches,self._plan,self._plan_key,self._pipes,self._parts = [],[],None,[],None,[],{}
+        self._stack,self._armed,self._patches,self._plan,self._plan_key,self._pipes,self._parts = (
+            [],[],None,[],None,[],{})
         self.costs,self._sample,self._target,self._next,self._seen = SampledCosts(),{},None,self._w,set()
 
     def __repr__(self): return f"{type(self).__name__}(first={self.first}, every={self.every})"
     # pickled with the learner
-    def __getstate__(self): return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None, '_pipes':[]}
+    def __getstate__(self):
+        return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None, '_pipes':[]}
 
     # ---- the probe ----
     def start(self, s):
@@ -237,19 +256,20 @@ class CostSampler(Probe):
         self._drop(); self._next,self._first = self._w,first_samples(self.first, self._learn.dl, self._w)
     def end_phase(self, s): self._drop()
     def pause(self, s): self._drop()  # what runs nested (a `validate()` from a callback) is not the sampled batch
-    def end(self, s): self._drop(); self._plan,self._plan_key = [],None  # its stand-ins hold `_add`: no cycle left after the call
+    # its stand-ins hold `_add`: no cycle left after the call
+    def end(self, s): self._drop(); self._plan,self._plan_key = [],None
     def measured(self): return self.costs
 
-    # ---- on the registry: made for every call but one with `breakdown=True` (the breakdown times every callback itself) ----
+    # ---- on the registry: made for every call but one with `breakdown=True` (the breakdown times every callback
+    # itself) ----
     key,options,probe_order,per_batch = 'callback_costs',('breakdown','warmup'),30,True
     @classmethod
     def make(cls, call): return None if call.options.breakdown else cls(call.learn, warmup=call.options.warmup)
     @classmethod
     def to_json(cls, c:SampledCosts) -> dict:
-        return dict(costs=costs_state(c.costs), batches=dict(c.batches), epoch=costs_state(c.epoch), draw=to_plain(c.draw),
-                    drawn=dict(c.drawn),
-                    squares=squares_state(c.squares), callback_squares=squares_state(c.callback_squares),
-                    draw_squares=to_plain(c.draw_squares))
+        return dict(costs=costs_state(c.costs), batches=dict(c.batches), epoch=costs_state(c.epoch),
+                    draw=to_plain(c.draw), drawn=dict(c.drawn), squares=squares_state(c.squares),
+                    callback_squares=squares_state(c.callback_squares), draw_squares=to_plain(c.draw_squares))
     @classmethod
     def from_json(cls, d:dict) -> SampledCosts:
         c = SampledCosts()  # saved by fastprofile 0.2 or older: no squares (no spreads)
@@ -271,8 +291,8 @@ class CostSampler(Probe):
         return self._w + -(-k//self.every)*self.every
 
     def _step(self, i:int):
-        """After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled (the stand-ins stay on from one
-        sampled batch to the next)"""
+        """After batch `i`: end its sample if it was sampled, then arm the next batch if it is to be sampled (the
+        stand-ins stay on from one sampled batch to the next)"""
         j = i + 1
         sample = j >= self._next and j < getattr(self._learn, 'n_iter', j + 1)
         if self._target is not None:
@@ -283,8 +303,8 @@ class CostSampler(Probe):
         self._begin(j)
 
     def _carry_on(self, j:int):
-        """Batch `j` is sampled right after the one that just ended: keep that one's sample, the stand-ins stay on, the pipelines time the
-        next draw"""
+        """Batch `j` is sampled right after the one that just ended: keep that one's sample, the stand-ins stay on, the
+        pipelines time the next draw"""
         training = self._learn.training
         self._keep(training, bool(self._pipes))
         self._next,self._target,self._sample,self._parts = self._after(j),(training, j),{},{}
@@ -293,7 +313,8 @@ class CostSampler(Probe):
     def _begin(self, j:int):
         "Install the stand-ins for batch `j` of this phase"
         self._target,self._sample,self._parts = (self._learn.training, j),{},{}
-        self._armed = [self._patches.set(t.obj, t.attr, t) for t in self._batch_plan() if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
+        self._armed = [self._patches.set(t.obj, t.attr, t) for t in self._batch_plan()
+                       if t.obj.__dict__.get(t.attr, _MISSING) is t.prev]
         self._pipes = self._draw_pipes()
         for tp in self._pipes: tp.on()
 
@@ -317,8 +338,8 @@ class CostSampler(Probe):
         if split: self.costs._add_draw(p, self._parts)
 
     def _draw_pipes(self) -> list:
-        """A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each `after_batch` transform, timed
-        at the next draw"""
+        """A `TimedPipeline` for each fastai loader of the phase in flight: its copy to the device and each
+        `after_batch` transform, timed at the next draw"""
         return timed_pipelines(getattr(self._learn, 'dl', None), self._draw_part, self._patches)
 
     def _draw_part(self, name, t0, t1):
@@ -332,7 +353,8 @@ class CostSampler(Probe):
         key = (id(learn.cbs), len(learn.cbs), tuple(map(id, learn.cbs)), id(mets), tuple(map(id, mets)))
         if key != self._plan_key:
             batch,epoch = _methods(learn)
-            self._plan = [t for obj,attr,name in batch if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
+            self._plan = [t for obj,attr,name in batch
+                          if (t := stand_in(obj, attr, name, self._add, self._stack)) is not None]
             for obj,attr,name in epoch:  # between batches: on until the call ends
                 if (id(obj), attr) in self._seen or attr == 'accumulate': continue
                 t = stand_in(obj, attr, name, self.costs_epoch, self._stack)
@@ -356,11 +378,13 @@ register(CostSampler)
 _METHODS = weakref.WeakKeyDictionary()
 
 def _methods(learn) -> tuple:
-    """`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks (fastprofile's own, made
-    for each call, aside), its metrics, or their instance or class attributes change"""
+    """`event_methods` of `learn` for the batch events and the epoch events, worked out again when its callbacks
+    (fastprofile's own, made for each call, aside), its metrics, or their instance or class attributes change"""
     cbs,mets = [cb for cb in learn.cbs if not getattr(type(cb), '_untimed', False)],getattr(learn, 'metrics', [])
-    # a method set on a callback instance adds an attribute; one added to its class (`@patch`) adds to the class's namespace
-    key = (tuple(map(id, cbs)), tuple(len(cb.__dict__) for cb in cbs), tuple(len(type(cb).__dict__) for cb in cbs), tuple(map(id, mets)))
+    # a method set on a callback instance adds an attribute; one added to its class (`@patch`) adds to the class's
+    # namespace
+    key = (tuple(map(id, cbs)), tuple(len(cb.__dict__) for cb in cbs), tuple(len(type(cb).__dict__) for cb in cbs),
+           tuple(map(id, mets)))
     got = _METHODS.get(learn)
     if got is not None and got[0] == key:
         out = [[(o,a,n) for r,a,n in ms if (o := r()) is not None] for ms in got[1:]]

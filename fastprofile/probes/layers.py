@@ -27,7 +27,8 @@ __all__ = ['describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'fmt_sha
 def _dims(t) -> str: return '×'.join(map(str, t))
 
 def describe_module(m:nn.Module) -> str:
-    "What module `m` is, in a few words: `Conv2d 3→64, 7×7`, `Linear 512→10`, `Embedding 10,000×64`, `LSTM 64→128`; else its class name"
+    """What module `m` is, in a few words: `Conv2d 3→64, 7×7`, `Linear 512→10`, `Embedding 10,000×64`, `LSTM 64→128`;
+    else its class name"""
     c = type(m).__name__
     if isinstance(m, nn.modules.conv._ConvNd):
         s = f"{c} {m.in_channels}→{m.out_channels}, {_dims(m.kernel_size)}"
@@ -35,14 +36,16 @@ def describe_module(m:nn.Module) -> str:
         return s + (f", {m.groups} groups" if m.groups > 1 else '')
     if isinstance(m, nn.Linear): return f"{c} {m.in_features}→{m.out_features}"
     if isinstance(m, (nn.Embedding, nn.EmbeddingBag)): return f"{c} {m.num_embeddings:,}×{m.embedding_dim}"
-    if isinstance(m, nn.RNNBase): return f"{c} {m.input_size}→{m.hidden_size}" + (f", {m.num_layers} layers" if m.num_layers > 1 else '')
+    if isinstance(m, nn.RNNBase):
+        return f"{c} {m.input_size}→{m.hidden_size}" + (f", {m.num_layers} layers" if m.num_layers > 1 else '')
     if isinstance(m, nn.modules.batchnorm._NormBase): return f"{c} {m.num_features}"
     if isinstance(m, nn.LayerNorm): return f"{c} {_dims(m.normalized_shape)}"
     if isinstance(m, nn.MultiheadAttention): return f"{c} {m.embed_dim}, {m.num_heads} heads"
     return c
 
 def layer_flops(m:nn.Module, args, out) -> int:
-    "FLOPs of one forward call of a linear or convolution layer `m`, from its inputs `args` and output `out` (0 for other modules)"
+    """FLOPs of one forward call of a linear or convolution layer `m`, from its inputs `args` and output `out` (0 for
+    other modules)"""
     if not isinstance(out, torch.Tensor): return 0
     if isinstance(m, nn.Linear): return 2*m.in_features*out.numel()
     if isinstance(m, nn.modules.conv._ConvTransposeNd):  # each input element meets out_channels/groups kernels
@@ -54,28 +57,34 @@ def layer_flops(m:nn.Module, args, out) -> int:
 # %% ../../nbs/16f_layers.ipynb #5d69626a
 @dataclass
 class LayerTime:
-    "One module's self time (its own work; its submodules' left out) summed over the sampled batches, and in each kept one"
+    """One module's self time (its own work; its submodules' left out) summed over the sampled batches, and in each kept
+    one"""
     name:str  # Its name in the model (`model.named_modules()`); '' for the model itself
     kind:str  # What it is (`describe_module`)
     forward:float=0.  # Seconds of self time in the forward passes
-    backward:float=0.  # Seconds of self time in the backward passes (from the gradient of its output to the next module's)
+    # Seconds of self time in the backward passes (from the gradient of its output to the next module's)
+    backward:float=0.
     calls:int=0  # Forward calls (a module used twice in a forward: 2 a batch)
     flops:float=0.  # FLOPs of its forward and backward (linear and convolution layers, from shapes); 0: not estimated
-    batch_times:list=field(default_factory=list)  # Seconds of self time (forward+backward) in each kept sampled batch (`LayerTimes.stride`)
+    # Seconds of self time (forward+backward) in each kept sampled batch (`LayerTimes.stride`)
+    batch_times:list=field(default_factory=list)
 
     @property
     def total(self) -> float: return self.forward + self.backward
-    def __setstate__(self, d): self.__dict__.update({'batch_times': [], **d})  # pickled by fastprofile 0.2 or older: no per-batch times
+    # pickled by fastprofile 0.2 or older: no per-batch times
+    def __setstate__(self, d): self.__dict__.update({'batch_times': [], **d})
 
 class _FoldedOnRead:
-    "`LayerTimes.layers`: the marks of the sampled batches (`_raw`) become self times when it is first read (often never)"
+    """`LayerTimes.layers`: the marks of the sampled batches (`_raw`) become self times when it is first read (often
+    never)"""
     def __get__(self, obj, cls=None):
         if obj is None: return None  # the field's default: `__set__` makes it an empty dict
         if obj._raw: _fold(obj)
         return obj._layers
     def __set__(self, obj, v): obj._layers = {} if v is None else v
 
-_SPREAD = 2*math.sqrt(math.pi/2)*1.4826  # 2 standard errors of a median of k values, in units of their median absolute deviation over √k
+# 2 standard errors of a median of k values, in units of their median absolute deviation over √k
+_SPREAD = 2*math.sqrt(math.pi/2)*1.4826
 
 @dataclass
 class LayerTimes:
@@ -87,12 +96,14 @@ class LayerTimes:
     iters:list=field(default_factory=list)  # fastai's `train_iter` of each (its count of training batches in the fit)
     layers:dict=_FoldedOnRead()  # Module name -> `LayerTime` (None: empty)
     failure:str|None=None  # Why nothing was measured, if nothing was
-    # One sampled batch in `stride` keeps its self times (`LayerTime.batch_times`): doubled when `_TIMES` are kept, so memory stays bounded
+    # One sampled batch in `stride` keeps its self times (`LayerTime.batch_times`): doubled when `_TIMES` are kept, so
+    # memory stays bounded
     stride:int=1
     _raw = ()  # The marks of sampled batches not yet folded into `layers` (`LayerTimer` appends them)
     _dev = None  # The CUDA device index of the marks' events (on a GPU)
 
-    def __del__(self):  # marks never read: their CUDA events go back to the spare list (a forked worker must not free them)
+    # marks never read: their CUDA events go back to the spare list (a forked worker must not free them)
+    def __del__(self):
         try:
             if self._raw and self._dev is not None: give_back(_events(self._raw), self._dev)
         except Exception: pass  # the interpreter is exiting: nothing to keep
@@ -109,11 +120,13 @@ class LayerTimes:
     def total(self) -> float: return self.forward + self.backward
     @property
     def kept(self) -> int:
-        "Sampled batches whose self times every layer keeps (`LayerTime.batch_times`): what its median share and spread are over"
+        """Sampled batches whose self times every layer keeps (`LayerTime.batch_times`): what its median share and
+        spread are over"""
         return min((len(l.batch_times) for l in self.layers.values()), default=0)
 
     def ranked(self) -> dict:
-        "Module name -> (`share`, `spread`) in % of forward+backward, for every module at once (worked out again when the times change)"
+        """Module name -> (`share`, `spread`) in % of forward+backward, for every module at once (worked out again when
+        the times change)"""
         ls = self.layers  # (folds the marks waiting)
         key = (id(ls), len(ls), self.batches, self.stride, self.total)
         got = self.__dict__.get('_ranked')
@@ -121,9 +134,11 @@ class LayerTimes:
         return got[1]
 
     def _rank(self) -> dict:
-        "`ranked`, worked out: the median of each module's per-batch shares and 2 standard errors of it, over the kept batches"
+        """`ranked`, worked out: the median of each module's per-batch shares and 2 standard errors of it, over the kept
+        batches"""
         ls,k = list(self.layers.values()),self.kept
-        if k == 0:  # no per-batch times (saved by fastprofile 0.2 or older, or made from sums): the share of the sums, no spread
+        # no per-batch times (saved by fastprofile 0.2 or older, or made from sums): the share of the sums, no spread
+        if k == 0:
             t = self.total
             return {l.name:(100*l.total/t if t > 0 else math.nan, math.nan) for l in ls}
         x = np.array([l.batch_times[:k] for l in ls], dtype=np.float64)
@@ -140,46 +155,51 @@ class LayerTimes:
         return self.ranked()[name][0]
 
     def spread(self, name:str) -> float:
-        "How far `share(name)` may be off, in percentage points: 2 standard errors of that median (from its shares' MAD); NaN for one batch"
+        """How far `share(name)` may be off, in percentage points: 2 standard errors of that median (from its shares'
+        MAD); NaN for one batch"""
         return self.ranked()[name][1]
 
     def top(self, n:int=5) -> list:
         "The `n` modules with the largest share, most first (those of equal share: most self time first)"
         r = self.ranked()
-        return sorted(self.layers.values(), key=lambda l: (-r[l.name][0] if r[l.name][0] == r[l.name][0] else math.inf, -l.total))[:n]
+        return sorted(self.layers.values(),
+                      key=lambda l: (-r[l.name][0] if r[l.name][0] == r[l.name][0] else math.inf, -l.total))[:n]
 
     def leaders(self, n:int=2) -> list:
-        """The modules that clearly lead, at most `n`: each one's share less its spread above the next one's plus its spread, and more self
-        time than it in more than two thirds of the kept batches; [] if none does"""
+        """The modules that clearly lead, at most `n`: each one's share less its spread above the next one's plus its
+        spread, and more self time than it in more than two thirds of the kept batches; [] if none does"""
         r,out,k = self.ranked(),[],self.kept
         top = self.top(n + 1)
         for a,b in zip(top, top[1:] + [None]):
             (s,e),(s2,e2) = r[a.name],(r[b.name] if b is not None else (0., 0.))
             if len(out) == n or not s - e > s2 + e2: break  # NaN (no spread) never leads
             # the median and its spread leave out a stray batch; most batches must agree too (of 3: all 3; of 6: 5)
-            if b is not None and k > 1 and 3*sum(x > y for x,y in zip(a.batch_times[:k], b.batch_times[:k])) <= 2*k: break
+            if b is not None and k > 1 and 3*sum(x > y for x,y in zip(a.batch_times[:k], b.batch_times[:k])) <= 2*k:
+                break
             out.append(a)
         return out
 
     def label(self, l:LayerTime) -> str:
         "How the report names module `l`: `` `layers.0.conv` (Conv2d 3→64, 7×7) ``"
-        return f"`{l.name}` ({l.kind})" if l.name else f"`{self.model or l.kind}` (the model's own work, outside its submodules)"
+        return (f"`{l.name}` ({l.kind})" if l.name
+                else f"`{self.model or l.kind}` (the model's own work, outside its submodules)")
 
     def __repr__(self): return '\n'.join(self.lines())
 
     def table(self) -> pd.DataFrame:
-        "One row per module, largest share first: seconds per sampled batch, share of forward+backward and its spread, FLOP/s if estimated"
+        """One row per module, largest share first: seconds per sampled batch, share of forward+backward and its spread,
+        FLOP/s if estimated"""
         n,rows,r = max(self.batches, 1),[],self.ranked()
         for l in self.top(len(self.layers)):
-            rows.append({'module':l.name, 'kind':l.kind, 'forward':l.forward/n, 'backward':l.backward/n, 'total':l.total/n,
-                         'share':r[l.name][0],
-                         'spread':r[l.name][1], 'calls':l.calls/n,
+            rows.append({'module':l.name, 'kind':l.kind, 'forward':l.forward/n, 'backward':l.backward/n,
+                         'total':l.total/n, 'share':r[l.name][0], 'spread':r[l.name][1], 'calls':l.calls/n,
                          'flops_per_second':l.flops/l.total if l.flops and l.total > 0 else math.nan})
-        return pd.DataFrame(rows, columns=['module','kind','forward','backward','total','share','spread','calls','flops_per_second'])
+        return pd.DataFrame(rows, columns=['module','kind','forward','backward','total','share','spread','calls',
+                                           'flops_per_second'])
 
     def lines(self, n:int=5) -> list:
-        """What the report says: the `n` modules with the largest share, each with its spread and its forward and backward self time per
-        batch; whether one leads"""
+        """What the report says: the `n` modules with the largest share, each with its spread and its forward and
+        backward self time per batch; whether one leads"""
         if not self.layers: return [f"Layers: {self.failure or 'no training batch was sampled'}."]
         k,kept,r = self.batches,self.kept,self.ranked()
         how = 'CUDA events' if self.timing == 'events' else 'wall clock'
@@ -188,11 +208,13 @@ class LayerTimes:
                f"forward {fmt_time(self.forward/k)}, backward {fmt_time(self.backward/k)} a batch{med}):"]
         for l in self.top(n):
             fl = f", {fmt_flops(l.flops/l.total)}" if l.flops and l.total > 0 else ''
-            out.append(f"  {self.label(l)} {fmt_share(*r[l.name])}: forward {fmt_time(l.forward/k)}, backward {fmt_time(l.backward/k)}{fl}")
+            out.append(f"  {self.label(l)} {fmt_share(*r[l.name])}: forward {fmt_time(l.forward/k)}, backward "
+                       f"{fmt_time(l.backward/k)}{fl}")
         if len(self.layers) > 1 and kept and not self.leaders(1):
-            out.append("  No single layer dominates (the top ones are within their spread, or the sampled batches disagree on the "
-                       "first)." if kept > 1 else
-                       "  One sampled batch: too few for a spread, so no layer is named as the one that dominates.")
+            out.append("  No single layer dominates (the top ones are within their spread, or the sampled batches "
+                       "disagree on the first)." if kept > 1
+                       else "  One sampled batch: too few for a spread, so no layer is named as the one that "
+                       "dominates.")
         return out
 
 # %% ../../nbs/16f_layers.ipynb #cfbace24
@@ -203,9 +225,11 @@ def fmt_share(p:float, spread:float=math.nan) -> str:
 
 # %% ../../nbs/16f_layers.ipynb #f9f0a2aa
 _NOBODY = -1  # a mark's owner when the time from it is no module's (a hook's own time, the loss)
-_KEEP = 8  # sampled batches whose marks may wait unfolded for a read of `LayerTimes.layers`: more are folded at a training phase's end
-# sampled batches whose self times each layer keeps (`LayerTime.batch_times`) before every other one is dropped (`LayerTimes.stride`
-# doubles)
+# sampled batches whose marks may wait unfolded for a read of `LayerTimes.layers`: more are folded at a training phase's
+# end
+_KEEP = 8
+# sampled batches whose self times each layer keeps (`LayerTime.batch_times`) before every other one is dropped
+# (`LayerTimes.stride` doubles)
 _TIMES = 32
 _ENGINE = torch.autograd.Variable._execution_engine  # autograd's engine: it runs a callback when a backward ends
 
@@ -217,8 +241,10 @@ def _tensors(o, depth:int=0) -> list:
     return []
 
 def _grads(m, args) -> int:
-    "How many forwards' worth of FLOPs the backward of a linear or conv layer does: one for its input's gradient, one for its weight's"
-    x,w = (args[0] if args else None),m._parameters.get('weight')  # a registered parameter (not `m.weight`: `Module.__getattr__` is slow)
+    """How many forwards' worth of FLOPs the backward of a linear or conv layer does: one for its input's gradient, one
+    for its weight's"""
+    # a registered parameter (not `m.weight`: `Module.__getattr__` is slow)
+    x,w = (args[0] if args else None),m._parameters.get('weight')
     return int(isinstance(x, torch.Tensor) and x.requires_grad) + int(w is not None and w.requires_grad)
 
 def _cuda_mark(dev:int):
@@ -233,22 +259,27 @@ def _events(raw):
 def _no_mark(): return None  # on a GPU a hook's end needs no mark of its own: its work is on the CPU, not on the stream
 
 class LayerTimer(Probe):
-    "A probe: each module's forward and backward self time on a few spread-out training batches; its hooks are on the model only for those"
+    """A probe: each module's forward and backward self time on a few spread-out training batches; its hooks are on the
+    model only for those"""
     def __init__(self,
         learn, # The `Learner` whose model is timed
         warmup:int=1, # Batches at the start of each phase never sampled (the profile's warm-up)
-        # Batches sampled first: the first past the warm-up, then one every `spacing` training batches, across the call's phases
+        # Batches sampled first: the first past the warm-up, then one every `spacing` training batches, across the
+        # call's phases
         first:int=6,
-        every:int=256, # Then one more at the start of a training phase, once this many training batches have passed since the last
-        # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first); a phase shorter
-        # than twice this takes the samples the spacing puts in it one after the other, at its start
+        # Then one more at the start of a training phase, once this many training batches have passed since the last
+        every:int=256,
+        # Training batches from one of the `first` samples to the next (16: at most one in 16 batches, after the first);
+        # a phase shorter than twice this takes the samples the spacing puts in it one after the other, at its start
         spacing:int=SAMPLE_SHARE,
     ):
-        check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1); check_int('spacing', spacing, 1)
+        check_int('warmup', warmup, 0); check_int('first', first, 1); check_int('every', every, 1)
+        check_int('spacing', spacing, 1)
         self.learn,self.warmup,self.first,self.every,self.spacing = learn,warmup,first,every,spacing
         self.result,self._patches,self._undo,self._handles,self._off = LayerTimes(),None,None,[],None
         self._want,self._gap,self._last,self._early,self._since = 0,0,None,True,0
-        self._short,self._carry = None,0  # in a short phase: the samples still to take in it, and the gap after it (`phase`)
+        # in a short phase: the samples still to take in it, and the gap after it (`phase`)
+        self._short,self._carry = None,0
         self._installed,self._clock,self._cuda = False,time.perf_counter,False
         self._new_batch()
 
@@ -271,8 +302,10 @@ class LayerTimer(Probe):
         self._marks,self._stack,self._hooked,self._queued,self._iter = None,[],None,False,it
         if it is None: return
         n = len(self._names)
-        self._marks,self._hooked,self._calls,self._flops = [],set(),[0]*n,[0]*n  # `_hooked`: the autograd nodes (or leaf tensors) hooked
-        self._out = _no_mark if self._cuda else self._clock  # the clock at a hook's end (on the CPU its own time is no module's)
+        # `_hooked`: the autograd nodes (or leaf tensors) hooked
+        self._marks,self._hooked,self._calls,self._flops = [],set(),[0]*n,[0]*n
+        # the clock at a hook's end (on the CPU its own time is no module's)
+        self._out = _no_mark if self._cuda else self._clock
 
     def start(self, s):
         "The call starts: nothing measured, the first samples wanted; hooks go through the session's undo stack"
@@ -285,12 +318,14 @@ class LayerTimer(Probe):
         self._cuda,self._last = s.device.type == 'cuda',None  # `_last`: fastai counts `train_iter` from 0 again
         r.model,r.timing,self._clock = type(model).__name__,('events' if self._cuda else 'wall'),time.perf_counter
         if self._cuda: r._dev = torch.cuda.current_device(); self._clock = partial(_cuda_mark, r._dev)
-        self._off = ("the model is compiled (`torch.compile`): hooks on its modules would recompile it" if is_compiled(model) else
-                     "the model is a TorchScript module, which takes no hooks" if isinstance(model, torch.jit.ScriptModule) else None)
+        self._off = ("the model is compiled (`torch.compile`): hooks on its modules would recompile it"
+                     if is_compiled(model) else "the model is a TorchScript module, which takes no hooks"
+                     if isinstance(model, torch.jit.ScriptModule) else None)
         if self._off and not r.batches: r.failure = f"not measured: {self._off}"
 
     def phase(self, s):
-        "A training phase starts: arm the trigger while the first samples are wanted, or for one more once `every` training batches went by"
+        """A training phase starts: arm the trigger while the first samples are wanted, or for one more once `every`
+        training batches went by"""
         if s.phase != 'train' or self._off: return
         if self._early and self._want <= 0: self._early = False  # the first samples are all taken
         if self._early: self._since = 0
@@ -298,21 +333,25 @@ class LayerTimer(Probe):
         try: n = len(self.learn.dl)
         except Exception: n = None
         self._short = None
-        if self._early and self._want and n is not None and 0 < n - self.warmup < 2*self.spacing: self._shorten(n - self.warmup)
+        if self._early and self._want and n is not None and 0 < n - self.warmup < 2*self.spacing:
+            self._shorten(n - self.warmup)
         if self._want and self._short != 0: self._arm()
         self._since += 1 if n is None else n
 
     def _shorten(self, n:int):
-        """A short training phase (`n` batches past the warm-up, fewer than two spacings): the samples that the spacing would put in it,
-        taken one after the other from its first batch past the warm-up; the hooks then come off for the rest of it, and the spacing goes
-        on from where it would be at the phase's end"""
-        k = max(0, -(-(n - self._gap)//self.spacing))  # the spaced schedule's samples in the phase: at `_gap`, then every `spacing`
+        """A short training phase (`n` batches past the warm-up, fewer than two spacings): the samples that the spacing
+        would put in it, taken one after the other from its first batch past the warm-up; the hooks then come off for
+        the rest of it, and the spacing goes on from where it would be at the phase's end"""
+        # the spaced schedule's samples in the phase: at `_gap`, then every `spacing`
+        k = max(0, -(-(n - self._gap)//self.spacing))
         self._short,self._carry,self._gap = min(k, self._want),self._gap + k*self.spacing - n,0
 
     def end_phase(self, s):
         self._disarm()
-        if self._short is not None: self._gap,self._short = self._carry,None  # after a short phase: the gap the spacing leaves
-        if len(self.result._raw) >= _KEEP: _fold(self.result)  # else when the result is read (with no report shown: maybe never)
+        # after a short phase: the gap the spacing leaves
+        if self._short is not None: self._gap,self._short = self._carry,None
+        # else when the result is read (with no report shown: maybe never)
+        if len(self.result._raw) >= _KEEP: _fold(self.result)
 
     def pause(self, s): self._disarm()  # a nested `validate()` is not a sampled batch
 
@@ -323,7 +362,8 @@ class LayerTimer(Probe):
 
     def end(self, s):
         self._disarm()
-        if self.result.batches: self.result.failure = None  # a hook that failed after some batches were measured: they count
+        # a hook that failed after some batches were measured: they count
+        if self.result.batches: self.result.failure = None
 
     def measured(self): return self.result
 
@@ -354,9 +394,11 @@ class LayerTimer(Probe):
         "Hooks on every module: a forward pre-hook and a forward hook (the model's own pre-hook is the trigger)"
         mods = list(model.named_modules())
         self._names,self._kinds = [n for n,_ in mods],[_described(m) for _,m in mods]  # no module kept past the call
-        self._dense = [isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) for _,m in mods]  # the layers whose FLOPs are estimated
+        # the layers whose FLOPs are estimated
+        self._dense = [isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) for _,m in mods]
         n = len(mods)
-        self._bwds = [partial(self._bwd, n+i) for i in range(n)]  # the gradient hook of module `i`'s outputs (its backward's owner: `n+i`)
+        # the gradient hook of module `i`'s outputs (its backward's owner: `n+i`)
+        self._bwds = [partial(self._bwd, n+i) for i in range(n)]
         hs,post = self._handles,self._post
         hs.append(model.register_forward_hook(partial(post, 0)))
         for i,(_,m) in enumerate(mods[1:], 1):
@@ -365,7 +407,8 @@ class LayerTimer(Probe):
         self._installed = True
 
     def _close_batch(self, backward:bool=False):
-        "The sampled batch in flight is over: kept if its forward finished (with its backward, if `backward`), dropped if not"
+        """The sampled batch in flight is over: kept if its forward finished (with its backward, if `backward`), dropped
+        if not"""
         marks = self._marks
         if marks is None: return
         if backward: marks.append((self._clock(), None, _NOBODY))
@@ -379,8 +422,8 @@ class LayerTimer(Probe):
         if self._short: self._short -= 1
 
     def _trigger(self, model, args):
-        """The model's forward starts: a training batch past the warm-up, `spacing` after the last sample, is sampled (the other hooks go on
-        now)"""
+        """The model's forward starts: a training batch past the warm-up, `spacing` after the last sample, is sampled
+        (the other hooks go on now)"""
         try:
             learn = self.learn
             if not (model.training and torch.is_grad_enabled()) or getattr(learn, 'iter', 0) < self.warmup: return
@@ -411,7 +454,8 @@ class LayerTimer(Probe):
         t = self._clock()
         self._stack.append(i)
         self._calls[i] += 1
-        marks.append((t, self._out(), i))  # each mark: the clock at the hook's start and end, whose time starts at its end
+        # each mark: the clock at the hook's start and end, whose time starts at its end
+        marks.append((t, self._out(), i))
 
     def _post(self, i, m, args, out):
         "Module `i`'s forward ends: the time is its parent's again; the gradient of its output will start its backward"
@@ -424,15 +468,18 @@ class LayerTimer(Probe):
             if self._dense[i]: self._flops[i] += layer_flops(m, args, out)*(1 + _grads(m, args))
             for x in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
                 if not x.requires_grad: continue
-                g = x.grad_fn  # the node that makes its gradient flow on: hooked once, by the innermost module that returned it
+                # the node that makes its gradient flow on: hooked once, by the innermost module that returned it
+                g = x.grad_fn
                 if g is None:  # a leaf (a parameter returned as it is)
                     if x not in hooked: hooked.add(x); x.register_hook(self._bwds[i])
-                elif g not in hooked: hooked.add(g); g.register_prehook(self._bwds[i])  # changed in place since: a new node
+                # changed in place since: a new node
+                elif g not in hooked: hooked.add(g); g.register_prehook(self._bwds[i])
             marks.append((t, self._out(), st[-1] if st else _NOBODY))
         except Exception as e: self._fail(e)
 
     def _bwd(self, owner, grad):
-        "The gradient of a module's output is ready: its backward (`owner`) starts; the first one queues the end of the backward"
+        """The gradient of a module's output is ready: its backward (`owner`) starts; the first one queues the end of
+        the backward"""
         marks = self._marks
         if marks is None: return
         t = self._clock()
@@ -444,7 +491,8 @@ class LayerTimer(Probe):
         except Exception as e: self._fail(e)
 
     def _end_backward(self):
-        "The backward of a sampled batch is over: keep its marks; the module hooks come off until the next sample, all hooks after the last"
+        """The backward of a sampled batch is over: keep its marks; the module hooks come off until the next sample, all
+        hooks after the last"""
         try:
             self._close_batch(backward=True)
             if self._want <= 0 or self._short == 0: self._disarm()  # all taken, or all of this short phase's
@@ -457,13 +505,14 @@ class LayerTimer(Probe):
         self._want,self._marks = 0,None
         self._disarm()
         if strict_mode(): raise e
-        warnings.warn(f"fastprofile: timing the model's layers failed and is off for this call ({type(e).__name__}: {e}); training is "
-                      f"unaffected")
+        warnings.warn(f"fastprofile: timing the model's layers failed and is off for this call ({type(e).__name__}: "
+                      f"{e}); training is unaffected")
 
 register(LayerTimer)
 
 # %% ../../nbs/16f_layers.ipynb #e068e95a
-_KINDS = weakref.WeakKeyDictionary()  # module -> `describe_module` of it, as first described: a sweep of calls describes each module once
+# module -> `describe_module` of it, as first described: a sweep of calls describes each module once
+_KINDS = weakref.WeakKeyDictionary()
 
 def _described(m) -> str:
     try:
@@ -474,8 +523,8 @@ def _described(m) -> str:
 
 # %% ../../nbs/16f_layers.ipynb #1829e575
 def _fold(r:LayerTimes):
-    """Turn the marks of `r`'s sampled batches into self times: the time from a hook's end to the next hook's start is the owner's of the
-    first"""
+    """Turn the marks of `r`'s sampled batches into self times: the time from a hook's end to the next hook's start is
+    the owner's of the first"""
     raw,r._raw,layers = r._raw,(),r._layers
     # `j`: the batch's index among the call's sampled ones
     for j,(marks,calls,flops,names,kinds,cuda) in enumerate(raw, r.batches - len(raw)):
@@ -485,7 +534,8 @@ def _fold(r:LayerTimes):
             marks[-1][0].synchronize()
             for (t0,_,o),(t1,_,_) in zip(marks, marks[1:]):
                 if o >= 0: own[o] += t0.elapsed_time(t1)/1e3
-            if r._dev is not None: give_back(_events([(marks, cuda)]), r._dev)  # read: the events go to the next sampled batch
+            # read: the events go to the next sampled batch
+            if r._dev is not None: give_back(_events([(marks, cuda)]), r._dev)
         else:
             for (_,t0,o),(t1,_,_) in zip(marks, marks[1:]):
                 if o >= 0: own[o] += t1 - t0
@@ -493,7 +543,8 @@ def _fold(r:LayerTimes):
         for i,name in enumerate(names):
             if not (calls[i] or own[i] or own[n+i]): continue
             l = layers.get(name)
-            if l is None: l = layers[name] = LayerTime(name, kinds[i], batch_times=[0.]*k)  # 0 s in the batches kept before
+            # 0 s in the batches kept before
+            if l is None: l = layers[name] = LayerTime(name, kinds[i], batch_times=[0.]*k)
             l.forward += own[i]; l.backward += own[n+i]; l.calls += calls[i]; l.flops += flops[i]
             if keep: l.batch_times.append(own[i] + own[n+i])
         if not keep: continue

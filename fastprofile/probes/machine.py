@@ -20,28 +20,33 @@ __all__ = ['PROC', 'WAIT_SHARE', 'OTHER_CPUS', 'STEAL_CPUS', 'MachineSpan', 'sch
            'running_children', 'allowed_cpus', 'MachineLoad', 'MachineProbe']
 
 # %% ../../nbs/16i_machine.ipynb #2cd2526b
-PROC = '/proc'  # where Linux shows its processes and CPUs, read at each reading (a test points it at a folder that does not exist)
-WAIT_SHARE = .1  # busy: the main thread waited for a CPU this share of the train phase's wall time or more (run-queue wait) ...
+# where Linux shows its processes and CPUs, read at each reading (a test points it at a folder that does not exist)
+PROC = '/proc'
+# busy: the main thread waited for a CPU this share of the train phase's wall time or more (run-queue wait) ...
+WAIT_SHARE = .1
 OTHER_CPUS = .5  # ... while other processes kept this many of the CPUs this process may use busy, on average, or more
 STEAL_CPUS = .05  # a hypervisor's steal is named from this many CPUs on average
 
 # %% ../../nbs/16i_machine.ipynb #96c873b4
 class MachineSpan(NamedTuple):
-    "What the machine did in a span of the call (the call, or a phase over all its fits): seconds unless said; NaN where not measured"
+    """What the machine did in a span of the call (the call, or a phase over all its fits): seconds unless said; NaN
+    where not measured"""
     wall:float=0. # Wall seconds
     run:float=0. # CPU seconds of the main thread, the one that runs the training loop (`time.thread_time`)
     wait:float=math.nan # Seconds the main thread was ready to run but waited for a CPU: its run-queue wait (schedstat)
     slices:float=math.nan # Times the main thread was put on a CPU (schedstat's timeslices)
-    switches:float=math.nan # Involuntary context switches of the process's threads: preempted while ready to run (`getrusage`)
+    # Involuntary context switches of the process's threads: preempted while ready to run (`getrusage`)
+    switches:float=math.nan
     cpu:float=0. # CPU seconds of the process, all its threads (`getrusage`, else `time.process_time`)
-    children:float=0. # CPU seconds of its child processes: the loader's workers (running: /proc/<pid>/stat; ended: `getrusage`)
+    # CPU seconds of its child processes: the loader's workers (running: /proc/<pid>/stat; ended: `getrusage`)
+    children:float=0.
     busy:float=math.nan # CPU seconds the CPUs this process may use were busy, all processes together (/proc/stat)
     steal:float=math.nan # CPU seconds a hypervisor gave those CPUs to other virtual machines (/proc/stat's steal)
 
     @property
     def other(self) -> float:
-        """CPU seconds other processes kept the CPUs this process may use busy: `busy` less the process's and its children's (NaN: not
-        measured)"""
+        """CPU seconds other processes kept the CPUs this process may use busy: `busy` less the process's and its
+        children's (NaN: not measured)"""
         return max(self.busy - self.cpu - self.children, 0.) if self.busy == self.busy else math.nan
 
     def since(self, start:MachineSpan) -> MachineSpan:
@@ -58,7 +63,8 @@ _TICK = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100  # /proc's c
 _PREAD = hasattr(os, 'pread')  # not on Windows (which has no /proc either)
 
 def _pread(fd:int, size:int=1<<16) -> str:
-    "All of the file open as `fd`, read from its start: /proc makes it anew at each read, so one descriptor serves every reading"
+    """All of the file open as `fd`, read from its start: /proc makes it anew at each read, so one descriptor serves
+    every reading"""
     out = b''
     while True:
         b = os.pread(fd, size, len(out)) if _PREAD else (os.lseek(fd, len(out), os.SEEK_SET), os.read(fd, size))[1]
@@ -75,12 +81,14 @@ def _schedstat(text:str) -> tuple:
     return int(run)/1e9,int(wait)/1e9,int(n)
 
 def schedstat(tid:int) -> tuple:
-    "Thread `tid`'s (seconds on a CPU, seconds waiting on a run queue, timeslices) since it started, from /proc's schedstat"
+    """Thread `tid`'s (seconds on a CPU, seconds waiting on a run queue, timeslices) since it started, from /proc's
+    schedstat"""
     return _schedstat(_read(f'{PROC}/self/task/{tid}/schedstat'))
 
 def thread_waits(read=None) -> dict:
-    """Thread id -> (seconds on a CPU, seconds waiting on a run queue) of each thread of this process now (schedstat); `read(name)`: the
-    text of /proc's file `name` (`MachineProbe` reads through descriptors it keeps for the call), else each file opened and closed"""
+    """Thread id -> (seconds on a CPU, seconds waiting on a run queue) of each thread of this process now (schedstat);
+    `read(name)`: the text of /proc's file `name` (`MachineProbe` reads through descriptors it keeps for the call), else
+    each file opened and closed"""
     out = {}
     for t in os.listdir(f'{PROC}/self/task'):
         try: out[int(t)] = _schedstat(read(f'self/task/{t}/schedstat')) if read else schedstat(int(t))
@@ -101,7 +109,8 @@ def _cpu_stat(text:str, cpus) -> tuple:
     return busy/_TICK,steal/_TICK
 
 def cpu_stat(cpus) -> tuple:
-    "(busy, steal) CPU seconds since boot of the CPUs numbered in `cpus`, from /proc/stat; busy: user, nice, system, irq, softirq"
+    """(busy, steal) CPU seconds since boot of the CPUs numbered in `cpus`, from /proc/stat; busy: user, nice, system,
+    irq, softirq"""
     return _cpu_stat(_read(f'{PROC}/stat'), cpus)
 
 def running_children() -> float:
@@ -127,14 +136,15 @@ def allowed_cpus() -> set:
 
 # %% ../../nbs/16i_machine.ipynb #7218230e
 class _Reading(NamedTuple):
-    "One reading of the counters (`MachineProbe.read`): /proc's text as read, parsed only when a span is first asked for"
+    """One reading of the counters (`MachineProbe.read`): /proc's text as read, parsed only when a span is first asked
+    for"""
     wall:float; run:float; sched:str|None; stat:str|None; switches:float; cpu:float; children:float
 
 _THREADS = object()  # in `MachineLoad._raw`: the threads' schedstat texts at the call's start and end (tid -> text)
 
 class _FoldedOnRead:
-    """`MachineLoad.call`, `phases`, `threads_run`, `threads_wait`: the readings of the call (`_raw`) become spans and sums when one of
-    them is first read (often never)"""
+    """`MachineLoad.call`, `phases`, `threads_run`, `threads_wait`: the readings of the call (`_raw`) become spans and
+    sums when one of them is first read (often never)"""
     def __init__(self, empty): self.empty = empty  # makes the field's value when none is given
     def __set_name__(self, owner, name): self.key = '_' + name
     def __get__(self, obj, cls=None):
@@ -145,19 +155,22 @@ class _FoldedOnRead:
 
 @dataclass
 class MachineLoad:
-    """How busy the machine was during a profiled call (`facts.machine`): the main thread's run-queue wait, the process's CPU time, other
-    processes' CPUs, per call and per phase"""
+    """How busy the machine was during a profiled call (`facts.machine`): the main thread's run-queue wait, the
+    process's CPU time, other processes' CPUs, per call and per phase"""
     cpus:int|None=None # CPUs this process may use (`os.sched_getaffinity`)
     machine_cpus:int|None=None # CPUs of the machine (`os.cpu_count()`)
-    call:MachineSpan=_FoldedOnRead(MachineSpan) # The whole call, from its first fit's start to its end (None: an empty span)
+    # The whole call, from its first fit's start to its end (None: an empty span)
+    call:MachineSpan=_FoldedOnRead(MachineSpan)
     phases:dict=_FoldedOnRead(dict) # Phase ('train', 'valid') -> its `MachineSpan`, over all the call's fits
     threads:int=0 # Threads of the process at the call's end
-    # CPU seconds of all the process's threads over the call (each one's schedstat; those that ended during it are missing); None: NaN
+    # CPU seconds of all the process's threads over the call (each one's schedstat; those that ended during it are
+    # missing); None: NaN
     threads_run:float=_FoldedOnRead(lambda: math.nan)
     threads_wait:float=_FoldedOnRead(lambda: math.nan) # Seconds they waited on a run queue, together
-    unmeasured:dict=field(default_factory=dict) # What was not measured ('wait', 'other', 'workers', 'switches', 'threads') -> why
-    # (phase, None for the call, or `_THREADS`; its first and last reading) not yet folded into `call`, `phases`, `threads_run` and
-    # `threads_wait` (`MachineProbe`)
+    # What was not measured ('wait', 'other', 'workers', 'switches', 'threads') -> why
+    unmeasured:dict=field(default_factory=dict)
+    # (phase, None for the call, or `_THREADS`; its first and last reading) not yet folded into `call`, `phases`,
+    # `threads_run` and `threads_wait` (`MachineProbe`)
     _raw = ()
     _cpuset = frozenset()  # the CPUs whose lines of /proc/stat the readings add up
 
@@ -175,10 +188,12 @@ class MachineLoad:
             else: ph = self._phases; ph[phase] = ph[phase].plus(d) if phase in ph else d
 
     def _fold_threads(self, t0:dict, t1:dict):
-        "Every thread's CPU seconds and run-queue wait over the call, together, from their schedstat texts at its start and end"
+        """Every thread's CPU seconds and run-queue wait over the call, together, from their schedstat texts at its
+        start and end"""
         try: t0,t1 = ({k:_schedstat(v) for k,v in t.items()} for t in (t0, t1))
         except Exception as e: self.unmeasured.setdefault('threads', f"{type(e).__name__}: {e}"); return
-        self._threads_run,self._threads_wait = (sum(v[i] - t0.get(k, (0., 0.))[i] for k,v in t1.items()) for i in (0, 1))
+        self._threads_run,self._threads_wait = (sum(v[i] - t0.get(k, (0., 0.))[i] for k,v in t1.items())
+                                                for i in (0, 1))
 
     def _span(self, r:_Reading) -> MachineSpan:
         "A reading's counters: /proc's text parsed; where that fails, NaN, and why in `unmeasured`"
@@ -186,8 +201,10 @@ class MachineLoad:
             if args[0] is None: return None  # not read (why is in `unmeasured` already)
             try: return f(*args)
             except Exception as e: self.unmeasured.setdefault(what, f"{type(e).__name__}: {e}"); return None
-        sched,stat,nan2 = parsed('wait', _schedstat, r.sched),parsed('other', _cpu_stat, r.stat, self._cpuset),(math.nan, math.nan)
-        return MachineSpan(r.wall, r.run, *(sched[1:] if sched else nan2), r.switches, r.cpu, r.children, *(stat or nan2))
+        sched,stat,nan2 = (parsed('wait', _schedstat, r.sched),parsed('other', _cpu_stat, r.stat, self._cpuset),
+                           (math.nan, math.nan))
+        return MachineSpan(r.wall, r.run, *(sched[1:] if sched else nan2), r.switches, r.cpu, r.children,
+                           *(stat or nan2))
 
     def span(self, phase:str|None=None) -> MachineSpan|None:
         "The call's span (`phase` None), or `phase`'s; None if it did not run"
@@ -200,15 +217,18 @@ class MachineLoad:
         return None if math.isnan(v) else v/s.wall
 
     def cpu_share(self, phase:str|None=None) -> float|None:
-        "Share of the wall time of `phase` (None: the call) that the main thread ran on a CPU; None where it did not run"
+        """Share of the wall time of `phase` (None: the call) that the main thread ran on a CPU; None where it did not
+        run"""
         return self._share(phase, lambda s: s.run)
 
     def wait_share(self, phase:str|None=None) -> float|None:
-        "Share of the wall time of `phase` (None: the call) that the main thread waited for a CPU; None where not measured"
+        """Share of the wall time of `phase` (None: the call) that the main thread waited for a CPU; None where not
+        measured"""
         return self._share(phase, lambda s: s.wait)
 
     def other_cpus(self, phase:str|None=None) -> float|None:
-        "CPUs other processes kept busy on average during `phase` (None: the call), of those this process may use; None where not measured"
+        """CPUs other processes kept busy on average during `phase` (None: the call), of those this process may use;
+        None where not measured"""
         return self._share(phase, lambda s: s.other)
 
     def steal_cpus(self, phase:str|None=None) -> float|None:
@@ -222,8 +242,8 @@ class MachineLoad:
         return 'train' if s is not None and s.wall > 0 else None
 
     def busy(self) -> bool:
-        """Whether the machine was busy enough to distort the verdict: in the train phase, the main thread waited `WAIT_SHARE` of the time
-        for a CPU while other processes kept `OTHER_CPUS` busy"""
+        """Whether the machine was busy enough to distort the verdict: in the train phase, the main thread waited
+        `WAIT_SHARE` of the time for a CPU while other processes kept `OTHER_CPUS` busy"""
         p = self.judged
         o,w = self.other_cpus(p),self.wait_share(p)
         if o is None or o < OTHER_CPUS: return False  # no others seen (or not measured: not called busy)
@@ -232,11 +252,12 @@ class MachineLoad:
         return (s.cpu + s.children)/s.wall + o >= (self.cpus or 1) - OTHER_CPUS
 
     def line(self) -> str|None:
-        """The sentence the diagnosis prints first: a busy machine, and what it cost; what was not measured where /proc is missing; None on
-        a quiet machine (or nothing measured)"""
+        """The sentence the diagnosis prints first: a busy machine, and what it cost; what was not measured where /proc
+        is missing; None on a quiet machine (or nothing measured)"""
         c = self.call
         if not c.wall > 0: return None
-        sw = '' if math.isnan(c.switches) else f"{fmt_count(c.switches)} involuntary context switches, {c.switches/c.wall:,.0f}/s"
+        sw = ('' if math.isnan(c.switches)
+              else f"{fmt_count(c.switches)} involuntary context switches, {c.switches/c.wall:,.0f}/s")
         if self.wait_share() is None and self.other_cpus() is None:
             why = self.unmeasured.get('wait') or self.unmeasured.get('other') or 'unknown'
             return (f"Machine load not measured ({why}): the run-queue wait and other processes' CPU use are unknown. "
@@ -251,22 +272,25 @@ class MachineLoad:
                                                              f"(steal)" if st is not None and st >= STEAL_CPUS else '')
         if w is None:
             mine = (self.span(p).cpu + self.span(p).children)/self.span(p).wall
-            head = (f"Busy machine: {others} while this process and its workers used {mine:.1f} (/proc/stat); run-queue wait not measured "
-                    f"({self.unmeasured.get('wait', 'unknown')})" + (f"; {sw}" if sw else '') + '.')
+            head = (f"Busy machine: {others} while this process and its workers used {mine:.1f} (/proc/stat); "
+                    f"run-queue wait not measured ({self.unmeasured.get('wait', 'unknown')})"
+                    + (f"; {sw}" if sw else '') + '.')
         else:
-            cost = f": {fmt_pct(100*self.wait_share(p))} of the train phase's {fmt_time(self.span(p).wall)} went to that wait" if p else ''
+            cost = (f": {fmt_pct(100*self.wait_share(p))} of the train phase's {fmt_time(self.span(p).wall)} went to "
+                    "that wait" if p else '')
             head = (f"Busy machine: the main thread waited for a CPU {fmt_pct(100*w)} of the call's {fmt_time(c.wall)} "
-                    f"(run-queue wait, "
-                            f"{PROC}/self/task/<tid>/schedstat" + (f"; {sw}" if sw else '') + f"){cost}. {others[0].upper()}{others[1:]}.")
+                    f"(run-queue wait, {PROC}/self/task/<tid>/schedstat" + (f"; {sw}" if sw else '')
+                    + f"){cost}. {others[0].upper()}{others[1:]}.")
         return head + " The times below include that wait: a quiet machine may give another verdict."
 
 # %% ../../nbs/16i_machine.ipynb #150a88a5
 class MachineProbe(Probe):
-    """How busy the machine is during the call: counters read at the call's and each phase's start and end (never per batch), into a
-    `MachineLoad`"""
+    """How busy the machine is during the call: counters read at the call's and each phase's start and end (never per
+    batch), into a `MachineLoad`"""
     def __init__(self):
         self.result,self._start,self._phase0,self._threads0,self._tid,self._cpus = None,None,None,None,None,set()
-        self._ended = None  # (stage, epoch, the reading) at a training phase's end: the start of that epoch's validation (`phase`)
+        # (stage, epoch, the reading) at a training phase's end: the start of that epoch's validation (`phase`)
+        self._ended = None
         self._fds = {}  # /proc's files read at each reading: name -> descriptor, open during the call
     def __repr__(self): return f"{type(self).__name__}()"
 
@@ -274,20 +298,22 @@ class MachineProbe(Probe):
         "`f()`, or None when it fails: why is kept (the first time) under `what` in `unmeasured`"
         try: return f()
         except Exception as e:
-            why = (f"no {PROC}" if not os.path.exists(PROC) else f"no {e.filename}" if isinstance(e, FileNotFoundError) and e.filename
-                   else f"{type(e).__name__}: {e}")
+            why = (f"no {PROC}" if not os.path.exists(PROC) else f"no {e.filename}"
+                   if isinstance(e, FileNotFoundError) and e.filename else f"{type(e).__name__}: {e}")
             if self.result is not None: self.result.unmeasured.setdefault(what, why)
             return None
 
     def read(self, sched:str|None=None) -> _Reading:
-        """The counters now, from their origins (boot, the process's start): a span is one reading less another. /proc's text is kept as
-        read: the result parses it when its spans are first read (`MachineLoad.span`), often never with no report shown. `sched`: the main
-        thread's schedstat, if just read (with the other threads')"""
+        """The counters now, from their origins (boot, the process's start): a span is one reading less another. /proc's
+        text is kept as read: the result parses it when its spans are first read (`MachineLoad.span`), often never with
+        no report shown. `sched`: the main thread's schedstat, if just read (with the other threads')"""
         wall,run = time.perf_counter(),time.thread_time()
         if sched is None: sched = self._try('wait', lambda: self._proc(f'self/task/{self._tid}/schedstat'))
         stat = self._try('other', lambda: self._proc('stat'))
-        kids = self._try('workers', running_children) if stat is not None else 0.  # first: it reaps the workers that ended
-        if resource is None: ru = ch = None; self.result.unmeasured.setdefault('switches', 'no getrusage on this system')
+        # first: it reaps the workers that ended
+        kids = self._try('workers', running_children) if stat is not None else 0.
+        if resource is None:
+            ru = ch = None; self.result.unmeasured.setdefault('switches', 'no getrusage on this system')
         else: ru,ch = resource.getrusage(resource.RUSAGE_SELF),resource.getrusage(resource.RUSAGE_CHILDREN)
         return _Reading(wall, run, sched, stat, math.nan if ru is None else ru.ru_nivcsw,
                         time.process_time() if ru is None else ru.ru_utime + ru.ru_stime,
@@ -300,7 +326,8 @@ class MachineProbe(Probe):
         return _pread(fd)
 
     def _threads(self) -> dict:
-        "Each thread's schedstat now, as read (tid -> text): `thread_waits`, through the call's descriptors, parsed when the result is read"
+        """Each thread's schedstat now, as read (tid -> text): `thread_waits`, through the call's descriptors, parsed
+        when the result is read"""
         out = {}
         for t in os.listdir(f'{PROC}/self/task'):
             try: out[int(t)] = self._proc(f'self/task/{t}/schedstat')
@@ -321,10 +348,12 @@ class MachineProbe(Probe):
         self._start,self._phase0,self._ended = self.read(t.get(self._tid) if t else None),None,None
 
     def phase(self, s):
-        """A phase starts: the counters now; a validation right after its epoch's training phase starts where that one ended (nothing runs
-        between fastai's `after_train` and `before_validate`): one reading serves both"""
+        """A phase starts: the counters now; a validation right after its epoch's training phase starts where that one
+        ended (nothing runs between fastai's `after_train` and `before_validate`): one reading serves both"""
         e,self._ended = self._ended,None
-        self._phase0 = e[2] if e is not None and s.phase == 'valid' and e[:2] == (s.stage, getattr(s.learn, 'epoch', None)) else self.read()
+        self._phase0 = (e[2]
+                        if e is not None and s.phase == 'valid' and e[:2] == (s.stage, getattr(s.learn, 'epoch', None))
+                        else self.read())
 
     def end_phase(self, s):
         "The phase's span, added to its phase's"
@@ -339,14 +368,16 @@ class MachineProbe(Probe):
         if not r._raw: r._raw = []  # (a span was read meanwhile: the others folded)
         r._raw.append(span)
 
-    def pause(self, s): self._ended = None  # something nested runs (a `validate()` from a callback): the next phase reads anew
+    # something nested runs (a `validate()` from a callback): the next phase reads anew
+    def pause(self, s): self._ended = None
 
     def end(self, s):
         "The call ends, however: its span, and every thread's run-queue wait over it"
         if self._start is None or self.result is None: return
         r,t1 = self.result,self._try('threads', self._threads)
         self._pending((None, self._start, self.read(t1.get(self._tid) if t1 else None))); self._start = None
-        if t1 is not None and self._threads0 is not None: r.threads = len(t1); self._pending((_THREADS, self._threads0, t1))
+        if t1 is not None and self._threads0 is not None:
+            r.threads = len(t1); self._pending((_THREADS, self._threads0, t1))
         self._close()
 
     def measured(self): return self.result
@@ -367,12 +398,15 @@ class MachineProbe(Probe):
     @classmethod
     def from_json(cls, d:dict) -> MachineLoad:
         d = from_plain(d)
-        return MachineLoad(**{**d, 'call':MachineSpan(**d['call']), 'phases':{p:MachineSpan(**s) for p,s in d['phases'].items()}})
+        return MachineLoad(**{**d, 'call':MachineSpan(**d['call']),
+                              'phases':{p:MachineSpan(**s) for p,s in d['phases'].items()}})
     @classmethod
     def scalars(cls, m:MachineLoad) -> dict:
         "The train phase's (else the call's) run-queue wait share and other processes' CPUs, for the loggers"
         p = m.judged
-        return {k:v for k,v in (('wait_share', m.wait_share(p)), ('other_cpus', m.other_cpus(p)), ('cpu_share', m.cpu_share(p)))
+        return {k:v
+                for k,v in (('wait_share', m.wait_share(p)), ('other_cpus', m.other_cpus(p)),
+                            ('cpu_share', m.cpu_share(p)))
                 if v is not None}
 
 register(MachineProbe)

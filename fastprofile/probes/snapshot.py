@@ -15,15 +15,16 @@ from ..engine.core import Probe, guarded, register
 __all__ = ['SNAPSHOT_ENTRIES', 'check_memory_snapshot', 'snapshot_path', 'MemorySnapshot']
 
 # %% ../../nbs/16d_snapshot.ipynb #22423717
-SNAPSHOT_ENTRIES = 100_000  # allocator events kept in the history (the most recent): what the visualizer shows before the error
+# allocator events kept in the history (the most recent): what the visualizer shows before the error
+SNAPSHOT_ENTRIES = 100_000
 
 def check_memory_snapshot(memory_snapshot, device) -> bool:
     "Return `memory_snapshot` if it is True or False, and True only for a model that trains on a CUDA device"
     check_bool('memory_snapshot', memory_snapshot)
     dev = torch.device(device)
     if memory_snapshot and dev.type != 'cuda':
-        raise ValueError(f"`memory_snapshot=True` records CUDA's allocator, but the model trains on {dev}: use it for a model on a GPU "
-                         "(a CPU that runs out of memory raises no `torch.OutOfMemoryError`)")
+        raise ValueError(f"`memory_snapshot=True` records CUDA's allocator, but the model trains on {dev}: use it for "
+                         "a model on a GPU (a CPU that runs out of memory raises no `torch.OutOfMemoryError`)")
     return bool(memory_snapshot)
 
 def _rank() -> int|None:
@@ -38,8 +39,8 @@ def snapshot_path(csv_path, rank:int|None=None) -> Path:
 
 # %% ../../nbs/16d_snapshot.ipynb #8cfba98f
 class MemorySnapshot(Probe):
-    """Record CUDA's allocator history during the call; when a fit raises `torch.OutOfMemoryError`, write a snapshot next to the CSV and
-    name it in the error"""
+    """Record CUDA's allocator history during the call; when a fit raises `torch.OutOfMemoryError`, write a snapshot
+    next to the CSV and name it in the error"""
     def __init__(self,
         csv_path, # The CSV the snapshot goes next to (`snapshot_path`)
         max_entries:int=SNAPSHOT_ENTRIES, # Allocator events kept in the history (the most recent)
@@ -71,14 +72,16 @@ class MemorySnapshot(Probe):
 
     def measured(self): return None if self.written is None else str(self.written)
 
-    # on the registry: made for a call with `memory_snapshot=True`; after the sinks, so that it ends right after the pair's last
-    # (the snapshot before the other probes end); its facts `facts.memory_snapshot`, where it wrote the snapshot
+    # on the registry: made for a call with `memory_snapshot=True`; after the sinks, so that it ends right after the
+    # pair's last (the snapshot before the other probes end); its facts `facts.memory_snapshot`, where it wrote the
+    # snapshot
     key,options,probe_order = 'memory_snapshot',('memory_snapshot',),100
     @classmethod
     def make(cls, call): return None if call.snapshot_path is None else cls(call.snapshot_path)
 
     def _dump(self, s):
-        "When `s.exc` is an out-of-memory error and nothing was written yet: write the snapshot, and say where in the error's note"
+        """When `s.exc` is an out-of-memory error and nothing was written yet: write the snapshot, and say where in the
+        error's note"""
         exc = s.exc
         if not (self._on and self.written is None and isinstance(exc, torch.OutOfMemoryError)): return
         path = snapshot_path(self.csv_path, _rank())
@@ -88,7 +91,7 @@ class MemorySnapshot(Probe):
             return path
         if guarded(f'writing the memory snapshot {path}', dump, expected=(OSError,)) is None: return
         self.written = path
-        exc.add_note(f"fastprofile: CUDA's memory at this error, with the last {self.max_entries:,} allocator events before it, is in "
-                     f"{path}: drag it into https://pytorch.org/memory_viz")
+        exc.add_note(f"fastprofile: CUDA's memory at this error, with the last {self.max_entries:,} allocator events "
+                     f"before it, is in {path}: drag it into https://pytorch.org/memory_viz")
 
 register(MemorySnapshot)

@@ -21,7 +21,8 @@ from ..engine.record import ProfileRecord, Row, EpochTotals, StageTotals, N_COLS
 from ..engine.tables import atomic_write_text
 from ..engine.core import ProfileResult, Facts, Staging, PROBES, guarded
 from ..engine.tokens import TokenPhase
-# noqa: F401 (imported for its effect: fastprofile's probes registered in `PROBES`, each saving and reading its own facts)
+# noqa: F401 (imported for its effect: fastprofile's probes registered in `PROBES`, each saving and reading its own
+# facts)
 from ..probes.builtin import BUILTIN_PROBES
 from ..analysis.distributed import MergedRecord, RankProfile
 from ..analysis.sections import SECTIONS
@@ -45,8 +46,8 @@ def _rows(a:np.ndarray) -> list:
 def _row(r) -> dict: return dict(phase=r.phase, action=r.action, step=r.step)
 
 def record_state(rec:ProfileRecord) -> dict:
-    """A closed `ProfileRecord` as plain values: its statistics per row, recent batches, epochs and fits (and, merged from ranks, each
-    rank's)"""
+    """A closed `ProfileRecord` as plain values: its statistics per row, recent batches, epochs and fits (and, merged
+    from ranks, each rank's)"""
     st = rec.state()
     n = min(st['n_batches'], st['keep_batches'])
     gs,gr,tok = st.get('gpu_stats'),st.get('gpu_ring'),st.get('tokens') or {}
@@ -54,17 +55,22 @@ def record_state(rec:ProfileRecord) -> dict:
            'stats': [dict(**_row(r), samples=int(rec.samples.get(r, 0)), tokens=int(tok.get(r, 0)), **stats_state(s))
                      for r,s in st['stats'].items()],
            'gpu_stats': None if not gs else [dict(**_row(r), **stats_state(s)) for r,s in gs.items()],
-           'ring': _rows(st['ring'][:n]), 'gpu_ring': None if gr is None else _rows(gr[:n]), 'n_apart': dict(st.get('n_apart') or {}),
-           'epochs': [dict(stage=e.stage, epoch=e.epoch, seconds=[dict(**_row(r), seconds=_num(v)) for r,v in e.seconds.items()])
+           'ring': _rows(st['ring'][:n]), 'gpu_ring': None if gr is None else _rows(gr[:n]),
+           'n_apart': dict(st.get('n_apart') or {}),
+           'epochs': [dict(stage=e.stage, epoch=e.epoch,
+                           seconds=[dict(**_row(r), seconds=_num(v)) for r,v in e.seconds.items()])
                       for e in st['epochs']],
-           'stages': [dict(stage=s.stage, epochs=s.epochs, seconds=_num(s.seconds), train_batches=s.train_batches) for s in st['stages']],
-           'gpu_every': st.get('gpu_every')}  # CUDA events on one batch in this many (None: no events); files before 0.2 have no such key
+           'stages': [dict(stage=s.stage, epochs=s.epochs, seconds=_num(s.seconds), train_batches=s.train_batches)
+                      for s in st['stages']],
+           # CUDA events on one batch in this many (None: no events); files before 0.2 have no such key
+           'gpu_every': st.get('gpu_every')}
     if isinstance(rec, MergedRecord):
         out['merged'] = dict(world=rec.world, missing_ranks=list(rec.missing_ranks),
                              missing_why={str(k):v for k,v in rec.missing_why.items()},
-                             gather_seconds=_num(rec.gather_seconds),
-                             ranks=[dict(rank=r.rank, offset=_num(r.offset), host=r.host, device=r.device, record=record_state(r.record))
-                                    for r in rec.ranks])
+                             gather_seconds=_num(rec.gather_seconds), ranks=[
+                                 dict(rank=r.rank, offset=_num(r.offset), host=r.host, device=r.device,
+                                      record=record_state(r.record))
+                                 for r in rec.ranks])
     return out
 
 # %% ../../nbs/17a_saving.ipynb #7c3fca2d
@@ -78,7 +84,8 @@ def _key(d:dict) -> Row: return Row(d['phase'], d['action'], d['step'])
 def record_from(d:dict) -> ProfileRecord:
     "The closed record that `record_state` wrote: its results, recent batches and epochs; it records no more batches"
     m = d.get('merged')
-    rec = (MergedRecord if m else ProfileRecord)(keep_batches=d['keep_batches'], warmup=d['warmup'], fold_every=d['fold_every'])
+    rec = (MergedRecord if m else ProfileRecord)(keep_batches=d['keep_batches'], warmup=d['warmup'],
+                                                 fold_every=d['fold_every'])
     for k in _REC_VALUES: setattr(rec, k, d[k])
     for k in _REC_TIMES: setattr(rec, k, _unnum(d[k]))
     rec.stats = {_key(r):stats_from(r) for r in d['stats']}
@@ -89,36 +96,41 @@ def record_from(d:dict) -> ProfileRecord:
         rec.gpu_stats = {_key(r):stats_from(r) for r in d['gpu_stats']}
         if d.get('gpu_every') is not None: rec.gpu_every = int(d['gpu_every'])
         rec.gpu_ring = _ring(d['gpu_ring'], rec.keep_batches, len(GPU_COLS))
-    rec.epochs = deque((EpochTotals(e['stage'], e['epoch'], {_key(r):_unnum(r['seconds']) for r in e['seconds']}) for e in d['epochs']),
+    rec.epochs = deque((EpochTotals(e['stage'], e['epoch'], {_key(r):_unnum(r['seconds']) for r in e['seconds']})
+                        for e in d['epochs']),
                        maxlen=max(len(d['epochs']), 1000))
     rec.stages = [StageTotals(s['stage'], s['epochs'], _unnum(s['seconds']), s['train_batches']) for s in d['stages']]
     if m:
         rec.world,rec.missing_ranks,rec.gather_seconds = m['world'],list(m['missing_ranks']),_unnum(m['gather_seconds'])
         rec.missing_why = {int(k):v for k,v in m['missing_why'].items()}
-        rec.ranks = [RankProfile(r['rank'], record_from(r['record']), _unnum(r['offset']), r['host'], r['device']) for r in m['ranks']]
+        rec.ranks = [RankProfile(r['rank'], record_from(r['record']), _unnum(r['offset']), r['host'], r['device'])
+                     for r in m['ranks']]
     return rec
 
 # %% ../../nbs/17a_saving.ipynb #7ca8773f
 _RUN = ('device','num_workers','cpus','threads','batch_size','prefetch')  # the `Facts` fields saved as they are
 
 def facts_state(f:Facts) -> dict:
-    """The `Facts` of a call as plain values: what the run was, and each probe's facts under its key, as its `to_json` writes them (a probe
-    no longer registered: `to_plain`)"""
+    """The `Facts` of a call as plain values: what the run was, and each probe's facts under its key, as its `to_json`
+    writes them (a probe no longer registered: `to_plain`)"""
     out = dict(**{k:getattr(f, k) for k in _RUN}, model=_plain(f.model),
                staging={p:dict(seconds=_num(s.seconds), batches=s.batches) for p,s in f.staging.items()},
-               flops=[dict(**_row(k), flops=_num(v)) for k,v in f.flops.items()], tokens={p:_plain(asdict(t)) for p,t in f.tokens.items()},
-               extra={})
+               flops=[dict(**_row(k), flops=_num(v)) for k,v in f.flops.items()],
+               tokens={p:_plain(asdict(t)) for p,t in f.tokens.items()}, extra={})
     for k,v in f.extra.items():
         cls = PROBES.get(k)
         j = _plain(v) if cls is None else guarded(f"saving the facts of the probe {k!r}", cls.to_json, v)
-        if j is not None: (out['extra'] if cls is None else out)[k] = j  # a registered probe's at the top level (as 0.1.0 wrote its own)
+        # a registered probe's at the top level (as 0.1.0 wrote its own)
+        if j is not None: (out['extra'] if cls is None else out)[k] = j
     return out
 
 def facts_from(d:dict) -> Facts:
-    "The `Facts` that `facts_state` wrote (or 0.1.0: the same layout): each registered probe's facts read back by its `from_json`"
+    """The `Facts` that `facts_state` wrote (or 0.1.0: the same layout): each registered probe's facts read back by its
+    `from_json`"""
     f = Facts(**{k:d[k] for k in _RUN}, model=d['model'],
               staging={p:Staging(_unnum(s['seconds']), s['batches']) for p,s in d['staging'].items()},
-              flops={_key(r):_unnum(r['flops']) for r in d['flops']}, tokens={p:TokenPhase(**_unplain(t)) for p,t in d['tokens'].items()})
+              flops={_key(r):_unnum(r['flops']) for r in d['flops']},
+              tokens={p:TokenPhase(**_unplain(t)) for p,t in d['tokens'].items()})
     known = set(Facts.__dataclass_fields__)
     for k,v in [*((k,v) for k,v in d.items() if k not in known), *(d.get('extra') or {}).items()]:
         if v is not None: f.extra[k] = PROBES[k].from_json(v) if k in PROBES else _unplain(v)
@@ -142,11 +154,11 @@ def run_about(facts:Facts|None=None) -> dict:
     if f.on_gpu:
         try: name = torch.cuda.get_device_name(torch.device(f.device))
         except Exception: name = None
-    return dict(versions=dict(fastprofile=__version__, fastai=fastai.__version__, torch=torch.__version__, numpy=np.__version__,
-                              python=platform.python_version()),
+    return dict(versions=dict(fastprofile=__version__, fastai=fastai.__version__, torch=torch.__version__,
+                              numpy=np.__version__, python=platform.python_version()),
                 device=dict(type=f.device, name=name or (_cpu_name() if not f.on_gpu else None)),
-                machine=dict(host=platform.node(), platform=platform.platform(), cpus=os.cpu_count(), cpus_usable=f.cpus,
-                             threads=f.threads),
+                machine=dict(host=platform.node(), platform=platform.platform(), cpus=os.cpu_count(),
+                             cpus_usable=f.cpus, threads=f.threads),
                 created=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../../nbs/17a_saving.ipynb #5026f3fb
@@ -154,11 +166,13 @@ def diagnosis_summary(result:ProfileResult) -> dict|None:
     "The report's diagnosis in plain values (verdict, fix, predicted speedup, the ranked findings, its lines), or None"
     d = result.section('Diagnosis')
     if d is None: return None
-    fs = [dict(resource=f.resource, label=f.label, share=_num(f.share), saved=_num(f.saved), fix=f.fix, speedup=_num(f.speedup),
-               kind=f.kind,
-               change=_plain(f.change), step=_num(f.step), predicted_step=_num(f.predicted_step)) for f in d.findings]
-    return dict(verdict=d.verdict, label=d.label, fix=d.knob, predicted_speedup=_num(d.predicted_speedup), speedup_kind=d.speedup_kind,
-                input_bound=d.input_bound, shares=_plain(d.shares), findings=fs, lines=d.lines())
+    fs = [dict(resource=f.resource, label=f.label, share=_num(f.share), saved=_num(f.saved), fix=f.fix,
+               speedup=_num(f.speedup), kind=f.kind, change=_plain(f.change), step=_num(f.step),
+               predicted_step=_num(f.predicted_step))
+          for f in d.findings]
+    return dict(verdict=d.verdict, label=d.label, fix=d.knob, predicted_speedup=_num(d.predicted_speedup),
+                speedup_kind=d.speedup_kind, input_bound=d.input_bound, shares=_plain(d.shares), findings=fs,
+                lines=d.lines())
 
 def profile_state(result:ProfileResult) -> dict:
     "A `ProfileResult` as the plain values its JSON file holds"
@@ -173,15 +187,19 @@ def profile_state(result:ProfileResult) -> dict:
 def save(self:ProfileResult,
          path, # A `.json` file (its folder is made if need be)
         ) -> Path:
-    "Write this profile to `path` as plain JSON (written whole or not at all); `load_profile` reads it back in any process"
+    """Write this profile to `path` as plain JSON (written whole or not at all); `load_profile` reads it back in any
+    process"""
     path = check_path('path', path, suffixes=('.json',))
-    return atomic_write_text(json.dumps(profile_state(self), allow_nan=False, ensure_ascii=False, separators=(',', ':')), path)
+    return atomic_write_text(json.dumps(profile_state(self), allow_nan=False, ensure_ascii=False,
+                                        separators=(',', ':')),
+                             path)
 
 # %% ../../nbs/17a_saving.ipynb #857a0c0c
 def profile_from(d, source:str='the profile') -> ProfileResult:
-    "The `ProfileResult` that `profile_state` wrote (`source` names it in errors), or a `ValueError` saying what is wrong"
-    if not isinstance(d, dict) or d.get('format') != FORMAT: raise ValueError(f"{source} is not a fastprofile profile (no \"format\": "
-                                                                              f"\"{FORMAT}\")")
+    """The `ProfileResult` that `profile_state` wrote (`source` names it in errors), or a `ValueError` saying what is
+    wrong"""
+    if not isinstance(d, dict) or d.get('format') != FORMAT:
+        raise ValueError(f"{source} is not a fastprofile profile (no \"format\": \"{FORMAT}\")")
     v = d.get('schema')
     if v != SCHEMA:
         newer = isinstance(v, int) and v > SCHEMA
@@ -189,7 +207,8 @@ def profile_from(d, source:str='the profile') -> ProfileResult:
                          (": it was saved by a newer fastprofile, upgrade to read it" if newer else ''))
     try:
         rec,facts = record_from(d['record']),(None if d['facts'] is None else facts_from(d['facts']))
-        about = {**{k:d.get(k) for k in ('versions','device','machine','created')}, 'source':source, 'diagnosis':d.get('diagnosis')}
+        about = {**{k:d.get(k) for k in ('versions','device','machine','created')}, 'source':source,
+                 'diagnosis':d.get('diagnosis')}
         return ProfileResult(rec, facts, SECTIONS, d.get('interrupted'), _unnum(d.get('own_cost')) or 0., about=about)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise ValueError(f"{source} is a damaged fastprofile profile ({type(e).__name__}: {e})") from None
@@ -197,13 +216,14 @@ def profile_from(d, source:str='the profile') -> ProfileResult:
 def load_profile(path, # A file written by `ProfileResult.save`
                 ) -> ProfileResult:
     "Read a saved profile: its results, report (diagnosis included), facts and recent batches; no learner needed"
-    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes): raise TypeError(f"`path` must be a file path (str or Path), "
-                                                                                            f"got {path!r}")
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
+        raise TypeError(f"`path` must be a file path (str or Path), got {path!r}")
     p = Path(path).expanduser()
     try: text = p.read_text(encoding='utf-8')
     except FileNotFoundError: raise FileNotFoundError(f"No profile at {str(p)!r}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e: raise ValueError(f"{str(p)!r} cannot be read as a profile ({type(e).__name__}: "
-                                                                f"{e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{str(p)!r} cannot be read as a profile ({type(e).__name__}: {e})") from None
     try: d = json.loads(text)
-    except json.JSONDecodeError as e: raise ValueError(f"{str(p)!r} is not a fastprofile profile: not JSON ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{str(p)!r} is not a fastprofile profile: not JSON ({e})") from None
     return profile_from(d, repr(str(p)))
