@@ -1,9 +1,10 @@
 "The batch-size model (`fastprofile.probes.batch_scaling`, the diagnosis' per-batch finding): measured on the learner without changing it, priced through the pipeline model, applied by `check_advice` and `tune`"
-import json, math, random, warnings
+import json, math, random, re, warnings
 import numpy as np, pytest, torch
 from torch import nn
 from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
+from fastai.test_utils import synth_learner
 from fastprofile.learner import *
 from fastprofile.engine.core import Facts, ProfileResult
 from fastprofile.analysis.diagnosis import diagnose, FASTAI_TFMS
@@ -158,3 +159,13 @@ def test_batch_sizes_false_leaves_the_probe_out():
     d = diagnose(learn)
     assert 'batch_scaling' not in d.numbers and not any(g.resource == 'per_batch' for g in d.findings)
     with pytest.raises(TypeError, match='batch_sizes. must be True or False'): learn.profile(batch_sizes='yes')
+
+def test_the_cost_line_names_the_batch_measurement(time_to_measure):
+    "Every cost the profiler adds is in its cost line: the batch sizes timed after the fit, with what they took"
+    learn = synth_learner(n_trn=10)
+    learn.profile(logger_callback=None, show_report=False).fit(1)
+    res = learn.simple_profile
+    notes = ' '.join(res.report.notes)  # the report reads the diagnosis first: the sizes are measured, then the notes say so
+    sc = res.facts.batch_scaling
+    assert sc.measured and sc.seconds > 0
+    assert re.search(r"Profiler's cost: .*; [\d.]+ (ms|s) timing batch sizes after the fit\.", notes), notes

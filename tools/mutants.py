@@ -106,10 +106,10 @@ MUTATIONS = [
              [('fastprofile/lifecycle/callback.py', "rec.marks[h] = _perf()", "rec.marks[h] = _perf(); torch.rand(1)")],
              [_k('tests/test_lifecycle.py', 'test_each_training_method_is_one_call_and_leaves_the_learner_as_before[fit-default]')]),
     Mutation('verdict_in_full', "the verdict is short: the first fix as code with its speedup (it prints the fix in full instead)",
-             [('fastprofile/analysis/diagnosis.py', 'out.append(f"Fix: {lead[0].short()}")', 'out.append(f"Fix: {lead[0].fix} {lead[0].speedup_text()}")')],
+             [('fastprofile/analysis/diagnosis.py', 'out.append(f"Fix: {f.short()}" if f.resource', 'out.append(f"Fix: {f.fix} {f.speedup_text()}" if f.resource')],
              [_k('tests/test_verdict.py', f'test_the_verdict_reads_at_a_glance[{n}]') for n in ('input', 'metric', 'callback')]),
     Mutation('ceiling_leads', "a ceiling does not lead a predicted fix unless clearly larger (a ceiling weighed as a prediction)",
-             [('fastprofile/engine/rules.py', "g /= (CEILING_LEAD if kind == 'bound' else 1.)*", "g /= 1.*")],
+             [('fastprofile/engine/rules.py', "return g/(CEILING_LEAD if kind == 'bound' else 1.)/", "return g/1./")],
              [_k('tests/test_diagnosis.py', 'test_a_ceiling_does_not_lead_a_measured_fix')]),
     Mutation('own_rule_not_registered', "a rule of your own, registered, is applied (`register_rule` does not add it)",
              [('fastprofile/engine/rules.py', "    RULES[r.name] = r\n", "")],
@@ -118,6 +118,9 @@ MUTATIONS = [
              [('fastprofile/engine/rules.py', "    return [f for f in found if not any(f.resource in cov(g) and g.rule != f.rule for g in found if g is not f)]",
                "    return found")],
              [_k('tests/test_verdict.py', 'test_a_rule_declares_what_it_covers')]),
+    Mutation('batch_cost_unsaid', "every cost the profiler adds is in its cost line (the batch sizes timed after the fit left out)",
+             [('fastprofile/engine/notes.py', "        if got: parts.append(", "        if False: parts.append(")],
+             [_k('tests/test_batch_scaling.py', 'test_the_cost_line_names_the_batch_measurement')]),
 ]
 
 # ---------------------------------------------------------------- the copy

@@ -994,7 +994,7 @@ class Diagnosis:
         low = [f for f in self.findings if not f.offered]
         if low:
             out.append("Also found, no fix gaining 5%: "
-                       + ', '.join(f"{f.label} ({f.rule or f.resource}, {fmt_pct(f.share)} of the fit)" for f in low)
+                       + '; '.join(f"{f.cause or f.label} ({fmt_pct(f.share)} of the fit)" for f in low)
                        + '.')
         sh = {k:v for k,v in self.shares.items() if v > 0}
         out.append("Main-process time (disjoint): "
