@@ -47,7 +47,7 @@ MUTATIONS = [
               'test_every_attribute_of_a_wall_record_is_state_or_transient', 'test_every_attribute_of_a_gpu_record_is_state_or_transient',
               'test_every_attribute_of_a_merged_record_is_state_or_transient')]),
     Mutation('drawn_not_saved', "a probe's facts read back are the facts saved (`drawn` dropped from the costs' JSON both ways)",
-             [('fastprofile/probes/costs.py', "\n                    drawn=dict(c.drawn),", ""), ('fastprofile/probes/costs.py', "; c.drawn.update(d['drawn'])", "")],
+             [('fastprofile/probes/costs.py', " drawn=dict(c.drawn),", ""), ('fastprofile/probes/costs.py', "; c.drawn.update(d['drawn'])", "")],
              [_k('tests/test_registry.py', 'test_each_probe_saves_and_reads_its_own_facts[opts0]')]),  # the cost sampler: the default options
     Mutation('compare_after_twice', "`compare(a, b)` shows a's numbers before and b's after (it reads b for both)",
              [('fastprofile/fixes/compare.py', "return Comparison(as_profile(a, 'a'), as_profile(b, 'b')",
@@ -69,11 +69,11 @@ MUTATIONS = [
              [('fastprofile/engine/gpu_timing.py', "self._resolve(block_oldest=True)", "self._resolve()")],
              [_k('tests/test_gpu_timing.py', 'test_a_full_pool_waits_for_the_gpu')]),
     Mutation('register_unchecked', "`register` refuses a probe whose options are not `ProfileOptions` fields (the check skipped)",
-             [('fastprofile/engine/core.py', '    if bad: raise ValueError(f"{cls.__name__}.options names',
-               '    if False: raise ValueError(f"{cls.__name__}.options names')],
+             [('fastprofile/engine/core.py', '    if bad:\n        raise ValueError(f"{cls.__name__}.options names',
+               '    if False:\n        raise ValueError(f"{cls.__name__}.options names')],
              [_k('tests/test_registry.py', 'test_register_refuses_what_no_probe_may_be')]),
     Mutation('input_rule_dropped', "the GPU suite's input-bound scenario is diagnosed input-bound (the input rule dropped)",
-             [('fastprofile/analysis/diagnosis.py', "input_rule, copy_rule", "copy_rule")],
+             [('fastprofile/analysis/diagnosis.py', "    Rule('input', input_rule, 'input', ('phases', 'facts.loading')),\n", "")],
              [_k('tests/test_bench_gpu.py', 'test_diagnosis_part_scenarios_on_stand_ins')]),
     # the README's promises
     Mutation('batch_measure_not_restored', "measuring batch sizes leaves the learner as it was (the model's state not put back)",

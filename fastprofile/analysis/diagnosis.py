@@ -26,10 +26,10 @@ from ..probes.builtin import BUILTIN_PROBES
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
            'THROTTLE_FINDING', 'HOST_BOUND', 'MOST_BATCH_GROWTH', 'LAYER_LEAD', 'BATCH_CLOSE', 'FASTAI_TFMS',
-           'FASTAI_SAY', 'SHOWN', 'HEADLINE', 'PhaseModel', 'Evidence', 'input_rule', 'pinned_ratio', 'copy_rule',
-           'batch_tfms_rule', 'optimizer_rule', 'layers_lead', 'compute_rule', 'larger_batch', 'batch_text',
-           'host_rule', 'measured_sizes', 'batch_choice', 'batch_rule', 'callback_costs', 'callbacks_rule',
-           'outside_rule', 'throttle_rule', 'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose',
+           'FASTAI_SAY', 'RULES_BUILTIN', 'SHOWN', 'HEADLINE', 'PhaseModel', 'Evidence', 'input_rule', 'pinned_ratio',
+           'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'layers_lead', 'compute_rule', 'larger_batch',
+           'batch_text', 'host_rule', 'measured_sizes', 'batch_choice', 'batch_rule', 'callback_costs',
+           'callbacks_rule', 'outside_rule', 'throttle_rule', 'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose',
            'diagnosis_section']
 
 # %% ../../nbs/09_diagnosis.ipynb #a5158f73
@@ -899,21 +899,24 @@ def _batch_most(ev) -> float:
 # the GPU does not wait for the host: its compute and steps count
 def _gpu_free(ev) -> bool: return _gpu_waits(ev) is None
 
-for _r in [Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_scaling'),
-                covers=('input','compute','optimizer','per_batch'),
-                overlaps=('input','callbacks','optimizer','per_batch')),
-           Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_scaling'), applies=_gpu_free,
-                costly=True, most=_batch_most, overlaps=('callbacks','optimizer','compute','input')),
-           Rule('input', input_rule, 'input', ('phases', 'facts.loading')), Rule(
-               'copy', copy_rule, 'copy', ('phases', 'facts.breakdown or facts.callback_costs'),
-               applies=lambda ev: ev.facts.on_gpu),
-           Rule('batch_tfms', batch_tfms_rule, 'batch_tfms', ('phases', 'facts.breakdown or facts.callback_costs')),
-           Rule('compute', compute_rule, 'compute', ('phases', 'facts.layers', 'facts.model'), applies=_gpu_free),
-           Rule('throttling', throttle_rule, 'throttling', ('facts.telemetry',), overlaps=('compute',)),
-           Rule('optimizer', optimizer_rule, 'optimizer', ('phases',), applies=_gpu_free),
-           Rule('callbacks', callbacks_rule, 'callbacks', ('phases', 'facts.callback_costs or facts.breakdown')),
-           Rule('outside', outside_rule, 'outside', ('record',)),
-           Rule('compile', compile_rule, 'compile', ('facts.compile',)),]: register_rule(_r)
+RULES_BUILTIN = [  # fastprofile's own rules, in the order they are applied (a rule of yours comes after them)
+    Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_scaling'),
+         covers=('input', 'compute', 'optimizer', 'per_batch'), overlaps=('input', 'callbacks', 'optimizer', 'per_batch')),
+    Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_scaling'), applies=_gpu_free, costly=True,
+         most=_batch_most, overlaps=('callbacks', 'optimizer', 'compute', 'input')),
+    Rule('input', input_rule, 'input', ('phases', 'facts.loading')),
+    Rule('copy', copy_rule, 'copy', ('phases', 'facts.breakdown or facts.callback_costs'),
+         applies=lambda ev: ev.facts.on_gpu),
+    Rule('batch_tfms', batch_tfms_rule, 'batch_tfms', ('phases', 'facts.breakdown or facts.callback_costs')),
+    Rule('compute', compute_rule, 'compute', ('phases', 'facts.layers', 'facts.model'), applies=_gpu_free),
+    Rule('throttling', throttle_rule, 'throttling', ('facts.telemetry',), overlaps=('compute',)),
+    Rule('optimizer', optimizer_rule, 'optimizer', ('phases',), applies=_gpu_free),
+    Rule('callbacks', callbacks_rule, 'callbacks', ('phases', 'facts.callback_costs or facts.breakdown')),
+    Rule('outside', outside_rule, 'outside', ('record',)),
+    Rule('compile', compile_rule, 'compile', ('facts.compile',)),
+]
+for _r in RULES_BUILTIN: register_rule(_r)
+
 
 # %% ../../nbs/09_diagnosis.ipynb #f6cef14f
 SHOWN = 4  # fixes the verdict says: the first (with its ties) and the next, one line each
