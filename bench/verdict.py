@@ -188,14 +188,15 @@ def main(argv=None):
     print(md_table(['workload', 'verdict', 'lines (≤ 12)', 'headline (≤ 100)', 'busy lines', 'first code on line (≤ 3)',
                     'longest sentence (≤ 160)', 'HTML chars (≤ 900)', 'first fix', 'goals met'], rows))
     if len(runs) > 1:  # the first fix of each run: the same in every run, or not
-        print(f"\nThe first fix in each of {len(runs)} runs (its first code span, and its speedup):\n")
+        print(f"\nThe first fix in each of {len(runs)} runs (its first code span, its speedup, what it ties with):\n")
         first = lambda say: (re.findall(r'`[^`]+`', say) or [say or '-'])[0]
-        code = lambda r: ' or '.join(sorted(map(first, r['lead']))) or '-'  # a tie: its fixes, in any order
+        code = lambda r: first(r['lead'][0]) if r['lead'] else '-'  # the first fix said (of a tie: the first of it)
+        ties = lambda r: f" (a tie with {', '.join(map(first, r['lead'][1:]))})" if len(r['lead']) > 1 else ''
         rows = []
         for n in names:
             got = [next(x for x in run if x['name'] == n) for run in runs]
             leads = [code(r) for r in got]
-            rows.append([n, *(f"{code(r)}: {r['speedup']:.2f}x" for r in got), f"{max(map(leads.count, leads))} of {len(runs)}"])
+            rows.append([n, *(f"{code(r)}: {r['speedup']:.2f}x{ties(r)}" for r in got), f"{max(map(leads.count, leads))} of {len(runs)}"])
         print(md_table(['workload', *(f'run {i+1}' for i in range(len(runs))), 'same first fix'], rows))
     for r in rs: print(f"\n`{r['name']}`:\n```\n" + '\n'.join(r['printed']) + "\n```")
     if a.json: Path(a.json).write_text(json.dumps(rs, indent=1))

@@ -206,6 +206,7 @@ class Evidence:
                 say:str='', # The fix, short: code and where
                 cause:str='', # Why, short, for the headline
                 optimises:bool=False, # It changes the optimisation
+                changes:int=1, # How many things it changes (in a tie, the simpler is said first)
                ) -> Finding:
         "A `Finding` whose share, time saved and speedup come from the pipeline model of each phase"
         saved = self.steady - self.after(free or after)
@@ -215,7 +216,7 @@ class Evidence:
         return Finding(resource, self.shares.get(resource, 0.) if share is None else share, 100*max(saved, 0.)/self.fit,
                        fix, self.steady/t1 if t1 > 0 else math.inf, kind, change, detail, self.steady/self.batches,
                        t1/self.batches, if_free=kind == 'bound' and free is None, say=say, cause=cause,
-                       optimises=optimises, gain=100*(self.steady - t1)/self.fit)
+                       optimises=optimises, gain=100*(self.steady - t1)/self.fit, changes=changes)
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a06
 def _cpu_share(ev:Evidence) -> float|None:
@@ -406,7 +407,8 @@ def batch_tfms_rule(ev:Evidence) -> list:
                        detail=detail, change=dict(kind='move_tfm', name=slow, workers=W2, before=W),
                        say=f"`{slow}` in `item_tfms` or `before_batch`, built in the workers"
                        + (f" (`num_workers={W2}`)" if W2 != W else ''),
-                       cause=f"`{slow}` takes {fmt_time(t)} a batch in the main process")]
+                       cause=f"`{slow}` takes {fmt_time(t)} a batch in the main process",
+                       changes=1 + (W2 != W))]  # with new workers: two changes
 
 def optimizer_rule(ev:Evidence) -> list:
     "The optimizer step: a fused or foreach optimizer, fewer steps (where the GPU waits for the host: in `host_rule`)"

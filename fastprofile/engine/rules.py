@@ -69,6 +69,8 @@ class Finding:
     gain:float=math.nan  # % of the fit the fix saves (NaN: `speedup` is the whole fit's)
     # Other fixes its `fix` lists (`Finding`s): the verdict says them beside the others
     options:list=field(default_factory=list)
+    # How many things the fix changes (moving a transform into new workers: 2); in a tie, the simpler first
+    changes:int=1
 
     @property
     def label(self) -> str: return self.label_ or LABELS.get(self.resource, self.resource.replace('_', ' '))
@@ -163,11 +165,11 @@ def _close(f, w) -> bool: return f.offered and f.weight*TIE >= w  # within `TIE`
 def rank(findings:list) -> list:
     """`findings` in the order the verdict says them: the fixes offered (`Finding.offered`) by `Finding.weight`, those
     tied with the first put in the order a reader acts on them (a prediction before a ceiling, then a fix that keeps the
-    optimisation before one that changes it, then by weight); then the rest by the time they would save if free"""
+    optimisation before one that changes it, then the simpler, then by weight); then the rest by the time they would save if free"""
     on = sorted([f for f in findings if f.offered], key=lambda f: -f.weight)
     if on:
         w = on[0].weight
-        tie = sorted([f for f in on if _close(f, w)], key=lambda f: (f.kind == 'bound', f.optimises, -f.weight))
+        tie = sorted([f for f in on if _close(f, w)], key=lambda f: (f.kind == 'bound', f.optimises, f.changes, -f.weight))
         on = tie + [f for f in on if not _close(f, w)]
     return on + sorted([f for f in findings if not f.offered], key=lambda f: -f.saved)
 
