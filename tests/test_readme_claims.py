@@ -35,7 +35,7 @@ def test_a_figure_not_in_benchmarks_fails():
 
 def test_the_demo_time_is_measured():
     "The demo's time on a 2-core CPU, as the README says it, is BENCHMARKS'"
-    m = re.search(r'fastprofile demo` +# [^\n]*?(\d+(?:-\d+)?) s on a 2-core CPU', _readme())
+    m = re.search(r'fastprofile demo +# [^\n]*?(\d+(?:-\d+)?) s on a 2-core CPU', _readme())
     assert m, "the README's demo line says how long the demo takes on a 2-core CPU"
     assert re.search(rf"demo[^\n]*\b{re.escape(m[1])} s\b", answers()), m[1]
 

@@ -979,7 +979,7 @@ class Diagnosis:
         if not lead or not lead[0].offered: return out + ["Fix: no change is predicted to gain 5% or more."]
         f = lead[0]  # the fix known to pay, first: for another resource than the headline's, it says which
         out.append(f"Fix: {f.short()}" if f.resource == self.bound.resource else f"Fix ({f.label}): {f.short()}")
-        out += [f"Or, as good (a tie): {g.short()}" for g in lead[1:SHOWN]]
+        out += [f"Or (a tie): {g.short()}" for g in lead[1:SHOWN]]
         more = [o for g in self.fixes for o in g.options if o.offered]  # a finding's other options (the host's)
         rest = [g for g in rank(self.fixes + more) if g not in lead and g.share >= MODERATELY_INPUT_BOUND]
         return out + [f"Then: {g.short()}" for g in rest[:max(SHOWN - len(lead), 0)]]
