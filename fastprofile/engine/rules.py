@@ -20,7 +20,7 @@ __all__ = ['MIN_GAIN', 'CEILING_LEAD', 'OPTIMISATION_LEAD', 'TIE', 'LABELS', 'RU
 # %% ../../nbs/06c_rules.ipynb #ae5d68d9
 MIN_GAIN = 1.05  # a fix predicted to gain less than 5% is not offered
 # a ceiling ('at most, if it cost nothing') is weighed as saving this many times less time than it bounds
-CEILING_LEAD = 2.
+CEILING_LEAD = 2.5
 OPTIMISATION_LEAD = 1.25  # ... and a fix that changes the optimisation (a batch size) this many times less
 TIE = 1.15  # fixes whose weights are within this factor of the first's are a tie: said together
 LABELS = {  # what bounds the run, short, for the headline (`Rule.label` for a rule of your own)
@@ -37,7 +37,7 @@ def weigh(speedup:float, # The fix's speedup (of the whole fit, unless `gain` sa
           optimises:bool=False, # It changes the optimisation
           gain:float=math.nan, # % of the fit the fix saves (NaN: from `speedup`)
          ) -> float:
-    """The weight the ranking gives a fix: the share of the fit it saves, half of it for a ceiling, four fifths for a new
+    """The weight the ranking gives a fix: the share of the fit it saves, two fifths of it for a ceiling, four fifths for a new
     batch size"""
     g = (1 - 1/speedup if math.isnan(gain) else gain/100) if speedup > 0 else 0.
     return g/(CEILING_LEAD if kind == 'bound' else 1.)/(OPTIMISATION_LEAD if optimises else 1.)
@@ -78,7 +78,7 @@ class Finding:
     def offered(self) -> bool: return self.fix is not None and self.speedup >= MIN_GAIN
     @property
     def weight(self) -> float:
-        """What the ranking weighs: the share of the fit the fix saves, half of it for a ceiling, four fifths for a
+        """What the ranking weighs: the share of the fit the fix saves, two fifths of it for a ceiling, four fifths for a
         change to the optimisation"""
         return weigh(self.speedup, self.kind, self.optimises, self.gain)
 
