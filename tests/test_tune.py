@@ -191,7 +191,9 @@ def test_a_drifting_machine_is_taken_out_by_the_baselines_beside_each_change():
     res = learn.tune(budget=90, n_batches=8, kinds=['batch_size', 'channels_last', 'optimizer'], progress=False)
     measured = [t for t in res.trials if t.status == 'measured']
     assert len(measured) == 3, res.table
-    for t in measured: assert .8 < t.measured < 1.25, res.table      # against one start and one end baseline: 1.5x down to 0.75x
+    # against one start and one end baseline: 1.5x down to 0.75x; a batch twice as large also pays the per-batch work once for
+    # twice the samples (up to ~1.3x per sample here): not a change that does nothing
+    for t in measured: assert .8 < t.measured < (1.4 if t.changes[0].kind == 'batch_size' else 1.25), res.table
     assert res.drift < -.3, res.drift                                # the first baseline against the last: much slower
     assert "the machine's speed changed while tuning" in res.plain()
 
