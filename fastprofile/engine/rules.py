@@ -58,7 +58,6 @@ class Finding:
     step:float=math.nan  # Seconds per batch (steady state) now
     predicted_step:float=math.nan  # ... after the fix (NaN: a whole-fit bound)
     if_free:bool=False  # The speedup is the bound if the resource cost nothing
-    covers:tuple=()  # Resources whose findings this one's fix already lists (besides its rule's `covers`)
     # What `step` and `predicted_step` are the seconds of ('64 samples': the batch-size fix, per the fit's batch)
     unit:str='batch'
     say:str=''  # The fix, short: code to paste and where (≤ ~90 characters; '' : `fix` is short already)
@@ -181,8 +180,8 @@ def tied(ranked:list) -> list:
     return [f for f in ranked if _close(f, w)]
 
 def suppress(found:list, rules) -> list:
-    "`found` less the findings whose resource a finding of another rule covers (its `Rule.covers`, or its own `covers`)"
+    "`found` less the findings whose resource a finding of another rule covers (that rule's `Rule.covers`)"
     by = {r.name:r for r in rules}
-    cov = lambda g: set(g.covers) | set(getattr(by.get(g.rule), 'covers', ()))
+    cov = lambda g: set(getattr(by.get(g.rule), 'covers', ()))
     return [f for f in found if not any(f.resource in cov(g) and g.rule != f.rule for g in found if g is not f)]
 
