@@ -5,7 +5,7 @@ from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
 from fastai.test_utils import synth_learner
 from fastprofile.learner import *
-from fastprofile.engine.rules import RULES, Finding, rule
+from fastprofile.engine.rules import RULES, Finding, Rule, rule
 from bench.verdict import measure, met, GOALS, SCENARIOS
 
 @pytest.fixture(scope='module')
@@ -74,3 +74,13 @@ def test_a_rule_declares_what_it_covers():
     learn = _learner()
     learn.profile(show_report=False, logger_callback=None, batch_sizes=False).fit(1)
     assert any(f.resource == 'compute' for f in learn.simple_profile.section('Diagnosis').findings)
+
+def test_a_costly_rule_runs_only_where_it_could_be_said():
+    "The batch sizes are measured only where their largest possible speedup, weighed as a new batch size, could rank among the fixes said"
+    from fastprofile.analysis.diagnosis import _worth_measuring, SHOWN
+    heavy = [Finding('input', 50., 50., 'x', 10., 'model') for _ in range(SHOWN)]  # four fixes that save 90% of the fit each
+    costly = lambda most: [Rule('sizes', lambda ev: [], 'per_batch', costly=True, most=lambda ev: most)]
+    assert not _worth_measuring(None, heavy, costly(2.))                # at most 2x per sample: it cannot rank among them
+    assert _worth_measuring(None, heavy, costly(float('inf')))          # not known: measure
+    assert _worth_measuring(None, heavy[:2], costly(2.))                # room among the fixes said: measure
+    assert _worth_measuring(None, [Finding('input', 5., 5., 'x', 1.1, 'model')]*SHOWN, costly(2.))  # it could lead them

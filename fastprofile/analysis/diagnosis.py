@@ -1126,7 +1126,9 @@ def _worth_measuring(ev:Evidence, found:list, rules:list) -> bool:
     if not costly: return False
     said = sorted((f.weight for f in found if f.offered), reverse=True)[:SHOWN]
     if len(said) < SHOWN: return True
-    return any((r.most(ev) if r.most is not None else math.inf)/OPTIMISATION_LEAD > said[-1] for r in costly)
+    # its largest speedup weighed as the ranking weighs a new batch size (a prediction that changes the optimisation)
+    most = [math.inf if r.most is None else r.most(ev) for r in costly]  # inf: unknown, or measured already
+    return any(m == math.inf or weigh(m, optimises=True) > said[-1] for m in most)
 
 def _load(facts:Facts):
     "The machine's load during the run (`facts.machine`, a `fastprofile.probes.machine.MachineLoad`), or None"
