@@ -91,7 +91,7 @@ def one(name:str, trials:int=3, log=print) -> dict:
     learn = _quiet(make(bs))
     learn.profile(logger_callback=None, show_report=False).fit(1)
     d = diagnose(learn)
-    bsc = d.numbers.get('batch_scaling') or {}
+    bsc = d.numbers.get('batch_sizes') or {}
     pred = bsc.get('predicted', {})
     named = next((f.change['value'] for f in d.findings if (f.change or {}).get('kind') == 'batch_size'), None)
     n = named or (max(pred) if pred else None)

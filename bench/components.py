@@ -7,7 +7,7 @@ thread, `learn.profile(show_report=False, logger_callback=None)`. A variant name
 (their class names); `pair` leaves every probe out but the timing pair (and the `Session` itself).
 
     python -m bench.components [--batches 20] [--rounds 40] [--seed 0] [VARIANT ...]
-    python -m bench.components LayerTimer CostSampler LoadTimer pair
+    python -m bench.components LayersProbe CallbackCostsProbe LoadingProbe pair
     python -m bench.components --baseline DIR [--processes 4] [VARIANT ...]
 
 `--baseline DIR` (a folder holding another `fastprofile` package: `git archive <commit> fastprofile | tar -x -C DIR`): the
@@ -31,7 +31,7 @@ def run(variants:list, batches:int=20, rounds:int=40, seed:int=0, log=print) -> 
         if out:
             keep = (lambda n: n in PAIR) if out == 'pair' else (lambda n: n not in out)
             s.probes = [p for p in s.probes if keep(type(p).__name__)]
-            if out == 'pair' or 'CostSampler' in out: s.profile.on_batch = None  # the sampler is also the profile's per-batch hook
+            if out == 'pair' or 'CallbackCostsProbe' in out: s.profile.on_batch = None  # the sampler is also the profile's per-batch hook
         return s
     fl._session = session
     try:
@@ -105,7 +105,7 @@ def compare_table(got:dict, batches:int, rounds:int) -> str:
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(prog='python -m bench.components', description=__doc__.splitlines()[0])
-    ap.add_argument('variants', nargs='*', default=['LayerTimer', 'CostSampler', 'LoadTimer', 'pair'])
+    ap.add_argument('variants', nargs='*', default=['LayersProbe', 'CallbackCostsProbe', 'LoadingProbe', 'pair'])
     ap.add_argument('--batches', type=int, default=20); ap.add_argument('--rounds', type=int, default=40)
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--baseline', default=None, help="a folder holding another fastprofile package, measured beside this tree's")

@@ -63,7 +63,7 @@ def count_ops(fn) -> int:
 
 def setup_cost(runs:int=3) -> list:
     "Seconds of `prepare_flop_counter()` in fresh processes (torch, fastai and fastprofile already imported)"
-    code = ("import time, torch, fastai.basics, fastprofile.engine.flops as e; t=time.perf_counter(); e.prepare_flop_counter(); "
+    code = ("import time, torch, fastai.basics, fastprofile.probes.efficiency.flops as e; t=time.perf_counter(); e.prepare_flop_counter(); "
             "print(time.perf_counter()-t)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
     out = []
@@ -76,7 +76,7 @@ def setup_cost(runs:int=3) -> list:
 
 def counted_batch_cost(reps:int, device='cpu') -> list:
     "Per model: ms of a training step uncounted and counted (medians, interleaved), ops, FLOPs per sample, Lightning's count"
-    from fastprofile.engine.flops import FlopCount, prepare_flop_counter
+    from fastprofile.probes.efficiency.flops import FlopCount, prepare_flop_counter
     prepare_flop_counter()
     sync = torch.cuda.synchronize if device != 'cpu' else (lambda: None)
     clock = time.perf_counter if device != 'cpu' else time.process_time
@@ -134,15 +134,15 @@ def profiled_fit(trials:int) -> dict:
 # ---------------------------------------------------------------- 4. the idle callback per batch
 
 def idle_dispatch_cost(n:int=200, rounds:int=60) -> dict:
-    "µs per training batch that an idle `EfficiencyCallback` (after its warm-up work) adds through fastai's dispatch"
+    "µs per training batch that an idle `EfficiencyProbe` (after its warm-up work) adds through fastai's dispatch"
     from fastai.basics import Learner, Callback, L
     from fastprofile.lifecycle.callback import TIMED_EVENTS
-    from fastprofile.probes.efficiency_probe import EfficiencyCallback
+    from fastprofile.probes.efficiency.probe import EfficiencyProbe
     fake = types.SimpleNamespace(training=True, xb=(torch.zeros(1),), train_iter=1)
     others = []
     for _ in range(4):  # stand-ins for TrainEvalCallback, Recorder, CastToTensor, ProgressCallback
         c = Callback(); c.learn = fake; others.append(c)
-    idle = EfficiencyCallback(count_flops=False); idle.learn = fake
+    idle = EfficiencyProbe(count_flops=False); idle.learn = fake
     idle._handlers = idle._per_phase  # in a stage, past the warm-up batches
     plain = Callback(); plain.learn = fake  # a fastai callback with no method, for comparison
     call = Learner._call_one
@@ -153,14 +153,14 @@ def idle_dispatch_cost(n:int=200, rounds:int=60) -> dict:
         for _ in range(n):
             for e in events: call(ns, e)
         return (time.process_time() - t0)/n
-    variants = {'none': others, 'idle EfficiencyCallback': others + [idle], 'fastai Callback, no method': others + [plain]}
+    variants = {'none': others, 'idle EfficiencyProbe': others + [idle], 'fastai Callback, no method': others + [plain]}
     res = {k: [] for k in variants}
     for r in range(rounds):  # short chunks, the order rotated each round; differences taken within a round
         ks = list(variants)[r % 3:] + list(variants)[:r % 3]
         got = {k: run(variants[k]) for k in ks}
         for k in variants: res[k].append(got[k] - got['none'] if k != 'none' else got[k])
     return {k: 1e6*median(v) for k,v in res.items() if k != 'none'} | {'base_us': 1e6*median(res['none']),
-            'spread_us': 1e6*iqr(res['idle EfficiencyCallback'])}
+            'spread_us': 1e6*iqr(res['idle EfficiencyProbe'])}
 
 # ---------------------------------------------------------------- 5. memory reads
 
@@ -174,7 +174,7 @@ def timed_call(f, n:int=2000, rounds:int=5) -> float:
     return 1e6*best
 
 def rss_costs() -> dict:
-    from fastprofile.engine.efficiency import rss_bytes, maxrss_bytes, mem_available
+    from fastprofile.probes.efficiency.facts import rss_bytes, maxrss_bytes, mem_available
     return {'rss_bytes (/proc/self/statm)': timed_call(rss_bytes), 'maxrss_bytes (getrusage)': timed_call(maxrss_bytes),
             'mem_available (/proc/meminfo)': timed_call(mem_available)}
 

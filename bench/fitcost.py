@@ -31,8 +31,8 @@ VARIANTS = {  # name -> `learn.profile` options (None: plain fastai), where the 
     'none': None, 'quiet': dict(show_report=False), 'rich': dict(show_report=True), 'pipe': dict(show_report=True)}
 LABELS = {'quiet': '`learn.profile(show_report=False)`', 'rich': 'report shown in a terminal (rich, colour, 120 columns)',
           'pipe': 'report shown into a pipe (no terminal, 80 columns)'}
-ONCE = (('fastprofile.lifecycle.callback', '_calibrate'), ('fastprofile.probes.loads', '_transfer_probe'))  # once-per-process costs, timed where they run
-OLD_PATHS = {'fastprofile.lifecycle.callback': 'fastprofile.callback', 'fastprofile.probes.loads': 'fastprofile.loads'}  # a --baseline from before the subpackages (0.1.0's flat modules)
+ONCE = (('fastprofile.lifecycle.callback', '_calibrate'), ('fastprofile.probes.loading', '_transfer_probe'))  # once-per-process costs, timed where they run
+OLD_PATHS = {'fastprofile.lifecycle.callback': 'fastprofile.callback', 'fastprofile.probes.loading': 'fastprofile.loads'}  # a --baseline from before the subpackages (0.1.0's flat modules)
 
 def _module(name):
     import importlib

@@ -9,8 +9,8 @@ import math, statistics, sys, time
 from .common import run_worker, fastxtend_dir, PredecessorUnavailable, median, iqr, md_table, fmt
 
 LABELS = {'none': 'no profiler (plain fastai)', 'fastprofile-off': 'fastprofile imported, not profiling',
-          'fastprofile': 'fastprofile `learn.profile()` (defaults: CostSampler on)',
-          'fastprofile-nosampler': 'fastprofile `learn.profile()`, CostSampler taken off (bench only)',
+          'fastprofile': 'fastprofile `learn.profile()` (defaults: CallbackCostsProbe on)',
+          'fastprofile-nosampler': 'fastprofile `learn.profile()`, CallbackCostsProbe taken off (bench only)',
           'fastprofile-baseline': 'fastprofile `learn.profile()` from the `--baseline` tree (the code before)', 'fastxtend': "fastxtend 0.1.7 `learn.profile(mode='simple')`"}
 
 WORKLOADS = {
@@ -93,9 +93,9 @@ def tables(data:dict, summary:dict, ref:dict|None=None) -> str:
         row(LABELS[v], None if none else s['train_s_overhead'], None if none else s['train_cpu_s_overhead'], s,
             ratio_ok=v not in ('none','fastxtend'))
         if 'train_s_paired' in s:
-            sampler = v == 'fastprofile-nosampler'  # its other fits are default-profiled: minus the difference is the CostSampler's share
+            sampler = v == 'fastprofile-nosampler'  # its other fits are default-profiled: minus the difference is the CallbackCostsProbe's share
             sign = -1 if sampler else 1
-            row("↳ CostSampler's share: default-profiled − CostSampler-off fits, alternating in the same process" if sampler else
+            row("↳ CallbackCostsProbe's share: default-profiled − CallbackCostsProbe-off fits, alternating in the same process" if sampler else
                 "↳ the same, pair alone: profiled − unprofiled fits in the same process", sign*s['train_s_paired'], sign*s['train_cpu_s_paired'],
                 None, ratio_ok=not sampler,
                 iqr_=f"{1e6*s['train_s_paired_iqr']:.0f} / {1e6*s['train_cpu_s_paired_iqr']:.0f}; fit pairs: ±{1e6*s['train_cpu_s_paired_2se']:.0f} (2 SE, CPU)")
@@ -120,7 +120,7 @@ def tables(data:dict, summary:dict, ref:dict|None=None) -> str:
         ns = summary.get('fastprofile-nosampler')
         if ns:
             sb = [b.get('train', 0) for r in data['results']['fastprofile'] for b in r.get('sampled_batches', [])]
-            lines.append(f"- CostSampler's share (default profile − the same with the CostSampler taken off): "
+            lines.append(f"- CallbackCostsProbe's share (default profile − the same with the CallbackCostsProbe taken off): "
                          f"{-1e6*ns['train_cpu_s_paired_mean']:+.1f} ± {1e6*ns['train_cpu_s_paired_2se']:.1f} µs/batch (mean of the fit pairs "
                          f"in the same process, 2 SE; median of the processes {-1e6*ns['train_cpu_s_paired']:+.1f}); across processes "
                          f"{1e6*(oh - ns['train_cpu_s_overhead']):+.1f} µs/batch. It sampled {median(sb):.0f} of {summary['none']['n_train']} "

@@ -28,11 +28,11 @@ def check_clean(variant:str):
 def add_profiler(learn, variant:str):
     "Add the variant's profiler for the next fit (both profilers remove themselves after it)"
     if variant.startswith('fastprofile') and variant != 'fastprofile-off': learn.profile(show_report=False, logger_callback=None)
-    if variant == 'fastprofile-nosampler':  # the defaults, less the `CostSampler` (callback costs, loader timing): its share
+    if variant == 'fastprofile-nosampler':  # the defaults, less the `CallbackCostsProbe` (callback costs, loader timing): its share
         from fastprofile.lifecycle.session import Session
-        from fastprofile.probes.costs import CostSampler
+        from fastprofile.probes.callback_costs import CallbackCostsProbe
         s = Session.of(learn)
-        s.probes = [p for p in s.probes if not isinstance(p, CostSampler)]; s.profile.on_batch = None
+        s.probes = [p for p in s.probes if not isinstance(p, CallbackCostsProbe)]; s.profile.on_batch = None
     elif variant == 'fastxtend': learn.profile(mode='simple', show_report=False)
 
 def time_phases(learn):
@@ -62,7 +62,7 @@ def overhead(task:dict) -> dict:
     fits,self_oh,on,sampled = [],[],[],[]
     # fastprofile also alternates unprofiled fits in the same process: the pair's own cost, free of process-to-process noise
     # (order A B B A A B ... so that a drift over the process's life does not favour either); 'fastprofile-nosampler'
-    # alternates with default-profiled fits instead: the CostSampler's own cost, the same way
+    # alternates with default-profiled fits instead: the CallbackCostsProbe's own cost, the same way
     profiling = variant in ('fastprofile', 'fastprofile-nosampler')
     paired = profiling and task.get('paired')
     plan = [(i, p) for i in range(task.get('warmup_fits', 1) + task['fits'])
@@ -70,7 +70,7 @@ def overhead(task:dict) -> dict:
     try:
         for i,profiled in plan:
             if profiled: add_profiler(learn, variant)
-            elif variant == 'fastprofile-nosampler': add_profiler(learn, 'fastprofile')  # its "other" fits: the defaults (the CostSampler's share, in-process)
+            elif variant == 'fastprofile-nosampler': add_profiler(learn, 'fastprofile')  # its "other" fits: the defaults (the CallbackCostsProbe's share, in-process)
             t = time.perf_counter()
             learn.fit(1, lr=1e-3)
             fits.append(time.perf_counter() - t)
@@ -83,7 +83,7 @@ def overhead(task:dict) -> dict:
                 self_oh.append(rec.overhead_per_batch)
                 costs = learn.simple_profile.facts.callback_costs  # the default profile samples callback costs: check it did
                 if (variant == 'fastprofile') != (costs is not None and costs.batches.get('train', 0) > 0):
-                    raise RuntimeError(f"{variant}: the CostSampler {'did not sample' if variant == 'fastprofile' else 'ran'}")
+                    raise RuntimeError(f"{variant}: the CallbackCostsProbe {'did not sample' if variant == 'fastprofile' else 'ran'}")
                 if costs is not None: sampled.append(dict(costs.batches))
             if variant == 'fastxtend' and len(learn.profile_results) == 0: raise RuntimeError("fastxtend made no results")
             if any('Profiler' in type(cb).__name__ for cb in learn.cbs): raise RuntimeError("a profiler callback stayed on the learner")

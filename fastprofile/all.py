@@ -7,7 +7,7 @@ Docs: https://fastprofile.github.io/fastprofile/all.html.md"""
 # %% auto #0
 __all__ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'ProfileReport', 'Facts', 'Sink', 'Section', 'Probe',
            'ProbeCallback', 'register', 'Session', 'Patches', 'Row', 'result_row', 'SimpleProfilerCallback',
-           'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback',
+           'SimpleProfilerPostCallback', 'BreakdownProbe', 'CudaPrefetchCallback', 'EfficiencyProbe',
            'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink',
            'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'Rule', 'Finding', 'RULES', 'rule', 'register_rule',
            'check_advice', 'preserved', 'load_profile', 'compare', 'Comparison', 'TuneResult', 'ValidateOnceCallback',
@@ -23,13 +23,13 @@ from .engine.patches import Patches
 from .engine.record import ProfileRecord, Row, result_row
 from .engine.tables import ProfileReport, Section
 from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallback
-from .probes.breakdown import BreakdownCallback
+from .probes.breakdown import BreakdownProbe
 from .data.prefetch import CudaPrefetchCallback
-from .probes.efficiency_probe import EfficiencyCallback
+from .probes.efficiency.probe import EfficiencyProbe
 from .analysis.trace import RecordFunctionCallback, save_trace
 from .analysis.distributed import save_merged_trace, fix_cpu_broadcast
-from .analysis.efficiency_report import efficiency_summary
-from .analysis.telemetry_report import telemetry_summary
+from .probes.efficiency.report import efficiency_summary
+from .probes.telemetry.report import telemetry_summary
 from .analysis.diagnosis import Diagnosis, diagnose
 from .engine.rules import Rule, Finding, RULES, rule, register_rule
 from .learner import LOGGERS, NoProfileError
@@ -44,9 +44,13 @@ from .analysis.plots import plot_profile, save_plots, plot_phase_shares, plot_ti
 from .demo import make_demo_learner
 _all_ = ['Profile', 'ProfileOptions', 'ProfileResult', 'ProfileRecord', 'ProfileReport', 'Facts', 'Sink', 'Section',
          'Probe', 'ProbeCallback', 'register', 'Session', 'Patches', 'Row', 'result_row', 'SimpleProfilerCallback',
-         'SimpleProfilerPostCallback', 'BreakdownCallback', 'CudaPrefetchCallback', 'EfficiencyCallback',
+         'SimpleProfilerPostCallback', 'BreakdownProbe', 'CudaPrefetchCallback', 'EfficiencyProbe',
          'RecordFunctionCallback', 'LOGGERS', 'SECTIONS', 'NoProfileError', 'WandbSink', 'TensorBoardSink',
          'fix_fastai_wandb_4173', 'diagnose', 'Diagnosis', 'Rule', 'Finding', 'RULES', 'rule', 'register_rule',
          'check_advice', 'preserved', 'load_profile', 'compare', 'Comparison', 'TuneResult', 'ValidateOnceCallback',
          'efficiency_summary', 'telemetry_summary', 'plot_profile', 'save_plots', 'plot_phase_shares', 'plot_timeline',
          'save_trace', 'save_merged_trace', 'fix_cpu_broadcast', 'make_demo_learner']
+
+# %% ../nbs/99_all.ipynb #a44a94ba
+from .moved import old_name
+def __getattr__(name): return old_name(__name__, name)  # its 0.2.0 name (`fastprofile.moved.RENAMED`), deprecated

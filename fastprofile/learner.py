@@ -19,10 +19,10 @@ from .lifecycle.callback import SimpleProfilerCallback, SimpleProfilerPostCallba
 from .probes.builtin import BUILTIN_PROBES  # noqa: F401
 from .data.prefetch import CudaPrefetchCallback
 from .data.pipeline import PinnedCopy, _tensors
-from .analysis.efficiency_report import efficiency_summary
-from .probes.telemetry import TELEMETRY_EVERY, reads_gpu
-from .probes.snapshot import check_memory_snapshot, snapshot_path
-from .analysis.telemetry_report import telemetry_summary
+from .probes.efficiency.report import efficiency_summary
+from .probes.telemetry.probe import TELEMETRY_EVERY, reads_gpu
+from .probes.memory_snapshot import check_memory_snapshot, snapshot_path
+from .probes.telemetry.report import telemetry_summary
 from .analysis.distributed import rank_gather, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world
 from .sinks.wandb import WandbSink
 from .sinks.tensorboard import TensorBoardSink

@@ -6,10 +6,10 @@ Docs: https://fastprofile.github.io/fastprofile/moved.html.md"""
 
 # %% ../nbs/99a_moved.ipynb #e092c206
 from __future__ import annotations
-import importlib, importlib.abc, importlib.machinery, sys
+import importlib, importlib.abc, importlib.machinery, sys, warnings
 
 # %% auto #0
-__all__ = ['MOVED', 'OldPaths', 'install']
+__all__ = ['MOVED', 'RENAMED', 'RENAMED_KEYS', 'old_name', 'OldPaths', 'install']
 
 # %% ../nbs/99a_moved.ipynb #3ce7d4f1
 MOVED = {
@@ -18,19 +18,19 @@ MOVED = {
     'fastprofile.callback': 'fastprofile.lifecycle.callback',
     'fastprofile.checks': 'fastprofile.engine.checks',
     'fastprofile.compare': 'fastprofile.fixes.compare',
-    'fastprofile.compiles': 'fastprofile.probes.compiles',
+    'fastprofile.compiles': 'fastprofile.probes.compile',
     'fastprofile.core': 'fastprofile.engine.core',
-    'fastprofile.costs': 'fastprofile.probes.costs',
+    'fastprofile.costs': 'fastprofile.probes.callback_costs',
     'fastprofile.cuda_events': 'fastprofile.engine.cuda_events',
     'fastprofile.diagnosis': 'fastprofile.analysis.diagnosis',
     'fastprofile.distributed': 'fastprofile.analysis.distributed',
-    'fastprofile.efficiency': 'fastprofile.engine.efficiency',
-    'fastprofile.efficiency_probe': 'fastprofile.probes.efficiency_probe',
-    'fastprofile.efficiency_report': 'fastprofile.analysis.efficiency_report',
-    'fastprofile.flops': 'fastprofile.engine.flops',
+    'fastprofile.efficiency': 'fastprofile.probes.efficiency.facts',
+    'fastprofile.efficiency_probe': 'fastprofile.probes.efficiency.probe',
+    'fastprofile.efficiency_report': 'fastprofile.probes.efficiency.report',
+    'fastprofile.flops': 'fastprofile.probes.efficiency.flops',
     'fastprofile.gpu_timing': 'fastprofile.engine.gpu_timing',
     'fastprofile.layers': 'fastprofile.probes.layers',
-    'fastprofile.loads': 'fastprofile.probes.loads',
+    'fastprofile.loads': 'fastprofile.probes.loading',
     'fastprofile.loop': 'fastprofile.lifecycle.loop',
     'fastprofile.patches': 'fastprofile.engine.patches',
     'fastprofile.pipeline': 'fastprofile.data.pipeline',
@@ -40,16 +40,49 @@ MOVED = {
     'fastprofile.report': 'fastprofile.engine.tables',
     'fastprofile.saving': 'fastprofile.sinks.saving',
     'fastprofile.session': 'fastprofile.lifecycle.session',
-    'fastprofile.snapshot': 'fastprofile.probes.snapshot',
+    'fastprofile.snapshot': 'fastprofile.probes.memory_snapshot',
     'fastprofile.stats': 'fastprofile.engine.stats',
-    'fastprofile.telemetry': 'fastprofile.probes.telemetry',
-    'fastprofile.telemetry_report': 'fastprofile.analysis.telemetry_report',
+    'fastprofile.telemetry': 'fastprofile.probes.telemetry.probe',
+    'fastprofile.telemetry_report': 'fastprofile.probes.telemetry.report',
     'fastprofile.tensorboard': 'fastprofile.sinks.tensorboard',
     'fastprofile.tokens': 'fastprofile.engine.tokens',
     'fastprofile.trace': 'fastprofile.analysis.trace',
     'fastprofile.tune': 'fastprofile.fixes.tune',
     'fastprofile.wandb': 'fastprofile.sinks.wandb',
+    # 0.2.0's paths of what moved into one folder or module per measurement (its key)
+    'fastprofile.engine.flops': 'fastprofile.probes.efficiency.flops',
+    'fastprofile.engine.efficiency': 'fastprofile.probes.efficiency.facts',
+    'fastprofile.probes.efficiency_probe': 'fastprofile.probes.efficiency.probe',
+    'fastprofile.analysis.efficiency_report': 'fastprofile.probes.efficiency.report',
+    'fastprofile.analysis.telemetry_report': 'fastprofile.probes.telemetry.report',
+    'fastprofile.probes.loads': 'fastprofile.probes.loading',
+    'fastprofile.probes.costs': 'fastprofile.probes.callback_costs',
+    'fastprofile.probes.compiles': 'fastprofile.probes.compile',
+    'fastprofile.probes.snapshot': 'fastprofile.probes.memory_snapshot',
+    'fastprofile.probes.batch_scaling': 'fastprofile.probes.batch_sizes',
 }
+
+# 0.2.0's names of the built-in probes (one suffix now, `...Probe`) and of the batch sizes' facts: old name -> (module, name)
+RENAMED = {
+    'LoadTimer': ('fastprofile.probes.loading', 'LoadingProbe'),
+    'CostSampler': ('fastprofile.probes.callback_costs', 'CallbackCostsProbe'),
+    'BreakdownCallback': ('fastprofile.probes.breakdown', 'BreakdownProbe'),
+    'EfficiencyCallback': ('fastprofile.probes.efficiency.probe', 'EfficiencyProbe'),
+    'LayerTimer': ('fastprofile.probes.layers', 'LayersProbe'),
+    'MemorySnapshot': ('fastprofile.probes.memory_snapshot', 'MemorySnapshotProbe'),
+    'BatchProbe': ('fastprofile.probes.batch_sizes', 'BatchSizesProbe'),
+    'BatchScaling': ('fastprofile.probes.batch_sizes', 'BatchSizes'),
+}
+RENAMED_KEYS = {'batch_scaling': 'batch_sizes'}  # 0.2.0's facts keys -> now (a saved profile's `extra`)
+
+def old_name(module:str, name:str):
+    """What a module's `__getattr__` answers for a name it lacks: a class by its 0.2.0 name (`RENAMED`, with a
+    `DeprecationWarning`), so code and pickles that name it keep working; AttributeError for any other name"""
+    got = RENAMED.get(name)
+    if got is None: raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(f"fastprofile: `{name}` is now `{got[1]}` ({got[0]})", DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(got[0]), got[1])
+
 
 # %% ../nbs/99a_moved.ipynb #897d8a53
 class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):

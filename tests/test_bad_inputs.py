@@ -116,10 +116,10 @@ ROWS = [
     bad('results-before-profile', lambda e: e.fresh.simple_profile_results, NoProfileError, 'learn.profile()'),
     bad('report-before-profile', lambda e: e.fresh.simple_profile_report, NoProfileError, 'learn.profile()'),
     bad('breakdown-before-profile', lambda e: e.fresh.simple_profile_breakdown, NoProfileError, 'learn.profile()'),
-    # ---- BreakdownCallback ----
-    bad('breakdown-callbacks-str', lambda e: BreakdownCallback(callbacks='all'), TypeError, '`callbacks`', "'all'"),
-    bad('breakdown-draw-none', lambda e: BreakdownCallback(draw=None), TypeError, '`draw`', 'None'),
-    bad('breakdown-add-bad', lambda e: e.learn.add_cb(BreakdownCallback(draw=1)), TypeError, '`draw`'),
+    # ---- BreakdownProbe ----
+    bad('breakdown-callbacks-str', lambda e: BreakdownProbe(callbacks='all'), TypeError, '`callbacks`', "'all'"),
+    bad('breakdown-draw-none', lambda e: BreakdownProbe(draw=None), TypeError, '`draw`', 'None'),
+    bad('breakdown-add-bad', lambda e: e.learn.add_cb(BreakdownProbe(draw=1)), TypeError, '`draw`'),
     # ---- CudaPrefetchCallback / Learner.prefetch ----
     bad('prefetch-cb-pin-str', lambda e: CudaPrefetchCallback(pin='yes'), TypeError, '`pin`', "'yes'"),
     bad('prefetch-cb-ops-int', lambda e: CudaPrefetchCallback(ops=3), TypeError, '`ops`', '3'),

@@ -21,13 +21,13 @@ def env():
 @pytest.fixture
 def fakes(monkeypatch):
     "This process with `torch.cuda` stood in (undone after the test: every replaced attribute is put back)"
-    import torch.cuda.nvtx, torch.cuda.memory, fastprofile.engine.core, fastprofile.learner, fastprofile.analysis.trace, fastprofile.probes.telemetry
+    import torch.cuda.nvtx, torch.cuda.memory, fastprofile.engine.core, fastprofile.learner, fastprofile.analysis.trace, fastprofile.probes.telemetry.probe
     from fastai.learner import Learner
     import bench.gpu.fakes as fk
     saved = [(torch.cuda, n) for n in ('Event','synchronize','_sleep','current_stream','init','empty_cache','get_device_name',
                                       'get_device_properties')] + [(torch.cuda.nvtx, 'range_push'), (torch.cuda.nvtx, 'range_pop'),
              (fastprofile.engine.core, 'resolve_timing'), (fastprofile.learner, 'resolve_timing'), (Learner, 'annotate'),
-             (torch.cuda.memory, '_record_memory_history'), (torch.cuda.memory, '_dump_snapshot'), (fastprofile.probes.telemetry, 'reads_gpu'),
+             (torch.cuda.memory, '_record_memory_history'), (torch.cuda.memory, '_dump_snapshot'), (fastprofile.probes.telemetry.probe, 'reads_gpu'),
              (fastprofile.learner, 'reads_gpu'), (fastprofile.learner, 'check_memory_snapshot')]
     for obj,n in saved: monkeypatch.setattr(obj, n, getattr(obj, n))
     monkeypatch.setitem(sys.modules, 'pynvml', sys.modules.get('pynvml'))  # put back (or taken out) after the test

@@ -7,7 +7,7 @@ from fastai.callback.all import *
 from fastai.callback.core import _events
 from fastai.test_utils import synth_learner, synth_dbunch, RegModel
 from fastprofile.learner import *
-from fastprofile.probes.breakdown import BreakdownCallback, Breakdown
+from fastprofile.probes.breakdown import BreakdownProbe, Breakdown
 from fastprofile.data.pipeline import TimedPipeline, _SWITCHED
 
 class SlowCopy(torch.Tensor):
@@ -50,7 +50,7 @@ def _switched(learn): return [{k:dl.__dict__.get(k) for k in _SWITCHED} for dl i
 
 def assert_nothing_left(learn, switched0):
     "No breakdown on the learner, no timed wrapper on a callback or metric, the loaders and fastai's `to_device` as they were"
-    assert not any(isinstance(cb, BreakdownCallback) for cb in learn.cbs)
+    assert not any(isinstance(cb, BreakdownProbe) for cb in learn.cbs)
     assert not [(type(cb).__name__, e) for cb in learn.cbs for e in _events if e in cb.__dict__]
     assert not any('accumulate' in m.__dict__ for m in learn.metrics)
     now = _switched(learn)
@@ -115,7 +115,7 @@ def test_export_after_a_breakdown_and_the_breakdown_pickles(tmp_path):
         assert back.simple_profile_breakdown.draw_parts('train') == bd.draw_parts('train')
 
 def test_a_hand_added_breakdown_pickles_after_fit():
-    bd = BreakdownCallback()
+    bd = BreakdownProbe()
     learn = make_learner(n=3, cbs=bd)
     with learn.no_logging(): learn.fit(1)
     back = pickle.loads(pickle.dumps(bd))
@@ -178,7 +178,7 @@ def test_breakdown_leftovers_after_interrupt_are_inert():
     class Stop(Callback):
         def after_pred(self):
             if self.training and self.iter == 2: raise KeyboardInterrupt
-    bd = BreakdownCallback()
+    bd = BreakdownProbe()
     learn = synth_learner(n_trn=6, n_val=2, cbs=[Stop(), bd])
     with pytest.raises(KeyboardInterrupt): learn.fit(1)
     learn.remove_cbs([Stop, bd])
@@ -219,7 +219,7 @@ def test_breakdown_survives_validate_inside_a_batch():
 
 def test_breakdown_times_gpu_loaders_with_a_synchronizing_clock():
     "A loader on a CUDA device gets its draw timed after a synchronize (its GPU work in full); a CPU one does not"
-    bd = BreakdownCallback()
+    bd = BreakdownProbe()
     learn = make_learner(cbs=bd)
     bd.active,learn.dl = True,learn.dls.train
     tp, = bd._pipelines()

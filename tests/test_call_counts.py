@@ -88,6 +88,6 @@ def test_gpu_default_profile_calls_per_batch(fakes):
     assert n <= 110, (n, top)  # ~107 with the stand-ins: the CPU path's ~93, a sampled batch's 13 records and its resolve over 7
     lo,hi = recorded_per_batch()
     assert lo <= by.get(('fakes.py', 'record'), 0) <= hi, (lo, hi, top)  # N_MARKS events on one batch in GPU_EVERY, no more, no fewer
-    assert 'EfficiencyCallback' not in cbs, cbs  # its FLOPs counted and memory sampled in the warm-up: off `learn.cbs`
-    assert not any(k[0] in ('efficiency_probe.py', 'telemetry.py') for k in by), top
+    assert 'EfficiencyProbe' not in cbs, cbs  # its FLOPs counted and memory sampled in the warm-up: off `learn.cbs`
+    assert not any(k[0] == 'probe.py' for k in by), top  # probes/efficiency/probe.py, probes/telemetry/probe.py
     assert not nvml_calls, nvml_calls  # the sampler's thread reads NVML; the training thread makes no NVML call a batch

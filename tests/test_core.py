@@ -36,7 +36,7 @@ def check_untouched(learn, cbs0):
     assert list(learn.cbs) == cbs0
     assert Session.of(learn) is None
     assert not [k for k,v in learn.__dict__.items() if isinstance(v, _ProfiledMethod)]
-    assert not any(isinstance(cb, (SimpleProfilerCallback, SimpleProfilerPostCallback, BreakdownCallback)) for cb in learn.cbs)
+    assert not any(isinstance(cb, (SimpleProfilerCallback, SimpleProfilerPostCallback, BreakdownProbe)) for cb in learn.cbs)
     assert not hasattr(learn, 'simple_profiler') and not hasattr(learn, 'simple_profiler_post')
 
 def _losses(make, profile, n_epoch=2, **fit_kw):

@@ -14,10 +14,10 @@ from fastprofile.engine.rules import TIE
 from fastprofile.engine.record import Row
 from fastprofile.analysis.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN
 from fastprofile.fixes.advice import check_advice
-from fastprofile.analysis.efficiency_report import diagnosis_with_efficiency
-from fastprofile.probes.breakdown import BreakdownCallback
-from fastprofile.probes.costs import CostSampler
-from fastprofile.probes.loads import _LOAD_KEY
+from fastprofile.probes.efficiency.report import diagnosis_with_efficiency
+from fastprofile.probes.breakdown import BreakdownProbe
+from fastprofile.probes.callback_costs import CallbackCostsProbe
+from fastprofile.probes.loading import _LOAD_KEY
 
 class SleepyDS(torch.utils.data.Dataset):
     "A regression dataset whose items take `item_sleep` seconds each to load"
@@ -435,7 +435,7 @@ def test_a_cancelled_step_is_a_batch_event():
     assert 'after_cancel_step' not in learn.skips_steps.__dict__
 
 def test_a_breakdown_added_by_hand_is_not_timed_twice():
-    learn = make_learner(cbs=[SleepyCallback(.004), BreakdownCallback()])
+    learn = make_learner(cbs=[SleepyCallback(.004), BreakdownProbe()])
     learn.profile(show_report=False, logger_callback=None).fit(1)
     bd = learn.breakdown.result.callback_costs()
     sampled = learn.simple_profile.facts.callback_costs.callback_costs()

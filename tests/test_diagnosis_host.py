@@ -7,13 +7,13 @@ from fastai.callback.all import *
 from fastprofile.learner import *
 from fastprofile.analysis.sections import SECTIONS
 from fastprofile.engine.core import Facts, LoadTime, ProfileResult
-from fastprofile.probes.costs import SampledCosts
+from fastprofile.probes.callback_costs import SampledCosts
 from fastprofile.analysis.diagnosis import diagnose, Diagnosis, CATEGORIES, MIN_GAIN, larger_batch, layers_lead
 from fastprofile.fixes.advice import check_advice
-from fastprofile.engine.efficiency import Efficiency
-from fastprofile.analysis.efficiency_report import efficiency_advice
+from fastprofile.probes.efficiency.facts import Efficiency
+from fastprofile.probes.efficiency.report import efficiency_advice
 from fastprofile.probes.layers import LayerTimes, LayerTime
-from fastprofile.probes.telemetry import Telemetry, Where, GPU_FIELDS
+from fastprofile.probes.telemetry.probe import Telemetry, Where, GPU_FIELDS
 from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
 from fastprofile.engine.gpu_timing import GpuProfileRecord
 import fastprofile.learner as flearner
@@ -110,7 +110,7 @@ def test_batch_size_advice_is_a_size_to_try():
     assert larger_batch(64, 454.8) == 256 and larger_batch(64, None) == 256 and larger_batch(64, 3.1) == 128
     assert larger_batch(48, 454.8) == 128 and larger_batch(64, 1.4) is None and larger_batch(None, 10.) is None
     facts = launch_bound_facts()
-    from fastprofile.engine.efficiency import StageFlops
+    from fastprofile.probes.efficiency.facts import StageFlops
     facts.efficiency.stages.append(StageFlops(forward=1e9, backward=2e9, batch_size=64, dtypes={'fp16': 3e9*64}, families={'conv': 3e9*64}, train_batches=40))
     facts.flops = facts.efficiency.row_flops()
     res = ProfileResult(gpu_run(LAUNCH_HOST, LAUNCH_GPU), facts)

@@ -9,10 +9,10 @@ import torch.utils.flop_counter as tfc
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.nn.modules import module as _module
 from fastprofile.all import *
-from fastprofile.engine.efficiency import *
-from fastprofile.probes.efficiency_probe import *
-from fastprofile.analysis.efficiency_report import *
-from fastprofile.analysis.efficiency_report import _compute_share
+from fastprofile.probes.efficiency.facts import *
+from fastprofile.probes.efficiency.probe import *
+from fastprofile.probes.efficiency.report import *
+from fastprofile.probes.efficiency.report import _compute_share
 from fastprofile.engine.core import row_flops_per_second, train_samples_per_second
 from fastprofile.testing import FakeClock, drive_record
 
@@ -44,7 +44,7 @@ def no_leftovers(learn):
     assert _get_current_dispatch_mode() is None, 'a dispatch mode is still on'
     assert not _module._global_forward_hooks and not _module._global_forward_pre_hooks
     assert '_do_one_batch' not in learn.__dict__ and '_backward' not in learn.__dict__
-    assert not any(isinstance(cb, EfficiencyCallback) for cb in learn.cbs) and not hasattr(learn, 'efficiency')
+    assert not any(isinstance(cb, EfficiencyProbe) for cb in learn.cbs) and not hasattr(learn, 'efficiency')
 
 # ---- the numbers ----
 
@@ -148,7 +148,7 @@ def test_not_a_fit_counts_nothing():
     "validate, get_preds, lr_find while armed: no counting, no shadow; the training call that follows counts"
     learn = learner()
     profiled(learn)
-    cb = first(c for c in learn.cbs if isinstance(c, EfficiencyCallback))
+    cb = first(c for c in learn.cbs if isinstance(c, EfficiencyProbe))
     learn.validate(); learn.get_preds(); learn.lr_find(num_it=3, show_plot=False)
     assert cb.result.stages == [] and '_do_one_batch' not in learn.__dict__
     learn.fit(1)
@@ -179,12 +179,12 @@ def test_per_batch_table_empty_after_warmup(on_gpu):
     batch_events = {'before_batch','after_pred','before_backward','after_backward','before_step','after_step','after_batch'}
     learn = learner(n=224, cbs=Probe())  # 5 training batches (drop_last), 2 validation batches
     profiled(learn, warmup=2)
-    eff = first(c for c in learn.cbs if isinstance(c, EfficiencyCallback))
+    eff = first(c for c in learn.cbs if isinstance(c, EfficiencyProbe))
     cbs = list(learn.cbs)
     if on_gpu: eff.cuda_api = FakeCudaMemory()
     learn.fit(1)
     assert eff not in learn.cbs and not hasattr(learn, eff.name) and eff.learn is None  # taken off with the session's undo, as fastai's `remove_cb` does
-    assert list(learn.cbs) == [c for c in cbs if not isinstance(c, (EfficiencyCallback, SimpleProfilerCallback, SimpleProfilerPostCallback))]
+    assert list(learn.cbs) == [c for c in cbs if not isinstance(c, (EfficiencyProbe, SimpleProfilerCallback, SimpleProfilerPostCallback))]
     # counting needs the first batch of each phase; memory sampling (CUDA) every warm-up training batch
     assert seen == {(True,0): True, (True,1): on_gpu, (True,2): False, (True,3): False, (True,4): False,
                     (False,0): True, (False,1): False}
@@ -317,7 +317,7 @@ def test_compiled_function_inside_the_model_still_compiles():
     assert learn.simple_profile_efficiency['forward_flops_per_sample'] == FWD
 
 def test_hand_added_and_pickled():
-    cb = EfficiencyCallback()
+    cb = EfficiencyProbe()
     learn = learner(cbs=cb)
     learn.fit(1)
     assert cb.result.flops_per_sample()['forward'] == FWD
@@ -331,7 +331,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match='`peak_flops` must be a number > 0'): learner().profile(peak_flops=-1)
     with pytest.raises(TypeError, match='`peak_flops` must be a number'): learner().profile(peak_flops='fast')
     with pytest.raises(ValueError, match="`efficiency` must be one of 'auto', True, False"): learner().profile(efficiency='yes')
-    with pytest.raises(TypeError, match='`warmup` must be an int'): EfficiencyCallback(warmup=1.5)
+    with pytest.raises(TypeError, match='`warmup` must be an int'): EfficiencyProbe(warmup=1.5)
 
 # ---- the CUDA memory path, on a stand-in (no GPU here) ----
 
@@ -381,7 +381,7 @@ class StepAlloc(Callback):
 def test_cuda_memory_peaks_on_a_stand_in():
     fake = FakeCudaMemory()
     learn = learner(model=allocating_model(fake), cbs=StepAlloc(fake))
-    cb = EfficiencyCallback(cuda_api=fake)
+    cb = EfficiencyProbe(cuda_api=fake)
     learn.add_cb(cb)
     learn.fit(3)
     r,base = cb.result,10**9
@@ -400,7 +400,7 @@ def test_cuda_path_in_a_profiled_call_and_the_section():
     fake = FakeCudaMemory()
     learn = learner(model=allocating_model(fake), cbs=StepAlloc(fake))
     profiled(learn)
-    eff_cb = first(c for c in learn.cbs if isinstance(c, EfficiencyCallback))
+    eff_cb = first(c for c in learn.cbs if isinstance(c, EfficiencyProbe))
     eff_cb.cuda_api = fake  # what `profile()` picks on a GPU: `torch.cuda`
     learn.fit(2)
     e = learn.simple_profile_efficiency
@@ -419,7 +419,7 @@ def test_cuda_step_cancelled_no_opt_step_reading():
         def before_step(self): raise CancelStepException()
     fake = FakeCudaMemory()
     learn = learner(model=allocating_model(fake), cbs=[SkipStep(), StepAlloc(fake)])
-    cb = EfficiencyCallback(cuda_api=fake)
+    cb = EfficiencyProbe(cuda_api=fake)
     learn.add_cb(cb)
     learn.fit(1)
     assert set(cb.result.memory) == {'forward', 'backward'} and cb.result.sampled == 1
@@ -430,7 +430,7 @@ def test_cuda_memory_failure_warns_and_training_goes_on(monkeypatch):
         def max_memory_allocated(self, device=None): raise RuntimeError('CUDA error: device lost')
     monkeypatch.setenv('FASTPROFILE_STRICT', '0')
     learn = learner()
-    cb = EfficiencyCallback(cuda_api=Broken())
+    cb = EfficiencyProbe(cuda_api=Broken())
     learn.add_cb(cb)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always'); learn.fit(2)
@@ -514,7 +514,7 @@ def test_the_diagnosis_uses_the_measurements():
 @pytest.mark.parametrize('compute', [True, False], ids=['fix-given', 'no-fix'])
 def test_the_report_diagnoses_the_run_once(compute, monkeypatch):
     "Building the report with efficiency measured diagnoses the run once (the Efficiency section reads whether the Diagnosis gave the fix), with the same sections as diagnosing again"
-    import fastprofile.analysis.diagnosis as fdiag, fastprofile.analysis.efficiency_report as feff
+    import fastprofile.analysis.diagnosis as fdiag, fastprofile.probes.efficiency.report as feff
     from fastprofile.learner import SECTIONS
     made = lambda: _gpu_result({'fp32': 3e9*64}, {'conv': 2.5e9*64, 'matmul': .5e9*64} if compute else {'matmul': 3e9*64})
     want = ProfileResult(made().record, made().facts, sections=SECTIONS)

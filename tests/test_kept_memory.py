@@ -43,7 +43,7 @@ dls = DataLoaders.from_dsets(TensorDataset(x[:items], y[:items]), TensorDataset(
 learn = Learner(dls, nn.Linear(2, 1), loss_func=MSELossFlat(), opt_func=SGD, cbs=Stop(batches))
 learn.profile(logger_callback=None)  # the report shown (into this process's pipe), as a user runs it
 with learn.no_bar(): learn.fit(1)
-assert learn.simple_profile.facts.batch_scaling.measured  # the diagnosis measured the batch sizes
+assert learn.simple_profile.facts.batch_sizes.measured  # the diagnosis measured the batch sizes
 rss0,used0 = settled()
 del learn.__dict__['simple_profile']  # what `del learn.simple_profile` would do (the property has no deleter)
 rss1,used1 = settled()

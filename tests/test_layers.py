@@ -12,7 +12,7 @@ from fastai.test_utils import synth_learner
 from fastai.text.data import LMDataLoader, SortedDL, Pad_Chunk, TensorText
 from fastprofile.all import *
 from fastprofile.lifecycle.session import Session
-from fastprofile.probes.layers import LayerTimer, LayerTimes
+from fastprofile.probes.layers import LayersProbe, LayerTimes
 from fastprofile.engine.tokens import PAD_EVERY
 from fastprofile.engine.tables import fmt_pct
 from fastprofile.engine.record import Row
@@ -27,18 +27,18 @@ def one_thread():
     yield
     torch.set_num_threads(n)
 
-_MAKE = LayerTimer.make
+_MAKE = LayersProbe.make
 
 @pytest.fixture(autouse=True)
 def three_samples(monkeypatch):
     "These tests' fits are short (6 training batches): the registry's timer samples 3 in a row after the warm-up; `spread_out` undoes it"
     def make(cls, call): return cls(call.learn, warmup=call.options.warmup, first=3, spacing=1) if call.options.layers else None
-    monkeypatch.setattr(LayerTimer, 'make', classmethod(make))
+    monkeypatch.setattr(LayersProbe, 'make', classmethod(make))
 
 @pytest.fixture
 def spread_out(monkeypatch):
     "The registry's timer as the package makes it: `first=6` samples, one every 16 training batches"
-    monkeypatch.setattr(LayerTimer, 'make', _MAKE)
+    monkeypatch.setattr(LayersProbe, 'make', _MAKE)
 BIG = 'body'  # the layer that does nearly all the work in `cnn()`
 
 def cnn():
@@ -98,7 +98,7 @@ def test_top_layer_and_share_against_torch_profiler():
     top = lay.top(1)[0]
     test_eq((top.name, top.kind), (BIG, 'Conv2d 8→64, 7×7, stride 2'))
     ours,theirs = lay.share(BIG),profiler_share(prof, set(lay.iters), [16, 8, 64, 64])
-    print(f"share of `{BIG}`: LayerTimer {ours:.1f}%, torch.profiler {theirs:.1f}%"); print(lay)
+    print(f"share of `{BIG}`: LayersProbe {ours:.1f}%, torch.profiler {theirs:.1f}%"); print(lay)
     assert abs(ours - theirs) <= 10, (ours, theirs)
     assert ours > 30  # it leads by far: a test that tells layers apart
     d = res.section('Diagnosis')
@@ -143,7 +143,7 @@ def test_sampling_across_epochs():
     learn = cnn_learner(n_trn=3, n_val=1, cbs=[spy])
     with learn.no_bar(), learn.no_logging():
         learn.profile(**QUIET)
-        timer = next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer))
+        timer = next(p for p in Session.of(learn).probes if isinstance(p, LayersProbe))
         timer.every = 6
         learn.fit(6)
     lay = learn.simple_profile.facts.layers
@@ -255,7 +255,7 @@ def test_layer_times_folded_when_read():
     learn = cnn_learner(n_trn=10)  # more sampled batches than `_KEEP`: folded at the phase's end, memory stays bounded
     with learn.no_bar(), learn.no_logging():
         learn.profile(**QUIET)
-        next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer)).first = 9
+        next(p for p in Session.of(learn).probes if isinstance(p, LayersProbe)).first = 9
         learn.fit(1)
     lay = learn.simple_profile.facts.layers
     test_eq((len(lay._raw), lay.batches, lay.layers[BIG].calls), (0, 9, 9))
@@ -334,7 +334,7 @@ def test_events_path_with_stand_in_events():
     learn = cnn_learner()
     with learn.no_bar(), learn.no_logging():
         learn.profile(**QUIET)
-        timer = next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer))
+        timer = next(p for p in Session.of(learn).probes if isinstance(p, LayersProbe))
         def stage(s, _stage=timer.stage):
             _stage(s); timer._cuda,timer._clock,timer.result.timing = True,mark,'events'
         timer.stage = stage
@@ -421,7 +421,7 @@ def test_times_kept_per_batch_stay_bounded(monkeypatch):
     learn = cnn_learner(n_trn=11, model=nn.Sequential(OrderedDict(net=cnn(), branch=EveryThird())))
     with learn.no_bar(), learn.no_logging():
         learn.profile(**QUIET)
-        next(p for p in Session.of(learn).probes if isinstance(p, LayerTimer)).first = 10
+        next(p for p in Session.of(learn).probes if isinstance(p, LayersProbe)).first = 10
         learn.fit(1)
     lay = learn.simple_profile.facts.layers
     # batches 0-3 kept, thinned to 0, 2 (stride 2); 4, 6 kept, thinned to 0, 4 (stride 4); 8 kept
@@ -435,19 +435,19 @@ def test_times_kept_per_batch_stay_bounded(monkeypatch):
 def test_layer_times_round_trip_and_old_files_load():
     "The per-batch times and `stride` go to JSON and come back, field by field; a file without them (0.2.0 and older) loads, with no spread"
     lay = fit(cnn_learner()).facts.layers
-    back = LayerTimer.from_json(json.loads(json.dumps(LayerTimer.to_json(lay), allow_nan=False)))
+    back = LayersProbe.from_json(json.loads(json.dumps(LayersProbe.to_json(lay), allow_nan=False)))
     for f in dataclasses.fields(LayerTimes): test_eq(getattr(back, f.name), getattr(lay, f.name))
     test_eq(back.layers[BIG].batch_times, lay.layers[BIG].batch_times)
     test_eq(back.lines(), lay.lines())
-    old = LayerTimer.to_json(lay)
+    old = LayersProbe.to_json(lay)
     del old['stride']
     for v in old['layers'].values(): del v['batch_times']
-    old = LayerTimer.from_json(old)
+    old = LayersProbe.from_json(old)
     test_eq((old.kept, old.stride), (0, 1))
     test_close(old.share(BIG), 100*lay.layers[BIG].total/lay.total)  # the share of the sums, as 0.2.0 showed it
     assert math.isnan(old.spread(BIG)) and old.leaders() == [] and ' ±' not in '\n'.join(old.lines())
     v010 = json.loads((Path(__file__).parent/'fixtures'/'v0_1_0'/'profile.json').read_text())['facts']['layers']
-    test_eq(LayerTimer.from_json(v010).lines()[1][:30], '  `RegModel` (the model\'s own ')
+    test_eq(LayersProbe.from_json(v010).lines()[1][:30], '  `RegModel` (the model\'s own ')
     l = LayerTime('a', 'Linear', 1.)
     del l.__dict__['batch_times']  # as fastprofile 0.2.0 pickled it
     test_eq(pickle.loads(pickle.dumps(l)).batch_times, [])

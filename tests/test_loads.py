@@ -9,7 +9,7 @@ from fastprofile.learner import *
 from fastprofile.engine.core import Facts, LoadTime
 from fastprofile.engine.patches import Patches
 from fastprofile.sinks.saving import load_profile
-import fastprofile.probes.loads as loads
+import fastprofile.probes.loading as loads
 
 @pytest.fixture
 def probes(monkeypatch):
@@ -72,12 +72,12 @@ def test_buffers_reused_only_without_workers(monkeypatch):
     monkeypatch.setattr(loads, '_FREE', [])
     learn = synth_learner(data=DataLoaders(TfmdDL(Items(), bs=4, num_workers=0), TfmdDL(Items(), bs=4, num_workers=1), device='cpu'))
     s = SimpleNamespace(patches=Patches())
-    t = loads.LoadTimer(learn); t.start(s)
+    t = loads.LoadingProbe(learn); t.start(s)
     for dl in learn.dls[:2]:
         for b in dl: pass
     train,valid = t.timed['train'][1].buf,t.timed['valid'][1].buf
     t.contribute(Facts()); s.patches.restore()
     assert loads._FREE == [train] and t.timed == {}  # the worker's loader keeps its own
-    t = loads.LoadTimer(learn); t.start(s)
+    t = loads.LoadingProbe(learn); t.start(s)
     assert t.timed['train'][1].buf is train and loads._FREE == [] and not any(train)
     s.patches.restore()

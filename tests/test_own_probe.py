@@ -70,7 +70,7 @@ def test_bad_probes_are_refused_at_the_call(example):
     with pytest.raises(ValueError, match='has no `key`'): learn.profile(probes=[NoKey()])
     with pytest.raises(ValueError, match='share a key'): learn.profile(probes=[example.BatchBytes(), example.BatchBytes()])
     with pytest.raises(ValueError, match='field of `Facts`'): learn.profile(probes=[Clash()])
-    with pytest.raises(ValueError, match="taken by fastprofile.probes.loads.LoadTimer"): learn.profile(probes=[Taken()])
+    with pytest.raises(ValueError, match="taken by fastprofile.probes.loading.LoadingProbe"): learn.profile(probes=[Taken()])
     with pytest.raises(ValueError, match="kept in `facts.extra` by fastprofile itself"): learn.profile(probes=[Copy()])
     with pytest.raises(ValueError, match="not `ProfileOptions` fields: valid are show_report"): learn.profile(probes=[BadOption()])
     class Other(Probe): key = 'phase_bytes'

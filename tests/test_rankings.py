@@ -8,8 +8,8 @@ from fastai.callback.all import *
 from fastai.test_utils import synth_learner, synth_dbunch
 from fasttransform import Transform
 from fastprofile.all import *
-from fastprofile.probes.costs import CostSampler, SampledCosts, mean_spread
-from fastprofile.probes.breakdown import BreakdownCallback, Breakdown
+from fastprofile.probes.callback_costs import CallbackCostsProbe, SampledCosts, mean_spread
+from fastprofile.probes.breakdown import BreakdownProbe, Breakdown
 
 QUIET = dict(show_report=False, logger_callback=None)
 SLEEP = .008  # what `Uneven` and `Alternating` sleep every other batch
@@ -126,7 +126,7 @@ def test_json_and_pickle_carry_every_field(breakdown):
     learn,cb,tfm = learner(n_trn=20)
     learn.profile(breakdown=breakdown, **QUIET).fit(1)
     f = learn.simple_profile.facts
-    v,cls = (f.breakdown,BreakdownCallback) if breakdown else (f.callback_costs,CostSampler)
+    v,cls = (f.breakdown,BreakdownProbe) if breakdown else (f.callback_costs,CallbackCostsProbe)
     assert v.squares and v.callback_squares and (breakdown or v.draw_squares)  # there is something to carry
     same(_json(cls, v), v)
     same(pickle.loads(pickle.dumps(v)), v)
@@ -139,7 +139,7 @@ def test_files_and_pickles_without_spreads_still_load(breakdown):
     learn,cb,tfm = learner(n_trn=20)
     learn.profile(breakdown=breakdown, **QUIET).fit(1)
     f = learn.simple_profile.facts
-    v,cls = (f.breakdown,BreakdownCallback) if breakdown else (f.callback_costs,CostSampler)
+    v,cls = (f.breakdown,BreakdownProbe) if breakdown else (f.callback_costs,CallbackCostsProbe)
     d = cls.to_json(v)
     for k in ('squares','callback_squares','draw_squares'): d.pop(k, None)
     old = cls.from_json(d)
@@ -154,7 +154,7 @@ def test_files_and_pickles_without_spreads_still_load(breakdown):
 def test_costs_of_0_1_0_load():
     "The 0.1.0 fixture's saved callback costs load, without spreads"
     d = json.loads((Path(__file__).parent/'fixtures'/'v0_1_0'/'profile.json').read_text())['facts']['callback_costs']
-    c = CostSampler.from_json(d)
+    c = CallbackCostsProbe.from_json(d)
     test_eq((c.batches['train'], c.squares), (2, {}))
     assert math.isnan(c.spread('train', 'Recorder', 'after_batch')) and c.lines()
 

@@ -40,7 +40,7 @@ def test_the_demo_time_is_measured():
     assert re.search(rf"demo[^\n]*\b{re.escape(m[1])} s\b", answers()), m[1]
 
 def test_the_batch_measurement_budget_is_the_readme_share():
-    from fastprofile.probes.batch_scaling import BUDGET
+    from fastprofile.probes.batch_sizes import BUDGET
     share = re.search(r'within (\d+)% of the fit', _paragraph(_readme(), 'What it costs'))
     assert share and int(share[1]) == round(100*BUDGET[1]) and BUDGET[0] == 0, (share, BUDGET)
 

@@ -9,12 +9,12 @@ from fastai.test_utils import synth_learner
 from fastprofile.all import *
 from fastprofile.engine.core import PROBES, EXTRA_KEYS, Call, ProfileOptions, Facts
 from fastprofile.learner import made_probes, session_for
-from fastprofile.probes.layers import LayerTimer
-from fastprofile.probes.snapshot import MemorySnapshot
+from fastprofile.probes.layers import LayersProbe
+from fastprofile.probes.memory_snapshot import MemorySnapshotProbe
 from fastprofile.sinks.saving import facts_state, facts_from
 
-BUILTIN = {'loading':'LoadTimer', 'compile':'CompileProbe', 'callback_costs':'CostSampler', 'breakdown':'BreakdownCallback',
-           'efficiency':'EfficiencyCallback', 'layers':'LayerTimer', 'telemetry':'TelemetryProbe', 'memory_snapshot':'MemorySnapshot',
+BUILTIN = {'loading':'LoadingProbe', 'compile':'CompileProbe', 'callback_costs':'CallbackCostsProbe', 'breakdown':'BreakdownProbe',
+           'efficiency':'EfficiencyProbe', 'layers':'LayersProbe', 'telemetry':'TelemetryProbe', 'memory_snapshot':'MemorySnapshotProbe',
            'machine':'MachineProbe'}
 
 def _made(learn, snapshot=None, **kw):
@@ -37,20 +37,20 @@ def test_register_refuses_what_no_probe_may_be():
 
 def test_the_options_decide_which_probes_the_registry_makes():
     learn = synth_learner()
-    assert _made(learn) == ['LoadTimer', 'MachineProbe', 'CompileProbe', 'CostSampler', 'LayerTimer', 'TelemetryProbe']  # a CPU learner's defaults
-    assert _made(learn, breakdown=True, efficiency=True, layers=False, telemetry=False) == ['LoadTimer', 'MachineProbe', 'CompileProbe', 'BreakdownCallback', 'EfficiencyCallback']
-    assert _made(learn, peak_flops=1e12)[4] == 'EfficiencyCallback'  # 'auto' efficiency: on with a peak
-    assert _made(learn, snapshot='run.csv')[-1] == 'MemorySnapshot'
+    assert _made(learn) == ['LoadingProbe', 'MachineProbe', 'CompileProbe', 'CallbackCostsProbe', 'LayersProbe', 'TelemetryProbe']  # a CPU learner's defaults
+    assert _made(learn, breakdown=True, efficiency=True, layers=False, telemetry=False) == ['LoadingProbe', 'MachineProbe', 'CompileProbe', 'BreakdownProbe', 'EfficiencyProbe']
+    assert _made(learn, peak_flops=1e12)[4] == 'EfficiencyProbe'  # 'auto' efficiency: on with a peak
+    assert _made(learn, snapshot='run.csv')[-1] == 'MemorySnapshotProbe'
 
 def test_the_session_orders_the_pair_the_registry_yours_and_the_sinks():
     learn = synth_learner()
     s = session_for(learn, logger_callback=None)
-    assert [type(p).__name__ for p in s.probes] == ['SimpleProfilerCallback', 'LoadTimer', 'MachineProbe', 'CompileProbe', 'CostSampler', 'LayerTimer', 'TelemetryProbe', 'BatchProbe',
+    assert [type(p).__name__ for p in s.probes] == ['SimpleProfilerCallback', 'LoadingProbe', 'MachineProbe', 'CompileProbe', 'CallbackCostsProbe', 'LayersProbe', 'TelemetryProbe', 'BatchSizesProbe',
                                                    'LearnerFacts', 'PrefetchStaging', 'SimpleProfilerPostCallback']
-    assert type(s.profile.on_batch).__name__ == 'CostSampler'  # the one `per_batch` probe
-    mine = LayerTimer(learn, first=1, every=1)  # passed under a registered key: it takes the registry's place
+    assert type(s.profile.on_batch).__name__ == 'CallbackCostsProbe'  # the one `per_batch` probe
+    mine = LayersProbe(learn, first=1, every=1)  # passed under a registered key: it takes the registry's place
     s = session_for(learn, logger_callback=None, probes=[mine])
-    assert [p for p in s.probes if isinstance(p, LayerTimer)] == [mine]
+    assert [p for p in s.probes if isinstance(p, LayersProbe)] == [mine]
 
 def test_a_second_per_batch_probe_is_refused_at_the_call():
     class Counter(Probe):
@@ -102,7 +102,7 @@ def test_each_probe_saves_and_reads_its_own_facts(opts):
     assert set(f.extra) <= set(state) and not state['extra']  # each registered probe's facts under its key, as 0.1.0 wrote them
     g = facts_from(json.loads(json.dumps(state, allow_nan=False)))
     assert set(g.extra) == set(f.extra) and not differences(f.extra, g.extra, 'facts'), differences(f.extra, g.extra, 'facts')
-    assert _roundtrip(MemorySnapshot, '/runs/simple_profile_snapshot.pickle') == '/runs/simple_profile_snapshot.pickle'
+    assert _roundtrip(MemorySnapshotProbe, '/runs/simple_profile_snapshot.pickle') == '/runs/simple_profile_snapshot.pickle'
 
 def test_a_registered_probe_with_make_runs_in_every_call(tmp_path):
     @register
@@ -133,9 +133,9 @@ def test_saving_names_no_probe():
     assert named == []
 
 def test_a_notebook_defining_a_registered_class_leaves_the_modules():
-    "A module's notebook defines the class its module registered (`__main__.LayerTimer`): the module's stays, and nothing is refused; another class under a taken key is"
-    Copy = type('LayerTimer', (LayerTimer,), {'__module__': '__main__'})
-    assert register(Copy) is Copy and PROBES['layers'] is LayerTimer
+    "A module's notebook defines the class its module registered (`__main__.LayersProbe`): the module's stays, and nothing is refused; another class under a taken key is"
+    Copy = type('LayersProbe', (LayersProbe,), {'__module__': '__main__'})
+    assert register(Copy) is Copy and PROBES['layers'] is LayersProbe
     Early = type('EarlyProbe', (Probe,), {'__module__': '__main__', 'key': 'early_key'})  # the notebook's class first, then its module imported
     Module = type('EarlyProbe', (Probe,), {'__module__': 'mypkg.early', 'key': 'early_key'})
     try:
@@ -143,4 +143,4 @@ def test_a_notebook_defining_a_registered_class_leaves_the_modules():
         assert register(Early) is Early and PROBES['early_key'] is Module  # and it stays, whichever comes again
     finally: PROBES.pop('early_key', None)
     Other = type('NotLayers', (Probe,), {'__module__': '__main__', 'key': 'layers'})
-    with pytest.raises(ValueError, match="taken by fastprofile.probes.layers.LayerTimer"): register(Other)
+    with pytest.raises(ValueError, match="taken by fastprofile.probes.layers.LayersProbe"): register(Other)

@@ -127,7 +127,7 @@ def real_report():
     assert rep.section('Diagnosis') is not None and rep.section('Efficiency') is not None
     res = rep.results.copy()
     res['GPU Mean Duration'] = res['Mean Duration']*.7; res['GPU Total Time'] = res['Total Time']*.7
-    res['FLOP/s'] = np.where(res.Step.isin(['forward','backward']), 3.21e12, np.nan)  # as `fastprofile.probes.efficiency_probe` counts it
+    res['FLOP/s'] = np.where(res.Step.isin(['forward','backward']), 3.21e12, np.nan)  # as `fastprofile.probes.efficiency.probe` counts it
     return rep, ProfileReport(res, rep.notes, rep.sections)
 
 @pytest.fixture(scope='module')

@@ -13,9 +13,9 @@ from fastai.basics import *
 from fastai.test_utils import synth_learner
 import fastprofile.learner as fl
 from fastprofile.lifecycle.session import Session
-from fastprofile.probes.telemetry import TelemetryProbe, Telemetry, TelemetrySampler, Where, ROWS, open_gpu, where
-from fastprofile.analysis.telemetry_report import telemetry_summary, TelemetryWindow, telemetry_rank_lines
-from fastprofile.probes.snapshot import MemorySnapshot, snapshot_path
+from fastprofile.probes.telemetry.probe import TelemetryProbe, Telemetry, TelemetrySampler, Where, ROWS, open_gpu, where
+from fastprofile.probes.telemetry.report import telemetry_summary, TelemetryWindow, telemetry_rank_lines
+from fastprofile.probes.memory_snapshot import MemorySnapshotProbe, snapshot_path
 from fastprofile.analysis.diagnosis import diagnose, gpu_agreement
 from fastprofile.testing import FakeNvml, FakeCudaMemory, FakeClock, NVML_SIGNATURES, busy_gpu
 from test_core import Raiser, EXITS
@@ -220,7 +220,7 @@ def test_the_gpu_corroborates_the_verdict():
 
 def test_nvml_missing_one_line(monkeypatch):
     "The sampler asked for on a 'GPU' without nvidia-ml-py: one line says why, the CPU is still read, no warning"
-    monkeypatch.setattr('fastprofile.probes.telemetry.reads_gpu', lambda d: True)
+    monkeypatch.setattr('fastprofile.probes.telemetry.probe.reads_gpu', lambda d: True)
     monkeypatch.setitem(sys.modules, 'pynvml', None)  # `import pynvml` raises ImportError
     learn = synth_learner(n_trn=4, n_val=1)
     with warnings.catch_warnings():
@@ -298,7 +298,7 @@ def test_window_scalars_for_the_loggers():
     d = w.scalars(tel)
     assert d['gpu/utilization'] == 95. and d['gpu/power_w'] == 300. and 'cpu/cores' in d
     assert w.scalars(tel) == {} and TelemetryWindow().scalars(None) == {}
-    from fastprofile.analysis.telemetry_report import telemetry_fit_scalars
+    from fastprofile.probes.telemetry.report import telemetry_fit_scalars
     f = telemetry_fit_scalars(learn.simple_profile)
     assert f['gpu/utilization_train'] == 95. and f['energy/joules'] > 0
 

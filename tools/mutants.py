@@ -77,15 +77,15 @@ MUTATIONS = [
              [_k('tests/test_bench_gpu.py', 'test_diagnosis_part_scenarios_on_stand_ins')]),
     # the README's promises
     Mutation('batch_measure_not_restored', "measuring batch sizes leaves the learner as it was (the model's state not put back)",
-             [('fastprofile/probes/batch_scaling.py', "        finally: kept.restore()", "        finally: pass")],
-             [_k('tests/test_batch_scaling.py', 'test_measuring_leaves_the_learner_as_it_was'),
-              _k('tests/test_batch_scaling.py', 'test_the_fit_is_not_changed_by_the_probe')]),
+             [('fastprofile/probes/batch_sizes.py', "        finally: kept.restore()", "        finally: pass")],
+             [_k('tests/test_batch_sizes.py', 'test_measuring_leaves_the_learner_as_it_was'),
+              _k('tests/test_batch_sizes.py', 'test_the_fit_is_not_changed_by_the_probe')]),
     Mutation('batch_size_not_applied', "`check_advice` applies the batch size it checks (the change unknown to it)",
              [('fastprofile/fixes/advice.py', "    elif k == 'batch_size':", "    elif k == 'batch_size_':")],
-             [_k('tests/test_batch_scaling.py', 'test_check_advice_applies_the_batch_size_per_sample')]),
+             [_k('tests/test_batch_sizes.py', 'test_check_advice_applies_the_batch_size_per_sample')]),
     Mutation('fastai_tfm_moved', "a batch transform fastai adds itself (`ReadTabBatch`) is never advised to move",
              [('fastprofile/analysis/diagnosis.py', "    own = slow in FASTAI_TFMS ", "    own = False ")],
-             [_k('tests/test_batch_scaling.py', 'test_tabular_per_batch_work_is_priced_measured')]),
+             [_k('tests/test_batch_sizes.py', 'test_tabular_per_batch_work_is_priced_measured')]),
     Mutation('before_draw_not_sent', "README: `before_draw` is sent to the callbacks that define it (never fired)",
              [('fastprofile/lifecycle/loop.py', "if cb.run_train if training else cb.run_valid: cb('before_draw')",
                "if cb.run_train if training else cb.run_valid: pass")],
@@ -120,7 +120,7 @@ MUTATIONS = [
              [_k('tests/test_verdict.py', 'test_a_rule_declares_what_it_covers')]),
     Mutation('batch_cost_unsaid', "every cost the profiler adds is in its cost line (the batch sizes timed after the fit left out)",
              [('fastprofile/engine/notes.py', "        if got: parts.append(", "        if False: parts.append(")],
-             [_k('tests/test_batch_scaling.py', 'test_the_cost_line_names_the_batch_measurement')]),
+             [_k('tests/test_batch_sizes.py', 'test_the_cost_line_names_the_batch_measurement')]),
 ]
 
 # ---------------------------------------------------------------- the copy

@@ -256,7 +256,7 @@ def sc_jpegs(c, device):
     return out
 
 def sc_gpu_bound(c, device):
-    from fastprofile.analysis.efficiency_report import efficiency_summary
+    from fastprofile.probes.efficiency.report import efficiency_summary
     from .data import tensor_pool, mlp, pool_dls, learner
     pin = _on_cuda(device)
     dls = pool_dls(tensor_pool(2, (c['bs'], c['n_in']), pin=pin), c['batches'] + 10, 0., 0, pin=pin, device=device, n_valid=2)

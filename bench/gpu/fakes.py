@@ -79,12 +79,12 @@ def install():
     Learner.annotate = annotate_with_cuda
     # telemetry: NVML (`pynvml`) and the allocator's history stood in (checked against NVML's documented and torch's real
     # signatures, `fastprofile.testing`); the sampler reads the stand-in GPU and `memory_snapshot=True` is taken for a CPU model
-    import fastprofile.probes.telemetry, torch.cuda.memory
+    import fastprofile.probes.telemetry.probe, torch.cuda.memory
     from fastprofile.testing import FakeNvml, FakeCudaMemory
     sys.modules['pynvml'] = FakeNvml()
     mem = FakeCudaMemory()
     torch.cuda.memory._record_memory_history,torch.cuda.memory._dump_snapshot = mem._record_memory_history,mem._dump_snapshot
-    fastprofile.probes.telemetry.reads_gpu = fastprofile.learner.reads_gpu = lambda device: True
+    fastprofile.probes.telemetry.probe.reads_gpu = fastprofile.learner.reads_gpu = lambda device: True
     fastprofile.learner.check_memory_snapshot = lambda memory_snapshot, device: bool(memory_snapshot)
     INSTALLED = True
 

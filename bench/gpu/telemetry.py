@@ -40,7 +40,7 @@ def phases(cfg:dict, device, res:Results):
     from fastai.basics import Callback
     from torch import nn
     from bench.gpu_timing import SpinLayer
-    from fastprofile.analysis.telemetry_report import telemetry_summary
+    from fastprofile.probes.telemetry.report import telemetry_summary
     from .data import tensor_pool, pool_dls, learner
     c = dict(cfg['phases'])
     on_gpu = torch.device(device).type == 'cuda'

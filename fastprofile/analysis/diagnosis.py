@@ -17,7 +17,7 @@ from ..engine.core import Facts, ProfileResult
 from ..engine.rules import (Finding, Rule, RULES, register_rule, rule, rank, tied, suppress, weigh, MIN_GAIN, LABELS,
                                       CEILING_LEAD, OPTIMISATION_LEAD, TIE)
 from ..engine.tokens import tokens_line
-from ..probes.batch_scaling import BatchScaling
+from ..probes.batch_sizes import BatchSizes
 from ..probes.layers import fmt_share
 # noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`...,
 # registered)
@@ -45,7 +45,7 @@ CATEGORIES = {'host': 'the host (the GPU waits for it: the loader, Python and ke
 HIGHLY_INPUT_BOUND,MODERATELY_INPUT_BOUND = 20.,5.  # % of the training step waiting for input (TF profiler)
 CORE_CBS = ('TrainEvalCallback','Recorder','CastToTensor')  # fastai's own: never advised away
 # fastprofile's (the prefetcher's staging is `input`)
-OWN_CBS = ('CudaPrefetchCallback','EfficiencyCallback','BreakdownCallback')
+OWN_CBS = ('CudaPrefetchCallback','EfficiencyProbe','BreakdownProbe')
 # % GPU utilization in the training batches (NVML, `telemetry`) below which the GPU counts as mostly waiting
 LOW_GPU_UTIL = 50
 THROTTLE_FINDING = .05  # share of the busy GPU samples below the maximum SM clock from which throttling is a finding
@@ -621,9 +621,9 @@ def host_rule(ev:Evidence) -> list:
     return [out]
 
 # %% ../../nbs/09_diagnosis.ipynb #f7031438
-def _at_size(ph:PhaseModel, sc:BatchScaling, n:int, bs:int) -> float:
+def _at_size(ph:PhaseModel, sc:BatchSizes, n:int, bs:int) -> float:
     """Seconds of phase `ph`'s step for `bs` samples at batch size `n`: each part scaled by its measured ratio
-    (`BatchScaling.ratio`), the per-batch parts paid once for `n/bs` times the samples"""
+    (`BatchSizes.ratio`), the per-batch parts paid once for `n/bs` times the samples"""
     k = n/bs
     rc,rd = sc.ratio('train' if ph.phase == 'train' else 'valid', n),sc.ratio('draw', n)
     # not measured: taken as paid per sample (no gain predicted from it); measured: at least 1 (a larger batch never
@@ -633,11 +633,11 @@ def _at_size(ph:PhaseModel, sc:BatchScaling, n:int, bs:int) -> float:
     return ph.step_with(main=main, load=(ph.load or 0.)*rd, receive=ph.receive*rd)/k
 
 def measured_sizes(ev:Evidence) -> tuple:
-    """The `BatchScaling` of the run (measured now, once, if it was not), the fit's batch size and the larger sizes
+    """The `BatchSizes` of the run (measured now, once, if it was not), the fit's batch size and the larger sizes
     measured; `(None, bs, [])` without them"""
     f = ev.facts
-    bs,sc = f.batch_size,f.batch_scaling
-    if not isinstance(sc, BatchScaling) or not bs: return None,bs,[]
+    bs,sc = f.batch_size,f.batch_sizes
+    if not isinstance(sc, BatchSizes) or not bs: return None,bs,[]
     # not measured (yet): the diagnosis decides whether it may be
     if not ev.measure and not sc.measured: return None,bs,[]
     ph = ev.train
@@ -655,7 +655,7 @@ def batch_choice(ev:Evidence) -> int|None:
     n = _given(ev, 'batch_size', 'value', next(n for n in ns if t[n] <= BATCH_CLOSE*best))
     return n if n in t else None
 
-def _batch_detail(ev:Evidence, sc:BatchScaling, bs:int) -> tuple:
+def _batch_detail(ev:Evidence, sc:BatchSizes, bs:int) -> tuple:
     """The seconds per profiled batch paid once a batch (from the fit's size and the largest measured), and what was
     measured, in words"""
     K = sc.sizes[-1]/bs
@@ -809,7 +809,7 @@ def throttle_rule(ev:Evidence) -> list:
                        share=ev.shares.get('compute', 0.)*th.share)]
 
 def gpu_agreement(resource:str, tel) -> str|None:
-    """What the GPU's utilization in the training batches (NVML: a `fastprofile.probes.telemetry.Telemetry`) says about
+    """What the GPU's utilization in the training batches (NVML: a `fastprofile.probes.telemetry.probe.Telemetry`) says about
     the verdict `resource`; None without readings"""
     b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
     if t is None or math.isnan(t.util): return None
@@ -893,18 +893,18 @@ def compile_rule(ev:Evidence) -> list:
 def _batch_most(ev) -> float:
     """The largest speedup a larger batch could be predicted: the largest size it would measure over the fit's (a step
     never costs less at a larger batch); 0 when there is nothing to measure"""
-    sc,bs = ev.facts.batch_scaling,ev.facts.batch_size
+    sc,bs = ev.facts.batch_sizes,ev.facts.batch_size
     m = getattr(sc, '_pending', None)
-    if m is None or not bs: return math.inf if isinstance(sc, BatchScaling) and sc.measured else 0.
+    if m is None or not bs: return math.inf if isinstance(sc, BatchSizes) and sc.measured else 0.
     return m.sizes()[0][-1]/bs
 
 # the GPU does not wait for the host: its compute and steps count
 def _gpu_free(ev) -> bool: return _gpu_waits(ev) is None
 
 RULES_BUILTIN = [  # fastprofile's own rules, in the order they are applied (a rule of yours comes after them)
-    Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_scaling'),
+    Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_sizes'),
          covers=('input', 'compute', 'optimizer', 'per_batch'), overlaps=('input', 'callbacks', 'optimizer', 'per_batch')),
-    Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_scaling'), applies=_gpu_free, costly=True,
+    Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_sizes'), applies=_gpu_free, costly=True,
          most=_batch_most, overlaps=('callbacks', 'optimizer', 'compute', 'input')),
     Rule('input', input_rule, 'input', ('phases', 'facts.loading')),
     Rule('copy', copy_rule, 'copy', ('phases', 'facts.breakdown or facts.callback_costs'),
@@ -1044,8 +1044,8 @@ def _basis(ev:Evidence, W, known:bool) -> str:
     if ns:
         out += (f" Batch sizes {', '.join(map(str, [bs, *ns]))} timed after the fit ({fmt_time(sc.seconds)}, median of "
                 f"{sc.reps})" + (f"; {sc.stopped}." if sc.stopped else "."))
-    elif sc is None and isinstance(ev.facts.batch_scaling, BatchScaling) and ev.facts.batch_scaling.failure:
-        out += f" Batch sizes {ev.facts.batch_scaling.failure}."
+    elif sc is None and isinstance(ev.facts.batch_sizes, BatchSizes) and ev.facts.batch_sizes.failure:
+        out += f" Batch sizes {ev.facts.batch_sizes.failure}."
     return out
 
 # %% ../../nbs/09_diagnosis.ipynb #d5fea045
@@ -1105,7 +1105,7 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     details = _details(rec, facts, numbers)
     sc,bs,ns = measured_sizes(ev)
     if sc is not None:  # what was measured, and the speedup the model predicts at each size
-        numbers['batch_scaling'] = dict(sizes=sc.sizes, train=sc.train, valid=sc.valid, draw=sc.draw,
+        numbers['batch_sizes'] = dict(sizes=sc.sizes, train=sc.train, valid=sc.valid, draw=sc.draw,
                                         seconds=sc.seconds, predicted={
                                             n:ev.steady/ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns})
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares,

@@ -19,7 +19,7 @@ from ..engine.record import ProfileRecord, Row, STEPS, PHASES, Slot, KEY_COLUMNS
 from ..engine.tables import Section, fmt_time, fmt_pct, fmt_rate, atomic_write_csv, atomic_write_text
 from ..engine.core import ProfileResult, GATHER_TIMEOUT  # `profile()`'s default: its options live in `ProfileOptions`
 from .trace import trace_events
-from .telemetry_report import telemetry_rank_lines
+from ..probes.telemetry.report import telemetry_rank_lines
 
 # %% auto #0
 __all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERVALS', 'CLOCK_PINGS', 'INTERRUPTED',

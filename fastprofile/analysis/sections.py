@@ -6,9 +6,9 @@ Docs: https://fastprofile.github.io/fastprofile/sections.html.md"""
 
 # %% ../../nbs/16g_sections.ipynb #76b9532b
 from __future__ import annotations
-from .efficiency_report import efficiency_section, diagnosis_with_efficiency
+from ..probes.efficiency.report import efficiency_section, diagnosis_with_efficiency
 from ..engine.core import probe_sections
-from .telemetry_report import telemetry_section
+from ..probes.telemetry.report import telemetry_section
 from .distributed import distributed_section
 
 # %% auto #0

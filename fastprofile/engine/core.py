@@ -69,17 +69,17 @@ class ProfileOptions:
     events_every:int=GPU_EVERY
     # what the probes measure
 
-    # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownCallback`) instead of
+    # Also split `draw` into wait / copy / each transform, and time each callback (`BreakdownProbe`) instead of
     # sampling callback costs
     breakdown:bool=False
-    # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyCallback`); 'auto': on a GPU or with
+    # FLOPs per sample (warm-up batch), FLOP/s, MFU, peak memory (`EfficiencyProbe`); 'auto': on a GPU or with
     # `peak_flops`
     efficiency:bool|str='auto'
-    # The device's peak FLOP/s for MFU (default: from `fastprofile.engine.flops.PEAK_FLOPS`, GPUs only)
+    # The device's peak FLOP/s for MFU (default: from `fastprofile.probes.efficiency.flops.PEAK_FLOPS`, GPUs only)
     peak_flops:float|None=None
-    # Time each module's forward and backward on a few sampled training batches (`LayerTimer`: hooks only for those)
+    # Time each module's forward and backward on a few sampled training batches (`LayersProbe`: hooks only for those)
     layers:bool=True
-    # Time the step at larger batch sizes after the fit, when a diagnosis first reads it (`BatchProbe`): what a larger
+    # Time the step at larger batch sizes after the fit, when a diagnosis first reads it (`BatchSizesProbe`): what a larger
     # batch is priced with
     batch_sizes:bool=True
     # GPU utilization, power, clocks, throttling per row (NVML, a sampler thread) and CPU utilization; 'auto': the
@@ -190,7 +190,7 @@ class Facts:
     model:dict=field(default_factory=dict)
     staging:dict=field(default_factory=dict) # phase -> `Staging`, when `CudaPrefetchCallback` was active
     prefetch:bool=False # `CudaPrefetchCallback` was active
-    # `Row` -> FLOPs per sample of its work: the table's `FLOP/s` column (`fastprofile.probes.efficiency_probe` fills
+    # `Row` -> FLOPs per sample of its work: the table's `FLOP/s` column (`fastprofile.probes.efficiency.probe` fills
     # it)
     flops:dict=field(default_factory=dict)
     # phase -> `fastprofile.engine.tokens.TokenPhase`: the tokens and padding of token-id batches, counted by the

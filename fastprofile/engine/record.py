@@ -214,7 +214,7 @@ class ProfileRecord:
         # the profiler's own cost per training batch (`overhead_per_batch`)
         self._overhead,self._overhead_fn = math.nan,None
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
-        # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.Telemetry`): gathered
+        # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.probe.Telemetry`): gathered
         # with the record under DDP
         self.telemetry = None
 
@@ -589,7 +589,7 @@ class ResultRow(NamedTuple):
     row:Row; mean:float; std:float; calls:int; samples_per_s:float; total:float; percent:float
     p50:float; p90:float; p99:float; min:float; max:float
     gpu_mean:float=math.nan; gpu_total:float=math.nan # GPU time, with CUDA events (`timing='events'`)
-    flops_per_s:float=math.nan # Where FLOPs per sample are known (`fastprofile.engine.efficiency`)
+    flops_per_s:float=math.nan # Where FLOPs per sample are known (`fastprofile.probes.efficiency.facts`)
     tokens_per_s:float=math.nan # Where batches are token ids (`fastprofile.engine.tokens`)
 
 def _result_row(d:dict) -> ResultRow:

@@ -22,7 +22,7 @@ from ..engine.tables import ProfileReport, Section, fmt_time, fmt_rate, fmt_pct
 from ..engine.core import ProfileResult
 from ..analysis.diagnosis import Diagnosis, PhaseModel, MIN_GAIN, diagnose
 from ..learner import learner_facts
-from ..analysis.efficiency_report import efficiency_summary
+from ..probes.efficiency.report import efficiency_summary
 from .advice import preserved, SIDE_EFFECT_CBS, _Window, _loaders, _apply
 from .compare import compare, Comparison, fmt_speedup, fmt_change_pct
 

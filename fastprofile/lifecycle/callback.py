@@ -46,7 +46,7 @@ class _TableDispatch(Callback, Probe):
     handler (a function of the callback, called with it: no bound method, so no cycle through the callback itself); a
     `Probe` of its session"""
     # the tables, and when the session's events swap them: fastprofile.lifecycle.session, "The per-batch fast path"
-    # `_untimed`: left out of the callback costs (`fastprofile.probes.costs.event_methods`): it is the timer
+    # `_untimed`: left out of the callback costs (`fastprofile.probes.callback_costs.event_methods`): it is the timer
     _table,_untimed,_wall = {},True,None
     def __call__(self, event_name):
         "Mark the slot of `event_name`, or run its handler; one dict lookup for each event"

@@ -304,7 +304,7 @@ class _ProfiledMethod:
 
 def _take_off(learn, cbs):
     """Take the session's callbacks off `learn` as fastai's `remove_cb` does, also those that took themselves off
-    `learn.cbs` meanwhile (`EfficiencyCallback` once its work is done): their `learn.<name>` goes too"""
+    `learn.cbs` meanwhile (`EfficiencyProbe` once its work is done): their `learn.<name>` goes too"""
     learn.remove_cbs([cb for cb in cbs if cb in learn.cbs])
     for cb in cbs:
         if cb not in learn.cbs and learn.__dict__.get(cb.name) is cb: delattr(learn, cb.name); cb.learn = None
@@ -358,6 +358,10 @@ class ProbeCallback(Callback, Probe):
     """A fastai `Callback` that is also a `Probe`: a session drives it; added to a learner by hand, it drives itself
     with a session of its own (each fit a call)"""
     _own = None
+    @property
+    def name(self) -> str:
+        "fastai's name on the learner (`learn.<name>`): the class's without `Probe` (`EfficiencyProbe` -> 'efficiency')"
+        return class2attr(self, 'Probe' if type(self).__name__.endswith('Probe') else 'Callback')
     def _hand(self, start:bool=False) -> Session|None:
         "Its own session when no other drives this callback (made at a fit's start, with `start`); None when driven"
         return driven_by(self, self._own, self._by_hand if start else None)

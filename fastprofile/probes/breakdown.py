@@ -1,4 +1,4 @@
-"""`BreakdownCallback` (`learn.profile(breakdown=True)`): split `draw` into the loader's wait, the copy to the device and each batch transform, and `other` into the cost of each callback (and metric) at each event.
+"""`BreakdownProbe` (`learn.profile(breakdown=True)`): split `draw` into the loader's wait, the copy to the device and each batch transform, and `other` into the cost of each callback (and metric) at each event.
 
 Docs: https://fastprofile.github.io/fastprofile/breakdown.html.md"""
 
@@ -13,7 +13,7 @@ from fastai.basics import *
 from fastai.callback.core import _events
 from ..lifecycle.session import ProbeCallback
 from ..engine.checks import check_bool
-from .costs import (event_methods, stand_in, _phase, costs_state, costs_from, squares_state,
+from .callback_costs import (event_methods, stand_in, _phase, costs_state, costs_from, squares_state,
                                       squares_from, cost_spread, fmt_time_spread)
 from ..engine.core import register
 from ..engine.plain import stats_state, stats_from
@@ -22,10 +22,10 @@ from ..engine.stats import StreamingStats
 from ..engine.tables import fmt_time
 
 # %% auto #0
-__all__ = ['BreakdownCallback', 'Breakdown']
+__all__ = ['BreakdownProbe', 'Breakdown']
 
 # %% ../../nbs/08_breakdown.ipynb #2a3a5b3e
-class BreakdownCallback(ProbeCallback):
+class BreakdownProbe(ProbeCallback):
     "Split `draw` into loader wait, device copy and each batch transform; time every callback and metric per event"
     # Last but one at every event: after every callback it times at `before_draw`, just before the profiler's
     # `SimpleProfilerPostCallback` (1000) marks the start of the draw
@@ -151,7 +151,7 @@ class BreakdownCallback(ProbeCallback):
 def _part_stats(): return defaultdict(StreamingStats)  # a module-level function: a `Breakdown` pickles
 
 class Breakdown:
-    """What a `BreakdownCallback` measured: per-batch draw parts and the cost of each callback at each event, each with
+    """What a `BreakdownProbe` measured: per-batch draw parts and the cost of each callback at each event, each with
     its spread"""
     def __init__(self):
         self.draw = defaultdict(_part_stats)  # phase -> part -> per-batch seconds
@@ -236,4 +236,8 @@ class Breakdown:
 
     def __repr__(self): return '\n'.join(self.lines()) or 'Breakdown (empty)'
 
-register(BreakdownCallback)
+register(BreakdownProbe)
+
+# %% ../../nbs/08_breakdown.ipynb #fd98b40a
+from ..moved import old_name
+def __getattr__(name): return old_name(__name__, name)  # its 0.2.0 name (`fastprofile.moved.RENAMED`), deprecated

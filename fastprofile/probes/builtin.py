@@ -8,24 +8,24 @@ Docs: https://fastprofile.github.io/fastprofile/builtin.html.md"""
 from __future__ import annotations
 import pandas as pd
 from ..engine.core import PROBES, Probe
-from .loads import LoadTimer
+from .loading import LoadingProbe
 from .machine import MachineProbe
-from .batch_scaling import BatchProbe
-from .compiles import CompileProbe
-from .costs import CostSampler
-from .breakdown import BreakdownCallback
-from .efficiency_probe import EfficiencyCallback
-from .layers import LayerTimer
-from .telemetry import TelemetryProbe
-from .snapshot import MemorySnapshot
+from .batch_sizes import BatchSizesProbe
+from .compile import CompileProbe
+from .callback_costs import CallbackCostsProbe
+from .breakdown import BreakdownProbe
+from .efficiency.probe import EfficiencyProbe
+from .layers import LayersProbe
+from .telemetry.probe import TelemetryProbe
+from .memory_snapshot import MemorySnapshotProbe
 
 # %% auto #0
 __all__ = ['BUILTIN_PROBES', 'probe_table']
 
 # %% ../../nbs/16h_builtin.ipynb #8d4f6de0
 # fastprofile's own, in `probe_order`
-BUILTIN_PROBES = (LoadTimer, MachineProbe, CompileProbe, CostSampler, BreakdownCallback, EfficiencyCallback, LayerTimer,
-                  TelemetryProbe, BatchProbe, MemorySnapshot)
+BUILTIN_PROBES = (LoadingProbe, MachineProbe, CompileProbe, CallbackCostsProbe, BreakdownProbe, EfficiencyProbe, LayersProbe,
+                  TelemetryProbe, BatchSizesProbe, MemorySnapshotProbe)
 
 def probe_table(probes=None) -> pd.DataFrame:
     """The registered probes (or `probes`): each one's key, class, the `ProfileOptions` it reads, its place in the call

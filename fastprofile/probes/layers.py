@@ -1,4 +1,4 @@
-"""`LayerTimer`: each module's forward and backward self time on a few sampled training batches, hooks on the model only for those batches; `LayerTimes`, what it measured, for the diagnosis' compute fix.
+"""`LayersProbe`: each module's forward and backward self time on a few sampled training batches, hooks on the model only for those batches; `LayerTimes`, what it measured, for the diagnosis' compute fix.
 
 Docs: https://fastprofile.github.io/fastprofile/layers.html.md"""
 
@@ -16,12 +16,12 @@ from dataclasses import asdict
 from ..engine.core import Probe, strict_mode, SAMPLE_SHARE, register
 from ..engine.plain import to_plain, from_plain
 from ..engine.tables import fmt_time, fmt_pct
-from ..engine.efficiency import fmt_flops
-from ..engine.flops import is_compiled
+from .efficiency.facts import fmt_flops
+from .efficiency.flops import is_compiled
 from ..engine.cuda_events import take_event, give_back
 
 # %% auto #0
-__all__ = ['describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'fmt_share', 'LayerTimer']
+__all__ = ['describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'fmt_share', 'LayersProbe']
 
 # %% ../../nbs/16f_layers.ipynb #3ef5814e
 def _dims(t) -> str: return '×'.join(map(str, t))
@@ -88,7 +88,7 @@ _SPREAD = 2*math.sqrt(math.pi/2)*1.4826
 
 @dataclass
 class LayerTimes:
-    "What `LayerTimer` measured: each module's self time in the forward and backward of the sampled training batches"
+    "What `LayersProbe` measured: each module's self time in the forward and backward of the sampled training batches"
     model:str=''  # The model's class name
     timing:str='wall'  # 'wall' (the CPU's clock) or 'events' (CUDA events on the model's stream)
     batches:int=0  # Sampled training batches measured
@@ -99,7 +99,7 @@ class LayerTimes:
     # One sampled batch in `stride` keeps its self times (`LayerTime.batch_times`): doubled when `_TIMES` are kept, so
     # memory stays bounded
     stride:int=1
-    _raw = ()  # The marks of sampled batches not yet folded into `layers` (`LayerTimer` appends them)
+    _raw = ()  # The marks of sampled batches not yet folded into `layers` (`LayersProbe` appends them)
     _dev = None  # The CUDA device index of the marks' events (on a GPU)
 
     # marks never read: their CUDA events go back to the spare list (a forked worker must not free them)
@@ -258,7 +258,7 @@ def _events(raw):
 
 def _no_mark(): return None  # on a GPU a hook's end needs no mark of its own: its work is on the CPU, not on the stream
 
-class LayerTimer(Probe):
+class LayersProbe(Probe):
     """A probe: each module's forward and backward self time on a few spread-out training batches; its hooks are on the
     model only for those"""
     def __init__(self,
@@ -508,7 +508,7 @@ class LayerTimer(Probe):
         warnings.warn(f"fastprofile: timing the model's layers failed and is off for this call ({type(e).__name__}: "
                       f"{e}); training is unaffected")
 
-register(LayerTimer)
+register(LayersProbe)
 
 # %% ../../nbs/16f_layers.ipynb #e068e95a
 # module -> `describe_module` of it, as first described: a sweep of calls describes each module once
@@ -553,3 +553,7 @@ def _fold(r:LayerTimes):
         if k + 1 >= _TIMES:  # full: every other one kept, then one batch in twice as many
             for l in layers.values(): l.batch_times = l.batch_times[::2]
             r.stride *= 2
+
+# %% ../../nbs/16f_layers.ipynb #414b53ba
+from ..moved import old_name
+def __getattr__(name): return old_name(__name__, name)  # its 0.2.0 name (`fastprofile.moved.RENAMED`), deprecated

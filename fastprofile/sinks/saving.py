@@ -21,6 +21,7 @@ from ..engine.record import ProfileRecord, Row, EpochTotals, StageTotals, N_COLS
 from ..engine.tables import atomic_write_text
 from ..engine.core import ProfileResult, Facts, Staging, PROBES, guarded
 from ..engine.tokens import TokenPhase
+from ..moved import RENAMED_KEYS
 # noqa: F401 (imported for its effect: fastprofile's probes registered in `PROBES`, each saving and reading its own
 # facts)
 from ..probes.builtin import BUILTIN_PROBES
@@ -133,6 +134,7 @@ def facts_from(d:dict) -> Facts:
               tokens={p:TokenPhase(**_unplain(t)) for p,t in d['tokens'].items()})
     known = set(Facts.__dataclass_fields__)
     for k,v in [*((k,v) for k,v in d.items() if k not in known), *(d.get('extra') or {}).items()]:
+        k = RENAMED_KEYS.get(k, k)  # a key 0.2.0 named otherwise
         if v is not None: f.extra[k] = PROBES[k].from_json(v) if k in PROBES else _unplain(v)
     return f
 

@@ -10,8 +10,8 @@ import sys, warnings
 from fastai.basics import *
 from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second,
                                      fit_tokens_per_second, probe_scalars)
-from ..analysis.efficiency_report import efficiency_scalars, efficiency_fit_scalars
-from ..analysis.telemetry_report import TelemetryWindow, telemetry_fit_scalars
+from ..probes.efficiency.report import efficiency_scalars, efficiency_fit_scalars
+from ..probes.telemetry.report import TelemetryWindow, telemetry_fit_scalars
 
 # %% auto #0
 __all__ = ['TensorBoardSink']

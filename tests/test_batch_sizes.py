@@ -1,4 +1,4 @@
-"The batch-size model (`fastprofile.probes.batch_scaling`, the diagnosis' per-batch finding): measured on the learner without changing it, priced through the pipeline model, applied by `check_advice` and `tune`"
+"The batch-size model (`fastprofile.probes.batch_sizes`, the diagnosis' per-batch finding): measured on the learner without changing it, priced through the pipeline model, applied by `check_advice` and `tune`"
 import json, math, random, re, warnings
 import numpy as np, pytest, torch
 from torch import nn
@@ -10,13 +10,13 @@ from fastprofile.engine.core import Facts, ProfileResult
 from fastprofile.analysis.diagnosis import diagnose, FASTAI_TFMS
 from fastprofile.fixes.advice import check_advice
 from fastprofile.sinks.saving import load_profile
-from fastprofile.probes.batch_scaling import BatchScaling, BatchProbe, Measurement, budget_for, BUDGET, REPS
+from fastprofile.probes.batch_sizes import BatchSizes, BatchSizesProbe, Measurement, budget_for, BUDGET, REPS
 from bench.batch import tabular
 
 @pytest.fixture
 def time_to_measure(monkeypatch):
     "A measurement budget no busy machine runs out of (5-10 s): the tests below need the sizes measured to prove anything"
-    import fastprofile.probes.batch_scaling as bsm
+    import fastprofile.probes.batch_sizes as bsm
     monkeypatch.setattr(bsm, 'BUDGET', (5., .03, 10.))
 
 class Stateful(nn.Module):
@@ -55,8 +55,8 @@ def _same(a, b):
 def test_measuring_leaves_the_learner_as_it_was(time_to_measure):
     learn = stateful_learner()
     learn.profile(logger_callback=None, show_report=False).fit(1)
-    sc = learn.simple_profile.facts.batch_scaling
-    assert isinstance(sc, BatchScaling) and sc._pending is not None and not sc.measured  # lazy: nothing measured yet
+    sc = learn.simple_profile.facts.batch_sizes
+    assert isinstance(sc, BatchSizes) and sc._pending is not None and not sc.measured  # lazy: nothing measured yet
     learn.model.train()  # a mode other than the one the fit left, to see it kept
     before = _state(learn)
     sc.ensure(fit=10.)
@@ -76,7 +76,7 @@ def test_the_fit_is_not_changed_by_the_probe(time_to_measure):
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
             learn.fit(2, lr=1e-2)
-        if profiled: assert learn.simple_profile.facts.batch_scaling.measured  # the report asked for it
+        if profiled: assert learn.simple_profile.facts.batch_sizes.measured  # the report asked for it
         return {k:v.clone() for k,v in learn.model.state_dict().items()}, torch.get_rng_state()
     (a,ra),(b,rb) = run(False),run(True)
     assert all(torch.equal(a[k], b[k]) for k in a) and torch.equal(ra, rb)
@@ -93,7 +93,7 @@ def test_what_cannot_be_measured_says_why():
     learn = stateful_learner()
     learn.model = torch.compile(learn.model)
     learn.profile(logger_callback=None, show_report=False, layers=False).fit(1)
-    sc = learn.simple_profile.facts.batch_scaling
+    sc = learn.simple_profile.facts.batch_sizes
     assert not sc.measured and 'compiled' in sc.failure
     assert 'compiled' in diagnose(learn).basis  # the report says it was not measured, and why
 
@@ -101,10 +101,10 @@ def test_json_round_trip_field_by_field(tmp_path, time_to_measure):
     learn = stateful_learner()
     learn.profile(logger_callback=None, show_report=False).fit(1)
     res = learn.simple_profile
-    sc = res.facts.batch_scaling
+    sc = res.facts.batch_sizes
     res.save(tmp_path/'p.json')  # saving measures it (the learner is there), then writes the numbers
-    back = load_profile(tmp_path/'p.json').facts.batch_scaling
-    assert sc.measured and isinstance(back, BatchScaling)
+    back = load_profile(tmp_path/'p.json').facts.batch_sizes
+    assert sc.measured and isinstance(back, BatchSizes)
     for f in ('sizes','train','valid','draw','reps','items','seconds','stopped','failure'): assert getattr(back, f) == getattr(sc, f), f
 
 def test_tabular_per_batch_work_is_priced_measured(time_to_measure):
@@ -140,8 +140,8 @@ def test_tune_tries_the_diagnosis_batch_size():
     clock = FakeClock()
     rec = drive_record(ProfileRecord(warmup=0, clock=clock), clock, n_train=10, n_valid=0,
                        cost=dict(draw=.002, forward=.0005, backward=.0005, opt_step=.001, loss=0, zero_grad=0, gap=0, phase_other=0, fit_other=0))
-    sc = BatchScaling([8, 16, 32, 64], train=[1e-3, 1.2e-3, 1.6e-3, 2.4e-3], valid=[5e-4]*4, draw=[2e-3, 2.2e-3, 2.6e-3, 3.4e-3], reps=3, items=6400)
-    d = diagnose(rec, Facts(num_workers=0, threads=1, cpus=1, batch_size=8, batch_scaling=sc))
+    sc = BatchSizes([8, 16, 32, 64], train=[1e-3, 1.2e-3, 1.6e-3, 2.4e-3], valid=[5e-4]*4, draw=[2e-3, 2.2e-3, 2.6e-3, 3.4e-3], reps=3, items=6400)
+    d = diagnose(rec, Facts(num_workers=0, threads=1, cpus=1, batch_size=8, batch_sizes=sc))
     learn = stateful_learner()
     c = next(c for c in candidates(learn, d) if c.kind == 'batch_size')
     assert c.value == 64 and c.predicted == pytest.approx(d.predicted_speedup)
@@ -155,9 +155,9 @@ def test_batch_sizes_false_leaves_the_probe_out():
     learn = stateful_learner()
     learn.profile(logger_callback=None, show_report=False, batch_sizes=False).fit(1)
     f = learn.simple_profile.facts
-    assert f.batch_scaling is None and 'batch_scaling' not in f.extra
+    assert f.batch_sizes is None and 'batch_sizes' not in f.extra
     d = diagnose(learn)
-    assert 'batch_scaling' not in d.numbers and not any(g.resource == 'per_batch' for g in d.findings)
+    assert 'batch_sizes' not in d.numbers and not any(g.resource == 'per_batch' for g in d.findings)
     with pytest.raises(TypeError, match='batch_sizes. must be True or False'): learn.profile(batch_sizes='yes')
 
 def test_the_cost_line_names_the_batch_measurement(time_to_measure):
@@ -166,6 +166,6 @@ def test_the_cost_line_names_the_batch_measurement(time_to_measure):
     learn.profile(logger_callback=None, show_report=False).fit(1)
     res = learn.simple_profile
     notes = ' '.join(res.report.notes)  # the report reads the diagnosis first: the sizes are measured, then the notes say so
-    sc = res.facts.batch_scaling
+    sc = res.facts.batch_sizes
     assert sc.measured and sc.seconds > 0
     assert re.search(r"Profiler's cost: .*; [\d.]+ (ms|s) timing batch sizes after the fit\.", notes), notes
