@@ -65,7 +65,9 @@ def test_compile_time_kept_out_of_the_steady_state(compiled):
     assert rec.stats[Row('train','batch')].n == 2*21 - 2 - 1 and rec.stats[Row('train','warmup')].n == 3
     assert rec.stats[Row('valid','batch')].n == 2*5 - 2
     recompile = next(x for x in c.compiles if x.kind == 'shape')
-    assert recompile.set_apart and rec.stats[Row('train','batch','forward')].total < recompile.seconds  # no compile in the per-batch rows
+    # no compile in the per-batch rows: no steady batch's forward took as long as the recompile (their sum may, on a busy
+    # machine: 39 forwards)
+    assert recompile.set_apart and rec.stats[Row('train','batch','forward')].max < recompile.seconds
     assert rec.stats[Row('train','warmup')].total + rec.stats[Row('valid','warmup')].total >= c.seconds
     note = ' '.join(res.report.notes)
     assert '1 later batch that compiled (torch.compile)' in note, note
