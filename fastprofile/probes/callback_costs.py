@@ -247,17 +247,19 @@ class CallbackCostsProbe(Probe):
         return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None, '_pipes':[]}
 
     # ---- the probe ----
-    def start(self, s):
+    def before_call(self, s):
         "A call starts: nothing sampled yet; stand-ins go through the session's undo stack"
         self.costs,self._sample,self._target,self._seen = SampledCosts(),{},None,set()
         self._patches,self._plan,self._plan_key,self._armed = s.patches,[],None,[]
-    def phase(self, s):
+    def before_train(self, s):
         "A phase starts: its first batches after the warm-up are sampled"
         self._drop(); self._next,self._first = self._w,first_samples(self.first, self._learn.dl, self._w)
-    def end_phase(self, s): self._drop()
+    before_validate = before_train
+    def after_train(self, s): self._drop()
+    after_validate = after_train
     def pause(self, s): self._drop()  # what runs nested (a `validate()` from a callback) is not the sampled batch
     # its stand-ins hold `_add`: no cycle left after the call
-    def end(self, s): self._drop(); self._plan,self._plan_key = [],None
+    def after_call(self, s): self._drop(); self._plan,self._plan_key = [],None
     def measured(self): return self.costs
 
     # ---- on the registry: made for every call but one with `breakdown=True` (the breakdown times every callback
