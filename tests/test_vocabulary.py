@@ -162,3 +162,12 @@ def test_one_table_names_what_the_session_hears():
     assert set(FIT_EVENTS) <= set(_events)
     for e in FIT_EVENTS:
         assert callable(getattr(Session, e)) and callable(getattr(Probe, e))
+
+def test_a_probe_callbacks_fit_events_are_no_callback_cost():
+    "The callback costs time fastai's calls to a callback: a `ProbeCallback`'s fit and phase events (the session's calls, `FIT_EVENTS`) are not among them, its other fastai events are"
+    from fastai.callback.core import _events
+    from fastprofile.probes.callback_costs import event_methods
+    learn = synth_learner(n_trn=4, n_val=2)
+    cb = Fits(); learn.add_cb(cb)
+    got = {e for o,e,n in event_methods(learn, _events) if o is cb}
+    assert got == {'before_epoch'}, got

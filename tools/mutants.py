@@ -135,6 +135,9 @@ MUTATIONS = [
     Mutation('old_vocabulary_back', "the package speaks one vocabulary (the call's end told by its 0.2.0 name)",
              [('fastprofile/lifecycle/session.py', "self._ending(self._tell_back, 'after_call')", "self._ending(self._tell_back, 'end')")],
              [_k('tests/test_vocabulary.py', 'test_the_package_no_longer_speaks_the_old_vocabulary')]),
+    Mutation('probe_events_timed', "a `ProbeCallback`'s fit and phase events (the session's calls) are no callback's cost",
+             [('fastprofile/probes/callback_costs.py', "        own = FIT_EVENTS if isinstance(cb, Probe) else ()", "        own = ()")],
+             [_k('tests/test_vocabulary.py', 'test_a_probe_callbacks_fit_events_are_no_callback_cost')]),
 ]
 
 # ---------------------------------------------------------------- the copy

@@ -13,6 +13,7 @@ from fastai.basics import *
 from fastai.callback.core import _events
 from ..engine.checks import check_int
 from ..engine.core import Probe, first_samples, register
+from ..lifecycle.session import FIT_EVENTS
 from ..engine.plain import plain_num, unplain_num, to_plain, from_plain
 from ..engine.tables import fmt_time
 from ..data.pipeline import timed_pipelines
@@ -67,7 +68,9 @@ def event_methods(learn, events, skip=()) -> list:
     for cb in learn.cbs:
         if getattr(type(cb), '_untimed', False) or isinstance(cb, skip): continue
         cls,d,name = type(cb),cb.__dict__,type(cb).__name__
-        out += [(cb, e, name) for e in events if e in d or callable(getattr(cls, e, None))]
+        # a probe's fit and phase events are its session's calls (`FIT_EVENTS`), not fastai's: not a callback's cost
+        own = FIT_EVENTS if isinstance(cb, Probe) else ()
+        out += [(cb, e, name) for e in events if e not in own and (e in d or callable(getattr(cls, e, None)))]
     for m in getattr(learn, 'metrics', []):
         if hasattr(m, 'accumulate'): out.append((m, 'accumulate', metric_name(m)))
     return out
