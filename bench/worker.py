@@ -129,7 +129,7 @@ def _drive_fastprofile(n:int):
     "A `ProfileRecord` through `n` training batches exactly as the profiler pair marks them (real clock)"
     from fastprofile.engine.record import ProfileRecord
     rec = ProfileRecord()
-    rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
+    rec.before_fit(); rec.before_epoch(0); rec.before_phase('train')
     mark,clock = rec.mark,rec.clock
     for _ in range(n):
         mark(0); mark(1); mark(2); mark(3); mark(4); mark(5); mark(6); mark(7); mark(8); mark(9); mark(10); mark(11)

@@ -106,8 +106,8 @@ class LearnerFacts(Probe):
     `batch_copy`)"""
     _FIELDS = ('device','num_workers','cpus','threads','batch_size','model')
     def __init__(self, learn): self.learn,self._read,self._copy = learn,None,{}
-    def start(self, s): self._read,self._copy = None,{}
-    def end_stage(self, s): self._read,self._copy = learner_facts(self.learn, s.device),batch_copy(self.learn, s.device)
+    def before_call(self, s): self._read,self._copy = None,{}
+    def after_fit(self, s): self._read,self._copy = learner_facts(self.learn, s.device),batch_copy(self.learn, s.device)
     def contribute(self, facts:Facts):
         got = self._read if self._read is not None else learner_facts(self.learn)
         for k in self._FIELDS: setattr(facts, k, getattr(got, k))
@@ -117,8 +117,8 @@ class PrefetchStaging(Probe):
     """A probe: what `CudaPrefetchCallback` staged during the call, read at the end of each fit while the fit's own
     callbacks (`fit(cbs=...)`) are there"""
     def __init__(self, learn): self.learn,self._at_start,self._staging,self._active = learn,{},{},False
-    def start(self, s): self._at_start,self._staging,self._active = _staging(self.learn),{},False
-    def end_stage(self, s):
+    def before_call(self, s): self._at_start,self._staging,self._active = _staging(self.learn),{},False
+    def after_fit(self, s):
         s0,pf = self._at_start,_prefetch(self.learn)
         self._staging = {p:Staging(v.seconds - s0.get(p, Staging(0., 0)).seconds,
                                    v.batches - s0.get(p, Staging(0., 0)).batches)

@@ -32,13 +32,13 @@ def drive_record(rec:ProfileRecord, clock:FakeClock, n_epochs=1, n_train=4, n_va
     c = dict(draw=.010, forward=.020, loss=.002, backward=.030, opt_step=.005, zero_grad=.001, predict=.008,
              gap=.0005, phase_other=.003, fit_other=.05)
     c.update(cost or {})
-    if stage: rec.start_stage()
+    if stage: rec.before_fit()
     clock.tick(c['fit_other']/2)
     S = Slot
     for e in range(n_epochs):
-        rec.start_epoch(e)
+        rec.before_epoch(e)
         for p,n in (('train',n_train),('valid',n_valid)):
-            rec.start_phase(p); clock.tick(c['phase_other'])
+            rec.before_phase(p); clock.tick(c['phase_other'])
             for i in range(n):
                 rec.mark(S.DRAW_START); clock.tick(c['draw']); rec.mark(S.BATCH_START); clock.tick(c['gap'])
                 rec.mark(S.FORWARD_START)
@@ -53,11 +53,11 @@ def drive_record(rec:ProfileRecord, clock:FakeClock, n_epochs=1, n_train=4, n_va
                     clock.tick(c['gap']); rec.mark(S.ZERO_GRAD_START); clock.tick(c['zero_grad'])
                     rec.mark(S.ZERO_GRAD_END)
                 clock.tick(c['gap']); rec.mark(S.BATCH_END); rec.end_batch(bs)
-            rec.end_phase()
-        if not (last_epoch_open and e == n_epochs-1): rec.end_epoch()
+            rec.after_phase()
+        if not (last_epoch_open and e == n_epochs-1): rec.after_epoch()
     clock.tick(c['fit_other']/2)
     if last_epoch_open: return rec
-    if stage: rec.end_stage()
+    if stage: rec.after_fit()
     if close: rec.close()
     return rec
 
@@ -98,14 +98,14 @@ def drive_gpu_batches(rec, clock:FakeClock, fs:FakeStream, n:int=10, gpu=None, h
         rec.mark(slot)
     def step(name, s, e):
         mk(s); clock.tick(h[name]); fs.launch(g[name]); mk(e)
-    rec.start_phase('train')
+    rec.before_phase('train')
     for i in range(n):
         step('draw', S.DRAW_START, S.BATCH_START); step('forward', S.FORWARD_START, S.FORWARD_END)
         step('loss', S.LOSS_START, S.LOSS_END); step('backward', S.BACKWARD_START, S.BACKWARD_END)
         step('opt_step', S.OPT_STEP_START, S.OPT_STEP_END); step('zero_grad', S.ZERO_GRAD_START, S.ZERO_GRAD_END)
         fs.sync()  # Recorder's smoothed loss goes to the CPU: the host waits for the GPU
         mk(S.BATCH_END); rec.end_batch(8)
-    rec.end_phase()
+    rec.after_phase()
 
 # %% ../nbs/90_testing.ipynb #c8f59985
 NVML_SIGNATURES = {  # the `pynvml` functions fastprofile calls, with their parameters (nvidia-ml-py 12.x)

@@ -145,12 +145,12 @@ def test_drift_warning_is_read_from_fastprofiles_own_notes():
     from bench.gpu.timing import flagged_phases
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3, warmup=0)
-    rec.start_stage(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=12); rec.close()
+    rec.before_fit(); rec.before_epoch(0); drive_gpu_batches(rec, clock, fs, n=12); rec.close()
     notes = gpu_notes(rec)
     assert any(n.startswith('Warning:') for n in notes), notes
     assert flagged_phases(notes) == ['other']
     quiet = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=3, warmup=0)
-    quiet.start_stage(); quiet.start_epoch(0); drive_gpu_batches(quiet, clock, fs, n=12, sync_every_mark=True); quiet.close()
+    quiet.before_fit(); quiet.before_epoch(0); drive_gpu_batches(quiet, clock, fs, n=12, sync_every_mark=True); quiet.close()
     assert flagged_phases(gpu_notes(quiet)) == []
 
 def test_expected_waits():

@@ -194,9 +194,9 @@ def test_gpu_bound_is_compute_not_callbacks():
     from fastprofile.engine.gpu_timing import GpuProfileRecord
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=4)
-    rec.start_stage(); rec.start_epoch(0)
+    rec.before_fit(); rec.before_epoch(0)
     drive_gpu_batches(rec, clock, fs, n=40, host=.0003)  # 0.3 ms launches per phase; 20+1+30 ms of GPU compute, 5.5 ms optimizer
-    rec.end_epoch(); rec.end_stage(); rec.close()
+    rec.after_epoch(); rec.after_fit(); rec.close()
     assert rec.stats[Row('train','batch','other')].mean > .040       # the wall clock alone puts the GPU time in `other`
     d = diagnose(rec, Facts(device='cuda:0', num_workers=4, loading={'train':LoadTime(.02, .018, 40, 4)}))
     assert d.verdict == 'compute' and 'to_fp16()' in d.knob, d

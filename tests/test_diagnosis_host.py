@@ -23,9 +23,9 @@ def gpu_run(host, gpu, n=40):
     "A training phase on the fake GPU: each step takes `host[step]` seconds on the host and queues `gpu[step]` seconds of GPU work"
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=4)
-    rec.start_stage(); rec.start_epoch(0)
+    rec.before_fit(); rec.before_epoch(0)
     drive_gpu_batches(rec, clock, fs, n=n, gpu=gpu, host=host)
-    rec.end_epoch(); rec.end_stage(); rec.close()
+    rec.after_epoch(); rec.after_fit(); rec.close()
     return rec
 
 def nvml(util, n=500):

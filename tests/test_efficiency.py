@@ -480,7 +480,7 @@ def test_scalars_for_sinks():
     logged = []
     class Capture(Sink):
         name = 'capture'
-        def start(self, s): self.facts = s.facts  # the call's facts as they fill: FLOPs per sample once counted
+        def before_call(self, s): self.facts = s.facts  # the call's facts as they fill: FLOPs per sample once counted
         def log_batch(self, record, step, window):
             rates = train_samples_per_second(record, window)
             logged.append((rates, efficiency_scalars(self.facts.efficiency, rates)))

@@ -20,7 +20,7 @@ def _gpu_record(n=10, pool_batches=3, **kwargs):
     "A closed `GpuProfileRecord` of `n` training batches on a fake GPU (forward 20 ms, backward 30 ms of GPU work...)"
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=pool_batches, warmup=0)
-    rec.start_stage(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=n, **kwargs); rec.close()
+    rec.before_fit(); rec.before_epoch(0); drive_gpu_batches(rec, clock, fs, n=n, **kwargs); rec.close()
     return rec
 
 def test_auto_is_wall_on_cpu():
@@ -157,7 +157,7 @@ def test_pool_is_bounded_and_resolves_everything():
     clock = FakeClock(); fs = FakeStream(clock); made = []
     def mk(): e = FakeEvent(fs); made.append(e); return e
     rec = GpuProfileRecord(make_event=mk, clock=clock, pool_batches=5, warmup=0, fold_every=7)
-    rec.start_stage(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=300); rec.close()
+    rec.before_fit(); rec.before_epoch(0); drive_gpu_batches(rec, clock, fs, n=300); rec.close()
     assert len(made) == 5*13
     assert rec.gpu_stats[Row('train','batch','backward')].n == 300
     assert abs(rec.gpu_stats[Row('train','batch','backward')].mean - 0.030) < 1e-9
@@ -173,13 +173,13 @@ def test_a_full_pool_waits_for_the_gpu():
     spans = dict(draw=(S.DRAW_START, S.BATCH_START), forward=(S.FORWARD_START, S.FORWARD_END), loss=(S.LOSS_START, S.LOSS_END),
                  backward=(S.BACKWARD_START, S.BACKWARD_END), opt_step=(S.OPT_STEP_START, S.OPT_STEP_END),
                  zero_grad=(S.ZERO_GRAD_START, S.ZERO_GRAD_END))
-    rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
+    rec.before_fit(); rec.before_epoch(0); rec.before_phase('train')
     for i in range(10):  # 0.6 ms of host time a batch: the host queues work far ahead of the GPU
         for name,(a,z) in spans.items(): rec.mark(a); clock.tick(.0001); fs.launch(gpu[name]); rec.mark(z)
         rec.mark(S.BATCH_END); rec.end_batch(8)
         assert rec.n_waits == i and len(rec._pending) <= 2  # from the second batch's end on, the next batch's row is the oldest's: it waits
         assert clock() >= i*.0575  # for real: the host's clock is where the GPU finished the batch before
-    rec.end_phase(); rec.close()
+    rec.after_phase(); rec.close()
     assert not rec._pending and rec.n_waits == 9
     for name,g in gpu.items():  # each step's span is its work (the GPU busy with earlier work at its start); the draw's holds idle time too
         if name == 'draw': continue

@@ -335,9 +335,9 @@ def test_events_path_with_stand_in_events():
     with learn.no_bar(), learn.no_logging():
         learn.profile(**QUIET)
         timer = next(p for p in Session.of(learn).probes if isinstance(p, LayersProbe))
-        def stage(s, _stage=timer.stage):
-            _stage(s); timer._cuda,timer._clock,timer.result.timing = True,mark,'events'
-        timer.stage = stage
+        def before_fit(s, _before_fit=timer.before_fit):
+            _before_fit(s); timer._cuda,timer._clock,timer.result.timing = True,mark,'events'
+        timer.before_fit = before_fit
         learn.fit(1)
     lay = learn.simple_profile.facts.layers
     test_eq((lay.timing, lay.batches), ('events', 3))

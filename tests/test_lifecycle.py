@@ -411,16 +411,17 @@ def test_a_probe_hears_only_the_events_it_defines():
     "The session calls a probe only at the events it defines (a method of its class, or one set on the instance), in every fit of the call"
     heard = []
     class Ends(Sink):
-        def end(self, s): heard.append('end')
+        def after_call(self, s): heard.append('after_call')
     class Phases(Sink):
-        def phase(self, s): heard.append(('phase', s.phase))
+        def before_train(self, s): heard.append(('phase', s.phase))
+        before_validate = before_train
     late = Sink()
-    late.end_stage = lambda s: heard.append('end_stage')  # set on the instance
+    late.after_fit = lambda s: heard.append('after_fit')  # set on the instance
     learn = make()
     s = fl.session_for(learn, show_report=False, logger_callback=None)
     sess = fl.Session(learn, s.profile, [*s.probes[:-1], Ends(), Phases(), late, s.probes[-1]], cbs=s.cbs)
     sess.arm(); learn.fit(2)
-    assert heard == [('phase','train'), ('phase','valid'), ('phase','train'), ('phase','valid'), 'end_stage', 'end']
+    assert heard == [('phase','train'), ('phase','valid'), ('phase','train'), ('phase','valid'), 'after_fit', 'after_call']
     assert learn.simple_profile.record.stages[0].epochs == 2
 
 def test_a_sink_reads_the_stats_during_the_call_after_fold():
@@ -428,7 +429,7 @@ def test_a_sink_reads_the_stats_during_the_call_after_fold():
     from fastprofile.engine.record import Row
     seen = []
     class PerFit(Sink):
-        def end_stage(self, s):
+        def after_fit(self, s):
             r = s.record
             unfolded = r.stats[Row('train','batch')].n + r.stats[Row('train','warmup')].n
             r.fold()

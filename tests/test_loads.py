@@ -72,12 +72,12 @@ def test_buffers_reused_only_without_workers(monkeypatch):
     monkeypatch.setattr(loads, '_FREE', [])
     learn = synth_learner(data=DataLoaders(TfmdDL(Items(), bs=4, num_workers=0), TfmdDL(Items(), bs=4, num_workers=1), device='cpu'))
     s = SimpleNamespace(patches=Patches())
-    t = loads.LoadingProbe(learn); t.start(s)
+    t = loads.LoadingProbe(learn); t.before_call(s)
     for dl in learn.dls[:2]:
         for b in dl: pass
     train,valid = t.timed['train'][1].buf,t.timed['valid'][1].buf
     t.contribute(Facts()); s.patches.restore()
     assert loads._FREE == [train] and t.timed == {}  # the worker's loader keeps its own
-    t = loads.LoadingProbe(learn); t.start(s)
+    t = loads.LoadingProbe(learn); t.before_call(s)
     assert t.timed['train'][1].buf is train and loads._FREE == [] and not any(train)
     s.patches.restore()

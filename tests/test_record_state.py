@@ -51,7 +51,7 @@ def _wall(lazy=False):
     clock = FakeClock(); rec = ProfileRecord(clock=clock, fold_every=3, lazy=lazy, keep_batches=8)
     rec.overhead_per_batch = lambda: 1e-5
     drive_record(rec, clock, n_epochs=2, n_train=5, n_valid=2, close=False)
-    rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
+    rec.before_fit(); rec.before_epoch(0); rec.before_phase('train')
     for i in range(4):
         for s in Slot: rec.mark(s); clock.tick(.01)
         if i == 2: rec.set_apart()
@@ -84,7 +84,7 @@ def test_every_attribute_of_a_wall_record_is_state_or_transient():
 def test_every_attribute_of_a_gpu_record_is_state_or_transient():
     clock = FakeClock(); fs = FakeStream(clock)
     rec = GpuProfileRecord(make_event=lambda: FakeEvent(fs), clock=clock, pool_batches=4, warmup=1, every=3, keep_batches=8)
-    rec.start_stage(); rec.start_epoch(0); drive_gpu_batches(rec, clock, fs, n=20); rec.close(); rec.recent(); rec.results()
+    rec.before_fit(); rec.before_epoch(0); drive_gpu_batches(rec, clock, fs, n=20); rec.close(); rec.recent(); rec.results()
     assert not _unknown(rec), _unknown(rec)
     st = rec.state()
     assert st['timing'] == 'events' and st['gpu_every'] == 3 and st['gpu_ring'] is not None
@@ -120,12 +120,12 @@ def test_the_ring_is_made_at_first_use_and_then_a_plain_attribute():
 
 def test_a_start_out_of_order_names_where_the_record_is():
     rec = ProfileRecord(clock=FakeClock())
-    for call,where in ((lambda: rec.start_epoch(0), 'IDLE'), (lambda: rec.start_phase('train'), 'IDLE')):
+    for call,where in ((lambda: rec.before_epoch(0), 'IDLE'), (lambda: rec.before_phase('train'), 'IDLE')):
         try: call()
         except RuntimeError as e: assert f'the record is at {where}' in str(e) and 'allowed at' in str(e), e
         else: raise AssertionError('no error')
-    rec.start_stage()
-    try: rec.start_phase('valid')
+    rec.before_fit()
+    try: rec.before_phase('valid')
     except RuntimeError as e: assert 'needs an open epoch, but the record is at STAGE (allowed at EPOCH, PHASE' in str(e), e
     else: raise AssertionError('no error')
-    rec.start_epoch(0); rec.start_phase('valid'); assert rec.position == RecordAt.PHASE
+    rec.before_epoch(0); rec.before_phase('valid'); assert rec.position == RecordAt.PHASE

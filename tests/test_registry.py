@@ -111,8 +111,8 @@ def test_a_registered_probe_with_make_runs_in_every_call(tmp_path):
         key = 'fits_seen'
         @classmethod
         def make(cls, call): return cls() if call.options.warmup < 5 else None
-        def start(self, s): self.n = 0
-        def stage(self, s): self.n += 1
+        def before_call(self, s): self.n = 0
+        def before_fit(self, s): self.n += 1
         def measured(self): return self.n
     try:
         learn = synth_learner(n_trn=16, n_val=8)

@@ -266,9 +266,9 @@ def test_sampler_stops_and_joins_on_every_exit(event, exc):
         assert tel.samples >= 2 and learn.simple_profile.record.telemetry is tel
 
 def test_sampler_joined_when_a_probe_fails_at_the_end(monkeypatch):
-    "Another probe raising in `end` (strict mode off) does not leave the thread running"
+    "Another probe raising in `after_call` (strict mode off) does not leave the thread running"
     monkeypatch.delenv('FASTPROFILE_STRICT', raising=False)
-    monkeypatch.setattr(fl.LearnerFacts, 'end', lambda self, s: 1/0, raising=False)
+    monkeypatch.setattr(fl.LearnerFacts, 'after_call', lambda self, s: 1/0, raising=False)
     learn = synth_learner(n_trn=4, n_val=1)
     arm(learn, FakeNvml(), telemetry=True, telemetry_every=.005)
     with pytest.warns(UserWarning, match='ZeroDivisionError'): learn.fit(1)

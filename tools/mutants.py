@@ -47,7 +47,7 @@ MUTATIONS = [
               'test_every_attribute_of_a_wall_record_is_state_or_transient', 'test_every_attribute_of_a_gpu_record_is_state_or_transient',
               'test_every_attribute_of_a_merged_record_is_state_or_transient')]),
     Mutation('drawn_not_saved', "a probe's facts read back are the facts saved (`drawn` dropped from the costs' JSON both ways)",
-             [('fastprofile/probes/costs.py', " drawn=dict(c.drawn),", ""), ('fastprofile/probes/costs.py', "; c.drawn.update(d['drawn'])", "")],
+             [('fastprofile/probes/callback_costs.py', " drawn=dict(c.drawn),", ""), ('fastprofile/probes/callback_costs.py', "; c.drawn.update(d['drawn'])", "")],
              [_k('tests/test_registry.py', 'test_each_probe_saves_and_reads_its_own_facts[opts0]')]),  # the cost sampler: the default options
     Mutation('compare_after_twice', "`compare(a, b)` shows a's numbers before and b's after (it reads b for both)",
              [('fastprofile/fixes/compare.py', "return Comparison(as_profile(a, 'a'), as_profile(b, 'b')",
@@ -121,6 +121,23 @@ MUTATIONS = [
     Mutation('batch_cost_unsaid', "every cost the profiler adds is in its cost line (the batch sizes timed after the fit left out)",
              [('fastprofile/engine/notes.py', "        if got: parts.append(", "        if False: parts.append(")],
              [_k('tests/test_batch_sizes.py', 'test_the_cost_line_names_the_batch_measurement')]),
+    Mutation('old_names_unmapped', "a probe written with 0.2.0's event names still hears its events (the mapping not made)",
+             [('fastprofile/engine/core.py', "            for n in got: setattr(cls, n, f)", "            pass")],
+             [_k('tests/test_vocabulary.py', 'test_a_0_2_0_probe_hears_its_events_in_order_with_a_warning'),
+              _k('tests/test_vocabulary.py', 'test_a_subclass_of_a_0_2_0_sink_is_mapped_too')]),
+    Mutation('fit_events_to_fastai', "a `ProbeCallback`'s fit events come from its session, never from fastai (all to fastai's `__call__`)",
+             [('fastprofile/lifecycle/session.py', "        if event_name not in FIT_EVENTS: return Callback.__call__(self, event_name)",
+               "        return Callback.__call__(self, event_name)")],
+             [_k('tests/test_vocabulary.py', 'test_a_probe_callback_added_by_hand_hears_each_fit')]),
+    Mutation('fastai_style_event_unwrapped', "a `ProbeCallback`'s `def before_fit(self)` (fastai's way) is called without the session",
+             [('fastprofile/lifecycle/session.py', "        for e in plain: setattr(cls, e, _without_session(cls.__dict__[e]))", "")],
+             [_k('tests/test_vocabulary.py', 'test_a_probe_callback_with_fastai_style_fit_events_does_not_crash')]),
+    Mutation('old_vocabulary_back', "the package speaks one vocabulary (the call's end told by its 0.2.0 name)",
+             [('fastprofile/lifecycle/session.py', "self._ending(self._tell_back, 'after_call')", "self._ending(self._tell_back, 'end')")],
+             [_k('tests/test_vocabulary.py', 'test_the_package_no_longer_speaks_the_old_vocabulary')]),
+    Mutation('probe_events_timed', "a `ProbeCallback`'s fit and phase events (the session's calls) are no callback's cost",
+             [('fastprofile/probes/callback_costs.py', "        own = FIT_EVENTS if isinstance(cb, Probe) else ()", "        own = ()")],
+             [_k('tests/test_vocabulary.py', 'test_a_probe_callbacks_fit_events_are_no_callback_cost')]),
 ]
 
 # ---------------------------------------------------------------- the copy

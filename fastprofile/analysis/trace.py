@@ -150,9 +150,13 @@ def merge_traces(traces, # Traces of several ranks: dicts from `chrome_trace` or
     return out
 
 # %% ../../nbs/15_trace.ipynb #9e890084
-_OPEN = dict(before_draw='draw', before_backward='backward', before_step='opt_step')
-_CLOSE_OPEN = dict(after_pred=('forward','loss'), after_loss=('loss',None), after_backward=('backward',None),
-                   after_step=('opt_step','zero_grad'))
+# fastai's event -> what it does to the open ranges: (close them down to this depth, or None: close none; the ranges it
+# then opens); `before_batch` opens `forward` or `predict` (None), as the learner trains or not
+_RANGES = dict(before_fit=(0, ()), before_train=(0, ('train',)), before_validate=(0, ('valid',)),
+               before_draw=(None, ('draw',)), before_batch=(1, ('batch', None)), after_pred=(2, ('loss',)),
+               after_loss=(2, ()), before_backward=(None, ('backward',)), after_backward=(2, ()),
+               before_step=(None, ('opt_step',)), after_step=(2, ('zero_grad',)), after_batch=(1, ()),
+               after_train=(0, ()), after_validate=(0, ()), after_fit=(0, ()))
 
 class RecordFunctionCallback(Callback):
     "Name fastai's phases in `torch.profiler` traces (and NVTX with `nvtx=True`): `fastai.draw`, `fastai.forward`, ..."
@@ -171,20 +175,12 @@ class RecordFunctionCallback(Callback):
         self._stack = []
 
     def __call__(self, event_name):
-        "Open and close ranges at fastai's events"
-        if not self.run: return
-        if event_name in ('before_fit',): self._pop_to(0)
-        elif event_name == 'before_train': self._pop_to(0); self._push('train')
-        elif event_name == 'before_validate': self._pop_to(0); self._push('valid')
-        elif event_name == 'before_batch':
-            self._pop_to(1); self._push('batch'); self._push('forward' if self.training else 'predict')
-        elif event_name in _OPEN: self._push(_OPEN[event_name])
-        elif event_name in _CLOSE_OPEN:
-            self._pop_to(2)
-            nxt = _CLOSE_OPEN[event_name][1]
-            if nxt is not None: self._push(nxt)
-        elif event_name == 'after_batch': self._pop_to(1)
-        elif event_name in ('after_train','after_validate','after_fit'): self._pop_to(0)
+        "Open and close ranges at fastai's events, as `_RANGES` says"
+        got = _RANGES.get(event_name) if self.run else None
+        if got is None: return
+        depth,names = got
+        if depth is not None: self._pop_to(depth)
+        for n in names: self._push(n if n is not None else 'forward' if self.training else 'predict')
 
     # Real methods so `show_training_loop` lists the callback at the events it uses
     def before_train(self): self('before_train')

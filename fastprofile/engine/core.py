@@ -19,11 +19,11 @@ from .tables import ProfileReport, Section, atomic_write_csv
 from .plain import to_plain, from_plain
 
 # %% auto #0
-__all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'EXTRA_KEYS', 'PROBES', 'SAMPLE_SHARE', 'TRAIN_ACTIONS',
-           'strict_mode', 'guarded', 'ProfileOptions', 'option_params', 'takes_options', 'LoadTime', 'Staging', 'Facts',
-           'Probe', 'Call', 'register', 'probe_sections', 'probe_scalars', 'first_samples', 'Sink',
-           'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second', 'fit_tokens_per_second',
-           'row_flops_per_second', 'ProfileResult', 'Profile']
+__all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'EXTRA_KEYS', 'PROBES', 'OLD_EVENTS', 'SAMPLE_SHARE',
+           'TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'option_params', 'takes_options', 'LoadTime',
+           'Staging', 'Facts', 'takes_session', 'Probe', 'Call', 'register', 'probe_sections', 'probe_scalars',
+           'first_samples', 'Sink', 'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second',
+           'fit_tokens_per_second', 'row_flops_per_second', 'ProfileResult', 'Profile']
 
 # %% ../../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -244,26 +244,59 @@ class Facts:
 _FIELDS = tuple(Facts.__dataclass_fields__)  # what the run was; any other name is a probe's key
 
 # %% ../../nbs/06_core.ipynb #d7e8f90c
+# fastprofile 0.2.0's probe events -> today's (`Probe.__init_subclass__` maps a probe written with them)
+OLD_EVENTS = dict(start=('before_call',), stage=('before_fit',), phase=('before_train','before_validate'),
+                  end_phase=('after_train','after_validate'), end_stage=('after_fit',), end=('after_call',))
+
+def takes_session(f) -> bool:
+    "Whether method `f` can be called as a probe's event, `f(self, s)`"
+    try: inspect.signature(f).bind(None, None)
+    except TypeError: return False
+    except ValueError: return True  # no signature to read (a builtin): assume so
+    return True
+
 class Probe:
     """Measures something in a profiled call. The session that owns the call tells it when the call, each fit and each
-    phase start and end, in a fixed order, on every exit path"""
-    def start(self, s):
-        "The call starts, at its first fit's `before_fit` (`s`: the `fastprofile.lifecycle.session.Session`)"
-    def stage(self, s):
-        "A fit of the call starts (`s.stage`: 0 for the first)"
-    def phase(self, s):
-        "A phase of the fit starts: `s.phase` is 'train' or 'valid'"
-    def end_phase(self, s):
-        "The phase ends (also when an exception ends it)"
+    phase start and end, in a fixed order (the ends in the reverse order of the starts), on every exit path. Where an
+    event is fastai's it carries fastai's name; `before_call`/`after_call`, `pause`/`resume` are the profiler's own"""
+    def before_call(self, s):
+        """The profiled call starts, at its first fit's `before_fit` (the profiler's own event: a call, `fine_tune`'s,
+        spans several fits; `s`: the `fastprofile.lifecycle.session.Session`)"""
+    def before_fit(self, s):
+        "fastai's `before_fit` of a fit of the call (`s.stage`: 0 for the first)"
+    def before_train(self, s):
+        "fastai's `before_train`: the training phase starts (`s.phase` is 'train')"
+    def before_validate(self, s):
+        "fastai's `before_validate`: the validation phase starts (`s.phase` is 'valid')"
+    def after_train(self, s):
+        "fastai's `after_train`: the training phase ends (also when an exception ends it)"
+    def after_validate(self, s):
+        "fastai's `after_validate`: the validation phase ends (also when an exception ends it)"
     def pause(self, s):
-        """Something that is not a fit of this call runs inside it (a `validate()` from a callback): measure nothing
-        until `resume`"""
+        """The profiler's own event: something that is not a fit of this call runs inside it (a `validate()` from a
+        callback); measure nothing until `resume`"""
     def resume(self, s):
-        "It is over: the fit goes on"
-    def end_stage(self, s):
-        "The fit ends (also when an exception ends it)"
-    def end(self, s):
-        "The call ends, however it ends (`s.exc`: the exception, if one ended it)"
+        "The profiler's own event: what `pause` announced is over, the fit goes on"
+    def after_fit(self, s):
+        "fastai's `after_fit` of a fit of the call (also when an exception ends it)"
+    def after_call(self, s):
+        """The profiled call ends, however it ends (the profiler's own event, after its last fit; `s.exc`: the
+        exception, if one ended it)"""
+    def __init_subclass__(cls, **kwargs):
+        """A probe written with fastprofile 0.2.0's event names (`start`, `stage`, `phase`, `end_phase`, `end_stage`,
+        `end`) has them mapped onto today's once, here, with a `DeprecationWarning` naming each old -> new"""
+        super().__init_subclass__(**kwargs)
+        done = []
+        for old,new in OLD_EVENTS.items():
+            f = cls.__dict__.get(old)
+            # a method of the probe's own with one argument, the session: not an unrelated `start(self)`
+            if not (inspect.isfunction(f) and takes_session(f)): continue
+            got = [n for n in new if n not in cls.__dict__]  # the class's own new-named method wins
+            for n in got: setattr(cls, n, f)
+            if got: done.append(f"{old} -> {' and '.join(got)}")
+        if done: warnings.warn(f"{cls.__qualname__} names its probe events as fastprofile 0.2.0 did: "
+                               f"{', '.join(done)}; they are mapped onto the new names: rename them",
+                               DeprecationWarning, stacklevel=2)
     # What a probe is besides its events: one class holds all of it, and `register` puts it in `PROBES`
     # Where `contribute` puts `measured()`: `facts.extra[key]`, read as `facts.<key>` (saved and loaded with the
     # profile)
@@ -282,7 +315,7 @@ class Probe:
         `learn.profile(probes=[...])`, or override `make` to run it on every profiled call"""
         return None
     def contribute(self, facts:Facts):
-        """Add what this probe measured to the call's `Facts` (after `end`): by default `measured()` under
+        """Add what this probe measured to the call's `Facts` (after `after_call`): by default `measured()` under
         `facts.extra[key]`"""
         if self.key is not None:
             v = self.measured()
@@ -373,14 +406,15 @@ def first_samples(first:int, dl, warmup:int) -> int:
 class Sink(Probe):
     "Where a profile goes besides the report: subclass and override what you need (a `Probe` that also logs)"
     # During the call, the record folds the ended phases' batches into its statistics when they are read: a sink that
-    # reads `s.record.stats` in `end_phase` or `end_stage` calls `s.record.fold()` first (`log_batch`'s `record.last()`,
-    # `log_fit`'s result need nothing)
+    # reads `s.record.stats` in `after_train`/`after_validate` or `after_fit` calls `s.record.fold()` first
+    # (`log_batch`'s `record.last()`, `log_fit`'s result need nothing)
     name = 'sink'
     def __repr__(self): return f"{type(self).__name__}()"  # how a sink shows in fastai's WandbCallback run config
     def log_batch(self, record:ProfileRecord, step:int, window:int):
         "Called every `window` (`log_every`) training batches; `step` is fastai's `train_iter`"
     def log_fit(self, result:ProfileResult):
         "Called once after the call, with its `ProfileResult`"
+
 
 # %% ../../nbs/06_core.ipynb #d7e8f90e
 TRAIN_ACTIONS = ('draw','batch','forward','loss','backward','opt_step')
@@ -518,7 +552,7 @@ class Profile:
     # pickled with its callbacks (`learn.export()`): not the live call
     def __getstate__(self): return {**self.__dict__, 'session': None}
 
-    def start_stage(self, device='cpu', overhead=None) -> ProfileRecord:
+    def before_fit(self, device='cpu', overhead=None) -> ProfileRecord:
         """A fastai fit starts on `device`: the record (made at the first stage, for the timing mode that fits
         `device`), stage started; `overhead`: the pair's cost per batch, or a function measuring it"""
         t0 = self.clock()
@@ -530,7 +564,7 @@ class Profile:
                                       warmup=o.warmup, events_every=o.events_every, lazy=True)
         if overhead is not None: self.record.overhead_per_batch = overhead  # a function: measured when first asked for
         self.own_cost += self.clock() - t0
-        self.record.start_stage()
+        self.record.before_fit()
         return self.record
 
     def log_batch(self, step:int):
@@ -542,9 +576,9 @@ class Profile:
                 warnings.warn(f"fastprofile: logging to {s.name!r} failed and is now off for this call: "
                               f"{type(e).__name__}: {e}")
 
-    def end_stage(self, bs:int=0):
+    def after_fit(self, bs:int=0):
         "The fastai fit ended (`after_fit`): close it in the record"
-        if self.record is not None: self.record.end_stage(bs)
+        if self.record is not None: self.record.after_fit(bs)
 
     def conclude(self, interrupted:BaseException|None=None, facts:Facts|None=None) -> tuple:
         """Close → gather → result: `(ProfileResult, is_main)`, or `(None, True)` if nothing was profiled; the profile

@@ -110,8 +110,8 @@ class GpuProfileRecord(ProfileRecord):
         evs = self.evs
         if evs is not None: evs[slot].record(self.stream)
 
-    def start_phase(self, phase:str):
-        super().start_phase(phase)
+    def before_phase(self, phase:str):
+        super().before_phase(phase)
         self._sample(0)
 
     def end_batch(self, bs:int):
@@ -132,8 +132,8 @@ class GpuProfileRecord(ProfileRecord):
         super().fold()
         self._resolve()
 
-    def end_phase(self, bs:int=0, at:float|None=None):
-        super().end_phase(bs, at)
+    def after_phase(self, bs:int=0, at:float|None=None):
+        super().after_phase(bs, at)
         self._sample(-1)  # no batch in flight: its row goes back
         self._resolve(block_all=True)  # once per phase: the statistics are complete at each epoch's end
 

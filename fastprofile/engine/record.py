@@ -131,12 +131,12 @@ def _transitions() -> dict:
     I,S,E,P,C = RecordAt
     x = None  # an error: the method needs something open that is not
     grid = {        # where the record is:  IDLE STAGE EPOCH PHASE CLOSED
-        'start_stage': (S, S, S, S, S),  # ends what is open first; reopens a closed record
-        'start_epoch': (x, E, E, E, x),  # needs a stage; ends the open epoch (and its phase) first
-        'start_phase': (x, x, P, P, x),  # needs an epoch; ends the open phase first
-        'end_phase':   (I, S, E, E, C),  # ends the open phase, if any
-        'end_epoch':   (I, S, S, S, C),  # ends the open epoch and its phase, if any
-        'end_stage':   (I, I, I, I, C),  # ends the open stage and what is open in it, if any
+        'before_fit':  (S, S, S, S, S),  # ends what is open first; reopens a closed record
+        'before_epoch': (x, E, E, E, x),  # needs a stage; ends the open epoch (and its phase) first
+        'before_phase': (x, x, P, P, x),  # needs an epoch; ends the open phase first
+        'after_phase':  (I, S, E, E, C),  # ends the open phase, if any
+        'after_epoch':  (I, S, S, S, C),  # ends the open epoch and its phase, if any
+        'after_fit':    (I, I, I, I, C),  # ends the open stage and what is open in it, if any
         'close':       (C, C, C, C, C),  # ends whatever is open; the results are final
     }
     return {m:{a:b for a,b in zip(RecordAt, row) if b is not None} for m,row in grid.items()}
@@ -266,33 +266,34 @@ class ProfileRecord:
         return True
 
     # ---- stages, epochs and phases (`TRANSITIONS`) ----
-    def start_stage(self):
-        "Start a fastai fit of this profiled call"
-        self._expect('start_stage')
-        self.end_stage()
+    def before_fit(self):
+        "Start a fastai fit of this profiled call (at its `before_fit`)"
+        self._expect('before_fit')
+        self.after_fit()
         now = self.clock()
         if self.fit_start is None: self.fit_start = now
         self.stage,self.stage_start,self.closed = self.stage+1,now,False
         self._stage_phases,self._stage_epochs,self._stage_train_batches = 0.,0,0
 
-    def start_epoch(self, epoch:int):
+    def before_epoch(self, epoch:int):
         "Start epoch `epoch` of the stage in flight"
-        self._expect('start_epoch')
-        self.end_epoch()
+        self._expect('before_epoch')
+        self.after_epoch()
         self.epoch,self.epoch_start = epoch,self.clock()
         self._epoch_totals = EpochTotals(self.stage, epoch)
 
-    def start_phase(self, phase:str):
-        "Start the `train` or `valid` part of an epoch"
-        self._expect('start_phase')
-        self.end_phase()
+    def before_phase(self, phase:str):
+        """Start the `train` or `valid` part of an epoch: fastai's `before_train`/`before_validate`, one method taking
+        the phase (so `before_phase`, as `after_phase`: fastai's `before_`/`after_` and what starts or ends)"""
+        self._expect('before_phase')
+        self.after_phase()
         self.phase,self.phase_start,self._phase_batches,self._phase_span = phase,self.clock(),0,0.
         self.marks = list(_NAN_MARKS)
 
-    def end_phase(self, bs:int=0, at:float|None=None):
+    def after_phase(self, bs:int=0, at:float|None=None):
         """End the open train/valid part (at time `at`, default now): close a batch cut short (of size `bs`), attribute
         the rest to `other`"""
-        self._expect('end_phase')
+        self._expect('after_phase')
         if self.phase is None: return
         if not math.isnan(self.marks[Slot.BATCH_START]) and at is None:  # a batch cancelled out of its phase ends here
             self.mark(Slot.BATCH_END); self.end_batch(bs)
@@ -310,20 +311,20 @@ class ProfileRecord:
         if p == 'train': self._stage_train_batches += self._phase_batches
         self.phase,self.marks,self._apart = None,list(_NAN_MARKS),[]
 
-    def end_epoch(self, bs:int=0, at:float|None=None):
+    def after_epoch(self, bs:int=0, at:float|None=None):
         "End the open epoch (and its open phase)"
-        self._expect('end_epoch')
-        self.end_phase(bs, at)
+        self._expect('after_epoch')
+        self.after_phase(bs, at)
         if self._epoch_totals is None: return
         self._stat(Row('fit','epoch'), (self.clock() if at is None else at) - self.epoch_start)
         self.epochs.append(self._epoch_totals)
         self._stage_epochs += 1
         self._epoch_totals = None
 
-    def end_stage(self, bs:int=0, at:float|None=None):
+    def after_fit(self, bs:int=0, at:float|None=None):
         "End the open stage (a fastai fit) and whatever is open in it; its time outside the phases is the fit's `other`"
-        self._expect('end_stage')
-        self.end_epoch(bs, at)
+        self._expect('after_fit')
+        self.after_epoch(bs, at)
         if self.stage_start is None: return
         total = max((self.clock() if at is None else at) - self.stage_start, self._stage_phases)
         self._stat(Row('fit','fit'), total)
@@ -341,7 +342,7 @@ class ProfileRecord:
             starts = [t for t in (self.phase_start, self.epoch_start, self.stage_start) if t is not None]
             at = (self.clock() if not starts
                   else max([*starts, *([] if math.isnan(self.last_seen) else [self.last_seen])]))
-        self.end_stage(at=at)
+        self.after_fit(at=at)
         if not self.lazy: self.fold()
         self.closed = True
         return self

@@ -13,7 +13,7 @@ from ..engine.record import Slot, ProfileRecord, _BATCH_END  # the batch-end slo
 from ..engine.core import Profile, ProfileOptions, Probe
 from ..engine.gpu_timing import make_record, GpuProfileRecord, GPU_EVERY
 from ..engine.tokens import token_ids, pad_index, TokenCounter
-from .session import Session, driven_by
+from .session import Session, driven_by, FIT_EVENTS
 
 # %% auto #0
 __all__ = ['TIMED_EVENTS', 'SimpleProfilerCallback', 'SimpleProfilerPostCallback', 'pair_overhead']
@@ -40,6 +40,14 @@ def _wall(rec) -> ProfileRecord|None:
     """`rec` if its `mark` is a plain one on `perf_counter` (the callbacks then write its marks, and a sampled batch's
     CUDA events, themselves: one call less per mark), else None"""
     return rec if type(rec).mark in _INLINE_MARKS and 'mark' not in rec.__dict__ and rec.clock is _perf else None
+
+# the session's events (`FIT_EVENTS`) each callback of the pair forwards: where fits and phases start, the first; where
+# they end, the last
+_PRE_EVENTS,_POST_EVENTS = [tuple(e for e in FIT_EVENTS if e.startswith(w)) for w in ('before_','after_')]
+
+def _to_session(s, events) -> dict:
+    "`_table`'s handlers of `events`: each calls the session `s`'s method of the same name"
+    return {e:(lambda cb, e=e: getattr(s, e)()) for e in events}
 
 class _TableDispatch(Callback, Probe):
     """A `Callback` whose events go through one table, `_table`: an event's slot (an int: mark a time there) or its
@@ -87,7 +95,7 @@ class _TableDispatch(Callback, Probe):
     # As a probe: mark while the session measures a fit of the call, nothing while something is nested in it
     def pause(self, s): self._idle()
     def resume(self, s): self._bind(s.record)
-    def end(self, s): self._idle()
+    def after_call(self, s): self._idle()
 
 # %% ../../nbs/07_callback.ipynb #2350b9a5
 class SimpleProfilerCallback(_TableDispatch):
@@ -100,15 +108,14 @@ class SimpleProfilerCallback(_TableDispatch):
         "Mark into `rec`, follow the stage's epochs, tell the session when a phase starts"
         s = self.profile.session
         self._mark,self._wall = rec.mark,_wall(rec)
-        self._table = dict(_PRE_TABLE, before_fit=type(self)._before_fit,
-                           before_epoch=lambda cb: rec.start_epoch(cb.learn.epoch),
-                           before_train=lambda cb: s.phase_starts('train'),
-                           before_validate=lambda cb: s.phase_starts('valid'))
+        # `before_fit` through `_before_fit`, which finds (or makes) the session
+        self._table = {**_PRE_TABLE, **_to_session(s, _PRE_EVENTS), 'before_fit': type(self)._before_fit,
+                       'before_epoch': lambda cb: rec.before_epoch(cb.learn.epoch)}
 
     def _before_fit(self):
-        "The session decides what this is: a fit of the call (it then calls `stage`) or something nested"
+        "The session decides what this is: a fit of the call (it then calls `before_fit`) or something nested"
         s = driven_by(self, self.profile.session, self._by_hand)
-        if s is not None: s.fit_starts()
+        if s is not None: s.before_fit()
 
     def _by_hand(self, learn) -> Session:
         """The session of the pair added by hand (or to `fit(cbs=...)`), made at its first fit on `learn`: each fit a
@@ -120,17 +127,18 @@ class SimpleProfilerCallback(_TableDispatch):
         hook = [p for p in (prof.on_batch,) if isinstance(p, Probe)]
         return Session(learn, prof, probes=[self, *hook, *prof.sinks, *post])
 
-    def stage(self, s):
+    def before_fit(self, s):
         """A fit of the call starts: the record's stage (the record is made at the first, for the device fastai trains
         on)"""
         dev = s.device
-        rec = s.profile.start_stage(dev)
+        rec = s.profile.before_fit(dev)
         # calibrated once per process, when first asked for
         rec.overhead_per_batch = functools.partial(pair_overhead, rec.timing, dev)
         self._bind(rec)
 
-    def phase(self, s): s.record.start_phase(s.phase)
-    def end_stage(self, s): self._idle()
+    def before_train(self, s): s.record.before_phase(s.phase)
+    before_validate = before_train
+    def after_fit(self, s): self._idle()
 
 # %% ../../nbs/07_callback.ipynb #f0a4f3ad
 class SimpleProfilerPostCallback(_TableDispatch):
@@ -154,9 +162,9 @@ class SimpleProfilerPostCallback(_TableDispatch):
         c = type(self)
         after = (c._first_batch if self._tokens is None else c._after_batch if self._tokens is False
                  else c._after_token_batch)
-        self._table = dict(_POST_TABLE, after_fit=c._after_fit, after_batch=after,
-                           after_train=lambda cb: s.phase_ends(), after_validate=lambda cb: s.phase_ends(),
-                           after_epoch=lambda cb: rec.end_epoch(cb._bs()))
+        # `after_fit` through `_after_fit`, which finds the session
+        self._table = {**_POST_TABLE, **_to_session(s, _POST_EVENTS), 'after_fit': c._after_fit, 'after_batch': after,
+                       'after_epoch': lambda cb: rec.after_epoch(cb._bs())}
 
     def _bs(self) -> int:
         if not self._count_samples: return 0
@@ -199,28 +207,30 @@ class SimpleProfilerPostCallback(_TableDispatch):
             self.profile.log_batch(self.learn.train_iter)
 
     def _after_fit(self):
-        "Tell the session: a fit of the call ends (it then calls `end_stage`), or something nested in it"
+        "Tell the session: a fit of the call ends (it then calls `after_fit`), or something nested in it"
         s = driven_by(self, self.profile.session)
-        if s is not None: s.fit_ends()
+        if s is not None: s.after_fit()
 
-    def start(self, s): self.token_phases = {}
-    def stage(self, s): self._tokens = None; self._bind(s.record)
-    def phase(self, s):
+    def before_call(self, s): self.token_phases = {}
+    def before_fit(self, s): self._tokens = None; self._bind(s.record)
+    def before_train(self, s):
         "A phase starts: its first batch will say whether its batches are token ids"
         self._tokens = None
         if 'after_batch' in self._table: self._table['after_batch'] = type(self)._first_batch
-    def end_phase(self, s):
+    before_validate = before_train
+    def after_train(self, s):
         """The phase ends in the record (after an exception, the record's `close` ends it where the last batch ended);
         its tokens are read"""
-        if s.exc is None: s.record.end_phase(self._bs())
+        if s.exc is None: s.record.after_phase(self._bs())
         t,self._tokens = self._tokens,None
         if t:
             got,had = t.read(),self.token_phases.get(s.phase)
             self.token_phases[s.phase] = got if had is None else had.merge(got)
+    after_validate = after_train
     def contribute(self, facts): facts.tokens = dict(self.token_phases)
-    def end_stage(self, s):
+    def after_fit(self, s):
         self._idle()
-        if s.exc is None: s.profile.end_stage(self._bs())
+        if s.exc is None: s.profile.after_fit(self._bs())
 
 # %% ../../nbs/07_callback.ipynb #6e2b9c31
 _OVERHEAD = {}  # (timing, device type) -> seconds per training batch
@@ -238,7 +248,7 @@ def _calibrate(timing, device, n, k):
     scratch = Profile(ProfileOptions(timing=timing, keep_batches=8, warmup=0, show_report=False))
     # a small event pool; events on one batch in `GPU_EVERY`, as in a profile
     scratch.record = rec = make_record(timing, device, pool_batches=4, keep_batches=8, warmup=0, events_every=GPU_EVERY)
-    rec.start_stage(); rec.start_epoch(0); rec.start_phase('train')
+    rec.before_fit(); rec.before_epoch(0); rec.before_phase('train')
     pre,post = SimpleProfilerCallback(scratch),SimpleProfilerPostCallback(scratch)
     fake = types.SimpleNamespace(xb=(torch.zeros(1),), training=True, train_iter=1)  # so `find_bs` costs what it will
     pre.learn = post.learn = fake

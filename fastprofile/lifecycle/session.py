@@ -6,14 +6,14 @@ Docs: https://fastprofile.github.io/fastprofile/session.html.md"""
 
 # %% ../../nbs/06a_session.ipynb #3df8b96b
 from __future__ import annotations
-import sys, warnings, weakref
+import functools, inspect, sys, warnings, weakref
 from fastai.basics import *
 from ..engine.checks import check_items
 from ..engine.patches import Patches
-from ..engine.core import Profile, ProfileOptions, Facts, Probe, strict_mode
+from ..engine.core import Profile, ProfileOptions, Facts, Probe, strict_mode, takes_session
 
 # %% auto #0
-__all__ = ['train_device', 'training_methods', 'Session', 'driven_by', 'ProbeCallback']
+__all__ = ['FIT_EVENTS', 'train_device', 'training_methods', 'Session', 'driven_by', 'ProbeCallback']
 
 # %% ../../nbs/06a_session.ipynb #1336515b
 _NO_DEVICE = object()
@@ -35,6 +35,11 @@ def training_methods(learn) -> list:
 
 # %% ../../nbs/06a_session.ipynb #906a32e8
 def _no_session(): return None
+
+# fastai's events the session hears, each handled by its method of the same name (`Session.before_fit`...): the pair's
+# tables, a `ProbeCallback`'s `__call__` and the efficiency probe's tables route them there
+FIT_EVENTS = ('before_fit','before_train','before_validate','after_train','after_validate','after_fit')
+_PHASE_ENDS = dict(train='after_train', valid='after_validate')  # the phase in flight -> the probes' event at its end
 
 class Session:
     """The one owner of a profiled call on one learner: when the call, each fit and each phase start and end, told to
@@ -169,9 +174,9 @@ class Session:
 
     def _tell_back(self, event:str): self._tell(event, self._listeners(event, back=True))
 
-    def fit_starts(self) -> bool:
-        """`before_fit` (from the pair's first callback): a fit of the call starts (True), or something nested in one
-        (False)"""
+    def before_fit(self) -> bool:
+        """fastai's `before_fit` (from the pair's first callback): a fit of the call starts (True), or something nested
+        in one (False)"""
         learn = self.learn
         fit,alone = self._fit_begins()
         if self.contexts and fit and alone:  # a fit that ended by an exception left its context open
@@ -187,35 +192,48 @@ class Session:
             self.active,self.exc,self.stage,self.phase,self._interrupt = True,None,-1,None,None
             self.facts = Facts()
             _ACTIVE[learn] = self
-            self._tell('start')
+            self._tell('before_call')
         self.contexts.append('stage')
         self.stage += 1
-        self._tell('stage')
+        self._tell('before_fit')
         return True
 
-    def fit_ends(self):
-        """`after_fit` (from the pair's last callback): a fit of the call ends (and, with no method wrapper around it,
-        the call), or something nested in it"""
+    def after_fit(self):
+        """fastai's `after_fit` (from the pair's last callback): a fit of the call ends (and, with no method wrapper
+        around it, the call), or something nested in it"""
         kind = self.contexts.pop() if self.contexts else None
         if kind == 'stage':
             self.contexts.append(kind)  # still in the stage while the probes end it
             try:
-                self.phase_ends()
-                self._tell_back('end_stage')
+                self._end_phase()
+                self._tell_back('after_fit')
             finally: self.contexts.pop()
             if not self.depth: self._end(None)  # the pair added by hand (or to `fit(cbs=...)`): each fit is a call
         elif kind == 'other' and self.measuring: self._tell('resume')
 
-    def phase_starts(self, phase:str):
-        "`before_train` / `before_validate` of a fit of the call"
+    def before_train(self):
+        "fastai's `before_train` (from the pair's first callback): the training phase of a fit of the call starts"
         if not self.measuring: return
-        self.phase = phase
-        self._tell('phase')
+        self.phase = 'train'
+        self._tell('before_train')
 
-    def phase_ends(self):
-        "`after_train` / `after_validate` of a fit of the call"
+    def before_validate(self):
+        "fastai's `before_validate` (from the pair's first callback): its validation phase starts"
+        if not self.measuring: return
+        self.phase = 'valid'
+        self._tell('before_validate')
+
+    def after_train(self):
+        "fastai's `after_train` (from the pair's last callback): the phase in flight ends"
+        self._end_phase()
+    def after_validate(self):
+        "fastai's `after_validate` (from the pair's last callback): the phase in flight ends"
+        self._end_phase()
+
+    def _end_phase(self):
+        "End the phase in flight (`after_train` or `after_validate`, as it is), if any: also when an exception ends it"
         if self.phase is None: return
-        try: self._tell_back('end_phase')
+        try: self._tell_back(_PHASE_ENDS[self.phase])
         finally: self.phase = None
 
     def _ending(self, f, *args):
@@ -245,9 +263,9 @@ class Session:
         "End what a fit that raised left open (its phase, its stage) and close the record there; the call goes on"
         self.exc = exc
         try:
-            if self.phase is not None: self.phase_ends()
+            if self.phase is not None: self._end_phase()
             while self.contexts:
-                if self.contexts[-1] == 'stage': self._tell_back('end_stage')
+                if self.contexts[-1] == 'stage': self._tell_back('after_fit')
                 self.contexts.pop()
             # at the last batch seen; the next stage opens it again
             if self.record is not None: self.record.close(interrupted=True)
@@ -262,11 +280,11 @@ class Session:
         self.exc = exc
         res,main = None,True
         try:
-            if self.phase is not None: self._ending(self.phase_ends)
+            if self.phase is not None: self._ending(self._end_phase)
             while self.contexts:  # what an exception left open (fastai fires no `after_fit` then)
-                if self.contexts[-1] == 'stage': self._ending(self._tell_back, 'end_stage')
+                if self.contexts[-1] == 'stage': self._ending(self._tell_back, 'after_fit')
                 self.contexts.pop()
-            self._ending(self._tell_back, 'end')
+            self._ending(self._tell_back, 'after_call')
             self._ending(self._contribute)
             got = self._ending(self.profile.conclude, exc, self.facts)
             if got is not None: res,main = got
@@ -370,16 +388,31 @@ class ProbeCallback(Callback, Probe):
         self._own = s = Session(learn, Profile(ProfileOptions(show_report=False)), [self])
         return s
 
-    # fastai's events, forwarded only to a session of its own
-    def hand_fit_starts(self):
-        s = self._hand(start=True)
-        if s is not None: s.fit_starts()
-    def hand_fit_ends(self):
-        s = self._hand()
-        if s is not None: s.fit_ends()
-    def hand_phase_starts(self, phase:str):
-        s = self._hand()
-        if s is not None: s.phase_starts(phase)
-    def hand_phase_ends(self):
-        s = self._hand()
-        if s is not None: s.phase_ends()
+    def __call__(self, event_name):
+        """fastai's events: those the session hears (`FIT_EVENTS`) go to the session it drives itself (added by hand;
+        none when another drives it), every other to fastai's `Callback.__call__` (its method of that name)"""
+        if event_name not in FIT_EVENTS: return Callback.__call__(self, event_name)
+        if self.run: self._drive(event_name)
+        if event_name == 'after_fit': self.run = True  # as fastai's `Callback.__call__` does
+    def _drive(self, event_name):
+        "Forward fastai's `event_name` (one of `FIT_EVENTS`) to its own session, if it drives itself"
+        s = self._hand(start=event_name == 'before_fit')
+        if s is not None: getattr(s, event_name)()
+
+    def __init_subclass__(cls, **kwargs):
+        """A fit event written as a fastai callback's, with no argument (`def before_fit(self)`): fastai never calls it
+        (the session has these events), so the session does, at that event of each fit of the call, without `s`; a
+        `DeprecationWarning` says so"""
+        super().__init_subclass__(**kwargs)
+        plain = [e for e in FIT_EVENTS if inspect.isfunction(f := cls.__dict__.get(e)) and not takes_session(f)]
+        for e in plain: setattr(cls, e, _without_session(cls.__dict__[e]))
+        if plain: warnings.warn(f"{cls.__qualname__} defines {', '.join(plain)} with no argument, as a fastai callback "
+                                "does: in a `ProbeCallback` these are probe events, called by the session with it "
+                                "(`s`) at each fit of the call; they are called without it: add the argument",
+                                DeprecationWarning, stacklevel=2)
+
+def _without_session(f):
+    "Probe event `f(self)` written with no session, called as `f(self, s)`"
+    @functools.wraps(f)
+    def event(self, s): return f(self)
+    return event

@@ -281,8 +281,8 @@ class BatchSizesProbe(Probe):
     @classmethod
     # `learn.profile(batch_sizes=False)`: none
     def make(cls, call): return cls(call.learn) if call.options.batch_sizes else None
-    def start(self, s): self.result = None
-    def end_stage(self, s):
+    def before_call(self, s): self.result = None
+    def after_fit(self, s):
         learn = self.learn
         bs = getattr(getattr(learn.dls, 'train', None), 'bs', None)
         why = _why_not(learn, bs)

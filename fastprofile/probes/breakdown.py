@@ -43,16 +43,8 @@ class BreakdownProbe(ProbeCallback):
         self._batch = {}
         self.result = Breakdown()  # what every fit this callback sees adds up to
 
-    # ---- fastai's fit and phase events: only when added by hand (a session tells the probe otherwise) ----
-    def before_fit(self): self.hand_fit_starts()
-    def after_fit(self): self.hand_fit_ends()
-    def before_train(self): self.hand_phase_starts('train')
-    def before_validate(self): self.hand_phase_starts('valid')
-    def after_train(self): self.hand_phase_ends()
-    def after_validate(self): self.hand_phase_ends()
-
-    # ---- the probe ----
-    def stage(self, s):
+    # ---- the probe (fastai's fit and phase events reach it from its session: `ProbeCallback`) ----
+    def before_fit(self, s):
         """A fit of the call starts: shadow each callback's event methods and each metric's `accumulate` with timed
         stand-ins"""
         self._patches,self.active = s.patches,True
@@ -60,15 +52,17 @@ class BreakdownProbe(ProbeCallback):
         if self.callbacks:
             self._wrapped = [s.patches.set(t.obj, t.attr, t) for obj,attr,name in event_methods(self.learn, _events)
                              if (t := stand_in(obj, attr, name, self._cost, self._stack)) is not None]
-    def phase(self, s):
+    def before_train(self, s):
         "A phase starts: the pipelines that split its draws come at its first draw"
         self._phase = s.phase
         # made at the phase's first draw, once the other callbacks set `learn.dl` up (a prefetcher wraps it)
         if self.draw: self._phases.append(None)
-    def end_phase(self, s): self._end_batch(); self._end_phase()
+    before_validate = before_train
+    def after_train(self, s): self._end_batch(); self._end_phase()
+    after_validate = after_train
     def pause(self, s): self.active = False  # a `validate()` from a callback: not part of the fit's numbers
     def resume(self, s): self.active = True
-    def end_stage(self, s):
+    def after_fit(self, s):
         "The fit ends: the stand-ins come off"
         while self._phases: self._end_phase()
         for p in self._wrapped: s.patches.undo(p)

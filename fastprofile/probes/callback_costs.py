@@ -13,6 +13,7 @@ from fastai.basics import *
 from fastai.callback.core import _events
 from ..engine.checks import check_int
 from ..engine.core import Probe, first_samples, register
+from ..lifecycle.session import FIT_EVENTS
 from ..engine.plain import plain_num, unplain_num, to_plain, from_plain
 from ..engine.tables import fmt_time
 from ..data.pipeline import timed_pipelines
@@ -67,7 +68,9 @@ def event_methods(learn, events, skip=()) -> list:
     for cb in learn.cbs:
         if getattr(type(cb), '_untimed', False) or isinstance(cb, skip): continue
         cls,d,name = type(cb),cb.__dict__,type(cb).__name__
-        out += [(cb, e, name) for e in events if e in d or callable(getattr(cls, e, None))]
+        # a probe's fit and phase events are its session's calls (`FIT_EVENTS`), not fastai's: not a callback's cost
+        own = FIT_EVENTS if isinstance(cb, Probe) else ()
+        out += [(cb, e, name) for e in events if e not in own and (e in d or callable(getattr(cls, e, None)))]
     for m in getattr(learn, 'metrics', []):
         if hasattr(m, 'accumulate'): out.append((m, 'accumulate', metric_name(m)))
     return out
@@ -247,17 +250,19 @@ class CallbackCostsProbe(Probe):
         return {**self.__dict__, '_patches':None, '_armed':[], '_plan':[], '_plan_key':None, '_pipes':[]}
 
     # ---- the probe ----
-    def start(self, s):
+    def before_call(self, s):
         "A call starts: nothing sampled yet; stand-ins go through the session's undo stack"
         self.costs,self._sample,self._target,self._seen = SampledCosts(),{},None,set()
         self._patches,self._plan,self._plan_key,self._armed = s.patches,[],None,[]
-    def phase(self, s):
+    def before_train(self, s):
         "A phase starts: its first batches after the warm-up are sampled"
         self._drop(); self._next,self._first = self._w,first_samples(self.first, self._learn.dl, self._w)
-    def end_phase(self, s): self._drop()
+    before_validate = before_train
+    def after_train(self, s): self._drop()
+    after_validate = after_train
     def pause(self, s): self._drop()  # what runs nested (a `validate()` from a callback) is not the sampled batch
     # its stand-ins hold `_add`: no cycle left after the call
-    def end(self, s): self._drop(); self._plan,self._plan_key = [],None
+    def after_call(self, s): self._drop(); self._plan,self._plan_key = [],None
     def measured(self): return self.costs
 
     # ---- on the registry: made for every call but one with `breakdown=True` (the breakdown times every callback

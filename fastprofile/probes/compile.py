@@ -162,7 +162,7 @@ class CompileProbe(Probe):
     # pickled with the learner: nothing in flight
     def __getstate__(self): return {'learn':self.learn, 'stats':None, '_s':None, '_on':False}
 
-    def start(self, s):
+    def before_call(self, s):
         """The call starts: listen to torch's compile callbacks (through the session's `patches`) if torch.compile is
         loaded"""
         self._s,self.stats,self._on,self._open,self._got = s,None,False,[],[]
@@ -175,7 +175,7 @@ class CompileProbe(Probe):
         h.register_end_callback(self._ended); s.patches.call(_unregister, h.remove_end_callback, self._ended)
         self._on = True
 
-    def end(self, s):
+    def after_call(self, s):
         """The call ends: a reason from torch's compilation metrics for a recompile whose guard failures were not kept,
         the graph breaks, the stats"""
         earlier,self._earlier = self._earlier,None  # the last call's result: not kept alive past this one

@@ -307,12 +307,12 @@ class LayersProbe(Probe):
         # the clock at a hook's end (on the CPU its own time is no module's)
         self._out = _no_mark if self._cuda else self._clock
 
-    def start(self, s):
+    def before_call(self, s):
         "The call starts: nothing measured, the first samples wanted; hooks go through the session's undo stack"
         self.result,self._patches = LayerTimes(),s.patches
         self._want,self._gap,self._early,self._since,self._short = self.first,0,True,0,None
 
-    def stage(self, s):
+    def before_fit(self, s):
         "A fit starts: the clock for the device it trains on; a compiled or scripted model is not timed"
         model,r = self.learn.model,self.result
         self._cuda,self._last = s.device.type == 'cuda',None  # `_last`: fastai counts `train_iter` from 0 again
@@ -323,7 +323,7 @@ class LayersProbe(Probe):
                      if isinstance(model, torch.jit.ScriptModule) else None)
         if self._off and not r.batches: r.failure = f"not measured: {self._off}"
 
-    def phase(self, s):
+    def before_train(self, s):
         """A training phase starts: arm the trigger while the first samples are wanted, or for one more once `every`
         training batches went by"""
         if s.phase != 'train' or self._off: return
@@ -346,21 +346,22 @@ class LayersProbe(Probe):
         k = max(0, -(-(n - self._gap)//self.spacing))
         self._short,self._carry,self._gap = min(k, self._want),self._gap + k*self.spacing - n,0
 
-    def end_phase(self, s):
+    def after_train(self, s):
         self._disarm()
         # after a short phase: the gap the spacing leaves
         if self._short is not None: self._gap,self._short = self._carry,None
         # else when the result is read (with no report shown: maybe never)
         if len(self.result._raw) >= _KEEP: _fold(self.result)
+    after_validate = after_train
 
     def pause(self, s): self._disarm()  # a nested `validate()` is not a sampled batch
 
     def resume(self, s):
         if s.phase == 'train' and self._want and self._short != 0 and not self._off: self._arm()
 
-    def end_stage(self, s): self._disarm()
+    def after_fit(self, s): self._disarm()
 
-    def end(self, s):
+    def after_call(self, s):
         self._disarm()
         # a hook that failed after some batches were measured: they count
         if self.result.batches: self.result.failure = None

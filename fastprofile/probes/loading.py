@@ -180,7 +180,7 @@ class LoadingProbe(Probe):
     @classmethod
     def from_json(cls, d:dict) -> dict: return {p:LoadTime(**from_plain(lt)) for p,lt in d.items()}
 
-    def start(self, s):
+    def before_call(self, s):
         """The call starts: shadow `create_batches` on the learner's fastai loaders (before their workers start),
         through the session's `patches`"""
         dls,self.timed = getattr(self.learn, 'dls', None),{}

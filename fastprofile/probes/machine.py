@@ -338,7 +338,7 @@ class MachineProbe(Probe):
         fds,self._fds = self._fds,{}
         for fd in fds.values(): os.close(fd)
 
-    def start(self, s):
+    def before_call(self, s):
         "The call starts: the main thread is the one that runs it"
         self._close(); s.patches.call(self._close)  # the descriptors closed when the call ends, however it ends
         self._tid,self._cpus = threading.get_native_id(),allowed_cpus()
@@ -347,20 +347,22 @@ class MachineProbe(Probe):
         self._threads0 = t = self._try('threads', self._threads)
         self._start,self._phase0,self._ended = self.read(t.get(self._tid) if t else None),None,None
 
-    def phase(self, s):
+    def before_train(self, s):
         """A phase starts: the counters now; a validation right after its epoch's training phase starts where that one
         ended (nothing runs between fastai's `after_train` and `before_validate`): one reading serves both"""
         e,self._ended = self._ended,None
         self._phase0 = (e[2]
                         if e is not None and s.phase == 'valid' and e[:2] == (s.stage, getattr(s.learn, 'epoch', None))
                         else self.read())
+    before_validate = before_train
 
-    def end_phase(self, s):
+    def after_train(self, s):
         "The phase's span, added to its phase's"
         if self._phase0 is None or self.result is None: return
         now = self.read()
         self._pending((s.phase, self._phase0, now)); self._phase0 = None
         self._ended = (s.stage, getattr(s.learn, 'epoch', None), now) if s.phase == 'train' else None
+    after_validate = after_train
 
     def _pending(self, span:tuple):
         "A span to fold when the result is read: (phase, or None for the call; its first and last reading)"
@@ -371,7 +373,7 @@ class MachineProbe(Probe):
     # something nested runs (a `validate()` from a callback): the next phase reads anew
     def pause(self, s): self._ended = None
 
-    def end(self, s):
+    def after_call(self, s):
         "The call ends, however: its span, and every thread's run-queue wait over it"
         if self._start is None or self.result is None: return
         r,t1 = self.result,self._try('threads', self._threads)

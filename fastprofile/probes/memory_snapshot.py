@@ -52,17 +52,17 @@ class MemorySnapshotProbe(Probe):
     def __repr__(self): return f"{type(self).__name__}({str(self.csv_path)!r})"
     def _mem(self): return torch.cuda.memory if self.memory is None else self.memory
 
-    def start(self, s):
+    def before_call(self, s):
         "The call starts: the allocator records its history from now on"
         self.written = None
         self._mem()._record_memory_history(max_entries=self.max_entries)
         self._on = True
 
-    def end_stage(self, s):
+    def after_fit(self, s):
         "A fit ends: if it ran out of memory, the snapshot now, before the other probes end"
         self._dump(s)
 
-    def end(self, s):
+    def after_call(self, s):
         "The call ends, however it ends: the snapshot if it ran out of memory; the recording stops"
         try: self._dump(s)
         finally:

@@ -31,7 +31,7 @@ class TensorBoardSink(Sink):
         # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
         self._learn,self.step,self._facts,self._window = learn,0,None,TelemetryWindow()
 
-    def start(self, s):
+    def before_call(self, s):
         """The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the
         telemetry's readings)"""
         self._facts,self._window = s.facts,TelemetryWindow()

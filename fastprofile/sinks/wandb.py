@@ -47,7 +47,7 @@ class WandbSink(Sink):
         self._learn,self._wandb,self.base,self.last,self._facts,self._window = (
             learn,wandb,None,None,None,TelemetryWindow())
 
-    def start(self, s):
+    def before_call(self, s):
         """The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the
         telemetry's readings)"""
         self._facts,self._window = s.facts,TelemetryWindow()

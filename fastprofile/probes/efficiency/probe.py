@@ -12,7 +12,7 @@ from ...engine.checks import check_int, check_bool, check_number
 from dataclasses import asdict
 from ...engine.core import Facts, guarded, strict_mode, register
 from ...engine.plain import to_plain, from_plain
-from ...lifecycle.session import ProbeCallback, train_device
+from ...lifecycle.session import ProbeCallback, train_device, FIT_EVENTS
 from .flops import FlopCount, is_compiled, prepare_flop_counter
 from .facts import Efficiency, StageFlops, rss_bytes, maxrss_bytes, mem_available
 
@@ -44,12 +44,10 @@ class EfficiencyProbe(ProbeCallback):
         self._stage,self._counter,self._shadowed,self._mem,self._patches,self._paused = None,None,None,None,None,None
         self._phase,self._batches,self._reads,self._compiled,self._driven = None,0,{},False,False
         # its dispatch tables, swapped as fits and phases start and end (all the lifecycle's tables:
-        # fastprofile.lifecycle.session, "The per-batch fast path"); fastai's fit and phase events go to a session of
-        # its own, when added by hand (a session tells the probe otherwise)
-        self._handlers = self._idle = {'before_fit': self.hand_fit_starts, 'after_fit': self.hand_fit_ends}
-        self._per_phase = dict(self._idle, before_train=lambda: self.hand_phase_starts('train'),
-                               before_validate=lambda: self.hand_phase_starts('valid'),
-                               after_train=self.hand_phase_ends, after_validate=self.hand_phase_ends)
+        # fastprofile.lifecycle.session, "The per-batch fast path"); fastai's events the session hears (`FIT_EVENTS`)
+        # go to a session of its own, when added by hand (a session tells the probe otherwise): its fits' when idle
+        self._per_phase = {e:(lambda e=e: self._drive(e)) for e in FIT_EVENTS}
+        self._handlers = self._idle = {e:self._per_phase[e] for e in ('before_fit','after_fit')}
         self._per_batch = dict(self._per_phase, before_batch=self._before_batch, after_pred=self._after_pred,
                                before_backward=self._before_backward, after_backward=self._after_backward,
                                before_step=self._before_step, after_step=self._after_step,
@@ -78,7 +76,7 @@ class EfficiencyProbe(ProbeCallback):
         if h is not None: h()
 
     # ---- fits: each fastai fit of the call is a stage
-    def stage(self, s):
+    def before_fit(self, s):
         "A fit of the call starts: a `StageFlops` for it; the device and the memory readers at the call's first fit"
         self._patches = s.patches
         r,dev = self.result,train_device(self.learn)
@@ -113,7 +111,7 @@ class EfficiencyProbe(ProbeCallback):
         if reshadow: self._shadow(self._phase)
         self._listen(self._handlers is self._per_batch)
 
-    def end_stage(self, s):
+    def after_fit(self, s):
         "The fit ends: take the shadow off and keep the stage's training batches (its weight)"
         self._unshadow()
         if self._stage is not None: self._stage.train_batches = int(getattr(self.learn, 'train_iter', 0) or 0)
@@ -137,15 +135,17 @@ class EfficiencyProbe(ProbeCallback):
         mem = self._mem is not None and phase == 'train' and self.warmup > 0
         self._handlers = self._per_batch if (count or mem) else self._per_phase
         self._listen(self._handlers is self._per_batch)
-    def phase(self, s): self._start_phase(s.phase)
+    def before_train(self, s): self._start_phase(s.phase)
+    before_validate = before_train
 
-    def end_phase(self, s):
+    def after_train(self, s):
         "End of a phase: take the shadow off, read the resident memory"
         self._unshadow()
         self._handlers = self._per_phase
         self._listen(False)
         r,rss = self.result,rss_bytes()
         if rss is not None: r.rss_seen = max(r.rss_seen or 0, rss)
+    after_validate = after_train
 
     # ---- the counted batch
     def _shadow(self, phase):
@@ -274,7 +274,7 @@ class EfficiencyProbe(ProbeCallback):
             self._listen(False)  # its work in this phase is done: fastai stops calling it at every event
 
     # ---- the end of the call
-    def end(self, s):
+    def after_call(self, s):
         "The call ends, however: stop counting, close the call's numbers (the process's memory, the device's)"
         if self._counter is not None: self._counter.stop(); self._counter = None
         self._unshadow()
@@ -293,7 +293,7 @@ class EfficiencyProbe(ProbeCallback):
             if info is not None and held is not None:
                 r.device_usable,r.device_total = int(info[0]) + int(held),int(info[1])
 
-    def start(self, s):
+    def before_call(self, s):
         """The call starts: its `Efficiency` is in the session's facts from now on (a sink reads FLOPs per sample while
         training)"""
         s.facts.efficiency = self.result

@@ -358,7 +358,7 @@ class TelemetryProbe(Probe):
         return Telemetry(**out)
     def _where(self): return where(self._profile.record, self._nested)
 
-    def start(self, s):
+    def before_call(self, s):
         """The call starts: its `Telemetry` is in the session's facts from now on (sinks read it as it fills); the
         sampler starts if it is on"""
         dev = s.device
@@ -374,18 +374,20 @@ class TelemetryProbe(Probe):
         self._sampler = TelemetrySampler(tel, self._where, self._reader, self.every, clock=s.profile.clock)
         try: self._sampler.start()
         except BaseException: self._close(); raise
-    def phase(self, s): self._phase0 = (time.process_time(), time.perf_counter())
+    def before_train(self, s): self._phase0 = (time.process_time(), time.perf_counter())
+    before_validate = before_train
 
-    def end_phase(self, s):
+    def after_train(self, s):
         "The phase's CPU and wall seconds, added to its phase's"
         if self._phase0 is None or self.result is None: return
         (c0,w0),self._phase0 = self._phase0,None
         v = self.result.phases.setdefault(s.phase, [0., 0.])
         v[0] += time.process_time() - c0; v[1] += time.perf_counter() - w0
+    after_validate = after_train
     def pause(self, s): self._pauses += 1; self._nested = self._pauses  # samples go to `fit nested` until `resume`
     def resume(self, s): self._nested = None
 
-    def end(self, s):
+    def after_call(self, s):
         """The call ends, however: the sampler takes its last sample and its thread is joined, NVML closed; the numbers
         go on the record (gathered under DDP)"""
         smp,self._sampler = self._sampler,None
