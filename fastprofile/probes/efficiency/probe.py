@@ -71,6 +71,22 @@ class EfficiencyProbe(ProbeCallback):
     def from_json(cls, d:dict) -> Efficiency:
         d = from_plain(d)
         return Efficiency(**{**d, 'stages':[StageFlops(**s) for s in d['stages']]})
+    # its report section and logged numbers are in `fastprofile.probes.efficiency.report` (imported when asked for: the
+    # report reads the diagnosis, which imports the probes); the numbers keep their names (`mfu/fit`), the section
+    # shows after yours
+    keyed_scalars,section_order = False,80
+    @classmethod
+    def section(cls, data:Efficiency, result):
+        from .report import efficiency_section
+        return efficiency_section(result)
+    @classmethod
+    def scalars(cls, data:Efficiency, result) -> dict:
+        from .report import efficiency_fit_scalars
+        return efficiency_fit_scalars(result)
+    def live_scalars(self, rates:dict, state:dict) -> dict:
+        "FLOP/s of the training forward, backward and batch (and MFU) at the logger's samples/second, once counted"
+        from .report import efficiency_scalars
+        return efficiency_scalars(self.result, rates)
 
     def __call__(self, event_name):
         "Run the handler of `event_name`, if the table has one: one dictionary lookup for the events not used"

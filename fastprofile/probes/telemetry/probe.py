@@ -356,6 +356,23 @@ class TelemetryProbe(Probe):
         out = {k:(_array_from(v) if k in arrays else from_plain(v)) for k,v in d.items()}
         out['reasons'] = {int(k):v for k,v in out.get('reasons', {}).items()}
         return Telemetry(**out)
+    # its report section and logged numbers are in `fastprofile.probes.telemetry.report` (imported when asked for: the
+    # report reads the diagnosis, which imports the probes); the numbers keep their names (`gpu/power_w`), the section
+    # shows after efficiency's
+    keyed_scalars,section_order = False,90
+    @classmethod
+    def section(cls, data:Telemetry, result):
+        from .report import telemetry_section
+        return telemetry_section(result)
+    @classmethod
+    def scalars(cls, data:Telemetry, result) -> dict:
+        from .report import telemetry_fit_scalars
+        return telemetry_fit_scalars(result)
+    def live_scalars(self, rates:dict, state:dict) -> dict:
+        "Means of the GPU's readings and the CPU's utilization since this logger's last log (a `TelemetryWindow` each)"
+        from .report import TelemetryWindow
+        if 'window' not in state: state['window'] = TelemetryWindow()
+        return state['window'].scalars(self.result)
     def _where(self): return where(self._profile.record, self._nested)
 
     def start(self, s):
