@@ -164,9 +164,10 @@ def probe_imports(path:Path, root:Path) -> set:
     return out
 
 def test_the_report_and_the_sinks_name_no_measurement():
-    "The sinks and the report's list of sections import nothing from the probes: a measurement's section and scalars come through `Probe`"
+    """The sinks, the report's list of sections and its ranks' section import nothing from the probes: a measurement's
+    section, scalars and lines across ranks come through `Probe`"""
     root = Path(__file__).parent.parent/'fastprofile'
-    files = [*sorted((root/'sinks').glob('*.py')), root/'analysis'/'sections.py']
+    files = [*sorted((root/'sinks').glob('*.py')), root/'analysis'/'sections.py', root/'analysis'/'distributed.py']
     got = {str(f.relative_to(root)): probe_imports(f, root) for f in files}
     assert {k:v - STILL_NAMED.get(k, set()) for k,v in got.items() if v - STILL_NAMED.get(k, set())} == {}
     assert probe_imports(root/'learner.py', root)  # the check sees an import of the probes where there is one

@@ -336,6 +336,7 @@ def test_rank_lines_name_a_hot_straggler():
     ranks = [RankProfile(0, recs[0]), RankProfile(1, recs[1])]
     assert isinstance(recs[1].telemetry, Telemetry) and recs[1].telemetry.throttled > 0
     lines = telemetry_rank_lines(ranks, [dict(rank=1)])
+    assert TelemetryProbe.rank_lines(ranks, [dict(rank=1)]) == lines  # the probe's, as the Distributed section asks it
     assert any(l.strip().startswith('GPU throttled (busy samples)') and l.endswith('rank 1') for l in lines)
     assert lines[-1] == 'Rank 1, the straggler, has the most throttled GPU: it may explain the slowness.'
     m = merge_records(ranks)

@@ -315,6 +315,11 @@ class Probe:
         `rates` is its rolling samples/second per training action (`train_samples_per_second`), `state` a dict of its
         own for this probe, empty when the call starts (two loggers each read their own window)"""
         return {}
+    @classmethod
+    def rank_lines(cls, ranks:list, stragglers:list) -> list:
+        """Lines comparing the ranks of a distributed run, in the report's *Distributed* section: `ranks` their
+        `RankProfile`s (each rank's record carries what the probe put on it), `stragglers` the slow ranks found"""
+        return []
     # How the loggers name `scalars` and `live_scalars`: True `{key}/{name}`; False as given (fastprofile's efficiency
     # and telemetry, whose names group by what they measure: `mfu/fit`, `gpu/power_w`)
     keyed_scalars:bool = True
