@@ -260,9 +260,9 @@ def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> lis
 def probe_rank_lines(profiles:list, stragglers=()) -> list:
     """The registered probes' lines comparing the ranks (`Probe.rank_lines`: telemetry's spread, yours), by their
     `section_order`"""
-    out = []
+    out,profiles,stragglers = [],list(profiles),list(stragglers)
     for cls in sorted(PROBES.values(), key=lambda c: c.section_order):
-        out += guarded(f"the rank lines of the probe {cls.key!r}", cls.rank_lines, list(profiles), list(stragglers)) or []
+        out += guarded(f"the rank lines of the probe {cls.key!r}", cls.rank_lines, profiles, stragglers) or []
     return out
 
 def distributed_section(result:ProfileResult) -> Section|None:
