@@ -13,7 +13,7 @@ from fastprofile.probes.efficiency.facts import *
 from fastprofile.probes.efficiency.probe import *
 from fastprofile.probes.efficiency.report import *
 from fastprofile.probes.efficiency.report import _compute_share
-from fastprofile.engine.core import row_flops_per_second, train_samples_per_second
+from fastprofile.engine.core import row_flops_per_second, train_samples_per_second, LiveScalars, probe_scalars
 from fastprofile.testing import FakeClock, drive_record
 
 N_IN,H1,H2 = 16,64,32
@@ -477,13 +477,14 @@ def test_row_flops_use_gpu_time_where_longer():
 # ---- the loggers' helpers ----
 
 def test_scalars_for_sinks():
+    "A sink's numbers come through the probes' protocol: `LiveScalars` while training, `probe_scalars` after the call"
     logged = []
     class Capture(Sink):
         name = 'capture'
-        def before_call(self, s): self.facts = s.facts  # the call's facts as they fill: FLOPs per sample once counted
+        def before_call(self, s): self.live = LiveScalars(s.probes)  # the probes' numbers while training: FLOP/s once counted
         def log_batch(self, record, step, window):
             rates = train_samples_per_second(record, window)
-            logged.append((rates, efficiency_scalars(self.facts.efficiency, rates)))
+            logged.append((rates, self.live(rates)))
     learn = learner(n=256)
     profiled(learn, logger_callback=Capture(), log_every=2, peak_flops=1e12).fit(1)
     rates,sc = logged[-1]
@@ -493,6 +494,7 @@ def test_scalars_for_sinks():
     fit = efficiency_fit_scalars(learn.simple_profile)
     assert fit['flops_per_sample/forward'] == FWD and 0 < fit['mfu/fit'] < 1
     assert fit['flops_per_second/fit'] == learn.simple_profile_efficiency['train_flops_per_second']
+    assert {k:v for k,v in probe_scalars(learn.simple_profile).items() if k in fit} == fit  # as the sinks log it
     assert efficiency_scalars(None, {'forward': 1.}) == {}  # efficiency off: nothing
 
 def test_the_diagnosis_uses_the_measurements():

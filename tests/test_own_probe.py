@@ -78,3 +78,31 @@ def test_bad_probes_are_refused_at_the_call(example):
     assert not [cb for cb in learn.cbs if type(cb).__module__.startswith(('fastprofile', 'batch_bytes'))]
     learn.fit(1)  # nothing was armed
     assert 'simple_profile' not in learn.__dict__
+
+def test_its_section_shows_where_it_did_before_efficiency_and_telemetry(example, tmp_path):
+    "Every probe's section comes through `Probe.section`, ordered by `section_order`: yours, then efficiency, telemetry; read back the same"
+    learn = _learner()
+    learn.profile(probes=[example.BatchBytes()], efficiency=True, telemetry=True, show_report=False, logger_callback=None).fit(1)
+    shown = lambda r: [(s.title, s.lines) for s in r.report.sections]
+    assert [t for t,_ in shown(learn.simple_profile)] == ['Diagnosis', 'Batch bytes', 'Efficiency', 'Telemetry']
+    back = load_profile(learn.simple_profile.save(tmp_path/'p.json'))
+    assert shown(back) == shown(learn.simple_profile)
+
+class LiveReads(Probe):
+    "A probe with live numbers: the logger's rolling training batch rate, and how many rates this logger has read (its own state)"
+    key = 'live_reads'
+    def live_scalars(self, rates, state):
+        if 'batch' not in rates: return {}  # a window of warm-up batches only: no rate
+        state['reads'] = state.get('reads', 0) + 1
+        return {'batch_rate': rates['batch'], 'reads': state['reads']}
+
+def test_its_live_scalars_reach_tensorboard_per_logged_batch(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    learn = _learner(cbs=TensorBoardCallback(tmp_path, trace_model=False, log_preds=False))
+    try:
+        learn.profile(probes=[LiveReads()], show_report=False, logger_callback='tensorboard', log_every=2).fit(2)
+    finally: PROBES.pop('live_reads', None)
+    ea = EventAccumulator(str(tmp_path), size_guidance={'scalars': 0}).Reload()
+    rate = [(e.step, e.value) for e in ea.Scalars('samples_per_second/train_batch')]
+    assert len(rate) >= 3 and [(e.step, e.value) for e in ea.Scalars('live_reads/batch_rate')] == rate  # at each logged batch
+    assert [(e.step, e.value) for e in ea.Scalars('live_reads/reads')] == [(s, i+1) for i,(s,_) in enumerate(rate)]

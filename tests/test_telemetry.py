@@ -16,6 +16,7 @@ from fastprofile.lifecycle.session import Session
 from fastprofile.probes.telemetry.probe import TelemetryProbe, Telemetry, TelemetrySampler, Where, ROWS, open_gpu, where
 from fastprofile.probes.telemetry.report import telemetry_summary, TelemetryWindow, telemetry_rank_lines
 from fastprofile.probes.memory_snapshot import MemorySnapshotProbe, snapshot_path
+from fastprofile.engine.core import probe_scalars, LiveScalars
 from fastprofile.analysis.diagnosis import diagnose, gpu_agreement
 from fastprofile.testing import FakeNvml, FakeCudaMemory, FakeClock, NVML_SIGNATURES, busy_gpu
 from test_core import Raiser, EXITS
@@ -288,19 +289,27 @@ def test_nested_validate_is_tagged_nested():
 # ---------------------------------------------------------------- loggers, ranks
 
 def test_window_scalars_for_the_loggers():
-    "The sinks' rolling scalars: means since the last read; the fit's energy and utilization"
+    """The loggers' rolling scalars, through the probe's protocol (`live_scalars`): means since this logger's last read,
+    each logger its own window; after the call, the fit's energy and utilization (`scalars`, by `probe_scalars`)"""
     class Slow(Callback):  # 8 batches of at least 2 ms: the training phase lasts several 5 ms samples, even on a busy machine
         def after_batch(self): time.sleep(.002)
     learn = synth_learner(n_trn=8, n_val=1, cbs=Slow())
-    arm(learn, FakeNvml(), telemetry=True, telemetry_every=.005)
+    probe = arm(learn, FakeNvml(), telemetry=True, telemetry_every=.005)
     learn.fit(1)
-    tel,w = learn.simple_profile.facts.telemetry,TelemetryWindow()
-    d = w.scalars(tel)
+    assert probe.result is learn.simple_profile.facts.telemetry
+    one,two = {},{}  # two loggers' states
+    d = probe.live_scalars({}, one)
     assert d['gpu/utilization'] == 95. and d['gpu/power_w'] == 300. and 'cpu/cores' in d
-    assert w.scalars(tel) == {} and TelemetryWindow().scalars(None) == {}
+    assert probe.live_scalars({}, one) == {}  # nothing new since this logger's last read
+    assert probe.live_scalars({}, two) == d  # the other logger reads its own window: all of it
+    wandb,tb = LiveScalars([probe]),LiveScalars([probe])  # what two sinks of one call keep (`WandbSink`, `TensorBoardSink`)
+    assert wandb({}) == d and tb({}) == d and wandb({}) == {}
+    assert TelemetryWindow().scalars(None) == {} and TelemetryProbe().live_scalars({}, {}) == {}  # before a call: nothing
     from fastprofile.probes.telemetry.report import telemetry_fit_scalars
     f = telemetry_fit_scalars(learn.simple_profile)
     assert f['gpu/utilization_train'] == 95. and f['energy/joules'] > 0
+    got = probe_scalars(learn.simple_profile)  # what the sinks log after the call: under 0.2.0's names
+    assert {k:v for k,v in got.items() if k in f} == f
 
 def test_tensorboard_logs_the_telemetry(tmp_path):
     "With the samples/second charts: the GPU's and the CPU's readings at each log; the energy at the fit's end"
@@ -327,6 +336,7 @@ def test_rank_lines_name_a_hot_straggler():
     ranks = [RankProfile(0, recs[0]), RankProfile(1, recs[1])]
     assert isinstance(recs[1].telemetry, Telemetry) and recs[1].telemetry.throttled > 0
     lines = telemetry_rank_lines(ranks, [dict(rank=1)])
+    assert TelemetryProbe.rank_lines(ranks, [dict(rank=1)]) == lines  # the probe's, as the Distributed section asks it
     assert any(l.strip().startswith('GPU throttled (busy samples)') and l.endswith('rank 1') for l in lines)
     assert lines[-1] == 'Rank 1, the straggler, has the most throttled GPU: it may explain the slowness.'
     m = merge_records(ranks)

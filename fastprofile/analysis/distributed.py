@@ -18,16 +18,16 @@ from ..engine.checks import check_number, check_int, check_type, check_choice, c
 from ..engine.record import ProfileRecord, Row, STEPS, PHASES, Slot, KEY_COLUMNS
 from ..engine.tables import Section, fmt_time, fmt_pct, fmt_rate, atomic_write_csv, atomic_write_text
 from ..engine.core import ProfileResult, GATHER_TIMEOUT  # `profile()`'s default: its options live in `ProfileOptions`
+from ..engine.core import PROBES, guarded
 from .trace import trace_events
-from ..probes.telemetry.report import telemetry_rank_lines
 
 # %% auto #0
 __all__ = ['STRAGGLER_MARGIN', 'INTERVALS', 'WAIT_INTERVALS', 'MAYBE_WAIT_INTERVALS', 'CLOCK_PINGS', 'INTERRUPTED',
            'distributed_world', 'MergedRecord', 'RankProfile', 'merge_records', 'rank_spread', 'Interval',
            'interval_means', 'find_stragglers', 'straggler_lines', 'missing_lines', 'distributed_lines',
-           'distributed_section', 'default_store', 'send_profile', 'clock_offset', 'Gathered', 'collect_profiles',
-           'gather_profiles', 'merge_gathered', 'rank_csv_path', 'save_rank_csvs', 'rank_gather', 'merged_trace',
-           'save_merged_trace', 'fix_cpu_broadcast']
+           'probe_rank_lines', 'distributed_section', 'default_store', 'send_profile', 'clock_offset', 'Gathered',
+           'collect_profiles', 'gather_profiles', 'merge_gathered', 'rank_csv_path', 'save_rank_csvs', 'rank_gather',
+           'merged_trace', 'save_merged_trace', 'fix_cpu_broadcast']
 
 # %% ../../nbs/11_distributed.ipynb #cd48b2c7
 def distributed_world() -> tuple:
@@ -255,7 +255,15 @@ def distributed_lines(record:MergedRecord, margin:float=STRAGGLER_MARGIN) -> lis
         lines.append(f"Job training throughput: {fmt_rate(sum(s for s,_ in tr)/slow)} samples/s "
                      f"(all ranks' training samples over the slowest rank's training time, {fmt_time(slow)}).")
     found = record.stragglers or find_stragglers(profiles, margin)
-    return lines + straggler_lines(found, margin) + telemetry_rank_lines(profiles, found) + missing_lines(record)
+    return lines + straggler_lines(found, margin) + probe_rank_lines(profiles, found) + missing_lines(record)
+
+def probe_rank_lines(profiles:list, stragglers=()) -> list:
+    """The registered probes' lines comparing the ranks (`Probe.rank_lines`: telemetry's spread, yours), by their
+    `section_order`"""
+    out,profiles,stragglers = [],list(profiles),list(stragglers)
+    for cls in sorted(PROBES.values(), key=lambda c: c.section_order):
+        out += guarded(f"the rank lines of the probe {cls.key!r}", cls.rank_lines, profiles, stragglers) or []
+    return out
 
 def distributed_section(result:ProfileResult) -> Section|None:
     """The report's *Distributed* section, for a record gathered from several ranks (one of

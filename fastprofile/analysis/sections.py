@@ -1,4 +1,4 @@
-"""`SECTIONS`: what every report shows after its tables, in order: the diagnosis, the probes' own (torch.compile, yours), efficiency, telemetry, the ranks of a distributed run.
+"""`SECTIONS`: what every report shows after its tables, in order: the diagnosis, the probes' own (torch.compile, yours, efficiency, telemetry), the ranks of a distributed run.
 
 Docs: https://fastprofile.github.io/fastprofile/sections.html.md"""
 
@@ -6,13 +6,12 @@ Docs: https://fastprofile.github.io/fastprofile/sections.html.md"""
 
 # %% ../../nbs/16g_sections.ipynb #76b9532b
 from __future__ import annotations
-from ..probes.efficiency.report import efficiency_section, diagnosis_with_efficiency
+from ..probes.efficiency.report import diagnosis_with_efficiency
 from ..engine.core import probe_sections
-from ..probes.telemetry.report import telemetry_section
 from .distributed import distributed_section
 
 # %% auto #0
 __all__ = ['SECTIONS']
 
 # %% ../../nbs/16g_sections.ipynb #f03d88e1
-SECTIONS = [diagnosis_with_efficiency, probe_sections, efficiency_section, telemetry_section, distributed_section]
+SECTIONS = [diagnosis_with_efficiency, probe_sections, distributed_section]

@@ -22,8 +22,8 @@ from .plain import to_plain, from_plain
 __all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'EXTRA_KEYS', 'PROBES', 'OLD_EVENTS', 'SAMPLE_SHARE',
            'TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'option_params', 'takes_options', 'LoadTime',
            'Staging', 'Facts', 'takes_session', 'Probe', 'Call', 'register', 'probe_sections', 'probe_scalars',
-           'first_samples', 'Sink', 'rolling_samples_per_second', 'train_samples_per_second', 'fit_samples_per_second',
-           'fit_tokens_per_second', 'row_flops_per_second', 'ProfileResult', 'Profile']
+           'LiveScalars', 'first_samples', 'Sink', 'rolling_samples_per_second', 'train_samples_per_second',
+           'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second', 'ProfileResult', 'Profile']
 
 # %% ../../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -340,8 +340,25 @@ class Probe:
         "The report's section for `data` (what `measured` returned, also when read back from a saved profile), or None"
     @classmethod
     def scalars(cls, data) -> dict:
-        "Numbers for the loggers, `{name: value}`, logged once after the call as `{key}/{name}`"
+        """Numbers for the loggers, `{name: value}`, logged once after the call as `{key}/{name}`; written
+        `scalars(cls, data, result)`, it is given the call's `ProfileResult` too"""
         return {}
+    def live_scalars(self, rates:dict, state:dict) -> dict:
+        """Numbers for a logger while training, `{name: value}`, at each batch it logs, named as `scalars` names them:
+        `rates` is its rolling samples/second per training action (`train_samples_per_second`), `state` a dict of its
+        own for this probe, empty when the call starts (two loggers each read their own window)"""
+        return {}
+    @classmethod
+    def rank_lines(cls, ranks:list, stragglers:list) -> list:
+        """Lines comparing the ranks of a distributed run, in the report's *Distributed* section: `ranks` their
+        `RankProfile`s (each rank's record carries what the probe put on it), `stragglers` the slow ranks found"""
+        return []
+    # How the loggers name `scalars` and `live_scalars`: True `{key}/{name}`; False as given (fastprofile's efficiency
+    # and telemetry, whose names group by what they measure: `mfu/fit`, `gpu/power_w`)
+    keyed_scalars:bool = True
+    # Where its section shows among the probes' in the report: by this number, then in the order measured (yours and
+    # torch.compile's 50; efficiency 80 and telemetry 90 after them)
+    section_order:int = 50
 
 class Call(NamedTuple):
     "What `Probe.make` is given: the profiled call's learner, its checked options, and where its files go"
@@ -380,19 +397,41 @@ def register(cls:type) -> type:
     return cls
 
 def probe_sections(result) -> list:
-    "The report sections of the registered probes whose facts `result` holds, in the order they were measured"
+    """The report sections of the registered probes whose facts `result` holds, by their `section_order`, then in the
+    order they were measured"""
     extra = getattr(result.facts, 'extra', None) or {}
-    out = [guarded(f"the report section of the probe {k!r}", PROBES[k].section, v, result) for k,v in extra.items()
-           if k in PROBES and v is not None]
+    got = sorted((k for k,v in extra.items() if k in PROBES and v is not None), key=lambda k: PROBES[k].section_order)
+    out = [guarded(f"the report section of the probe {k!r}", PROBES[k].section, extra[k], result) for k in got]
     return [s for s in out if s is not None]
 
+def _named(probe, d:dict) -> dict:
+    "A probe's scalars `d` under the names the loggers give them (`Probe.keyed_scalars`)"
+    return {f"{probe.key}/{n}":x for n,x in d.items()} if probe.keyed_scalars and probe.key else d
+
 def probe_scalars(result) -> dict:
-    "The registered probes' numbers for the loggers, `{f'{key}/{name}': value}`"
+    "The registered probes' numbers for the loggers after the call, `{f'{key}/{name}': value}` (`Probe.scalars`)"
     extra,out = getattr(result.facts, 'extra', None) or {},{}
     for k,v in extra.items():
-        if k in PROBES and v is not None: out.update({f"{k}/{n}":x
-                for n,x in (guarded(f"the scalars of the probe {k!r}", PROBES[k].scalars, v) or {}).items()})
+        if k not in PROBES or v is None: continue
+        f = PROBES[k].scalars
+        args = (v, result) if 'result' in inspect.signature(f).parameters else (v,)
+        out.update(_named(PROBES[k], guarded(f"the scalars of the probe {k!r}", f, *args) or {}))
     return out
+
+class LiveScalars:
+    """The numbers a logger logs while training from the probes of a call (`Probe.live_scalars`), each probe with its
+    state for this logger"""
+    def __init__(self,
+        probes=(), # The call's probes (`Session.probes`): those that define `live_scalars` are asked
+    ):
+        self.probes = [p for p in probes if type(p).live_scalars is not Probe.live_scalars]
+        self.states = [{} for _ in self.probes]
+    def __call__(self, rates:dict) -> dict:
+        "`{name: value}` from every probe at this logged batch (`rates`: the logger's rolling samples/second)"
+        out = {}
+        for p,st in zip(self.probes, self.states):
+            out.update(_named(p, guarded(f"the live scalars of {type(p).__name__}", p.live_scalars, rates, st) or {}))
+        return out
 
 SAMPLE_SHARE = 16  # a probe's first sampling of a phase takes at most one in this many of its batches past the warm-up
 

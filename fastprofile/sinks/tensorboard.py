@@ -9,9 +9,7 @@ from __future__ import annotations
 import sys, warnings
 from fastai.basics import *
 from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second,
-                                     fit_tokens_per_second, probe_scalars)
-from ..probes.efficiency.report import efficiency_scalars, efficiency_fit_scalars
-from ..probes.telemetry.report import TelemetryWindow, telemetry_fit_scalars
+                                     fit_tokens_per_second, probe_scalars, LiveScalars)
 
 # %% auto #0
 __all__ = ['TensorBoardSink']
@@ -29,12 +27,11 @@ class TensorBoardSink(Sink):
         learn, # The learner being profiled
     ):
         # `_learn`: not an `__init__` parameter, so `Learner.gather_args()` does not walk into it
-        self._learn,self.step,self._facts,self._window = learn,0,None,TelemetryWindow()
+        self._learn,self.step,self._live = learn,0,LiveScalars()
 
     def before_call(self, s):
-        """The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the
-        telemetry's readings)"""
-        self._facts,self._window = s.facts,TelemetryWindow()
+        "The call starts: its probes' numbers while training, read through a state of this sink's (`LiveScalars`)"
+        self._live = LiveScalars(s.probes)
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> TensorBoardSink|None:
@@ -56,10 +53,8 @@ class TensorBoardSink(Sink):
         self.step = step
         rates = train_samples_per_second(record, window)
         for a,v in rates.items(): w.add_scalar(f'samples_per_second/train_{a}', v, step)
-        for k,v in efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates).items():
-            w.add_scalar(k, v, step)
-        # since the last log
-        for k,v in self._window.scalars(getattr(self._facts, 'telemetry', None)).items(): w.add_scalar(k, v, step)
+        # the probes' (FLOP/s; GPU and CPU readings since the last log; yours)
+        for k,v in self._live(rates).items(): w.add_scalar(k, v, step)
 
     def log_fit(self, result:ProfileResult):
         "Write the call's samples/second (and tokens/second, for token-id batches) and the report (markdown) as text"
@@ -70,8 +65,6 @@ class TensorBoardSink(Sink):
         if fit is not None: w.add_scalar('samples_per_second/fit', fit, step)
         tok = fit_tokens_per_second(result.results)
         if tok is not None: w.add_scalar('tokens_per_second/fit', tok, step)
-        for k,v in efficiency_fit_scalars(result).items(): w.add_scalar(k, v, step)
-        for k,v in telemetry_fit_scalars(result).items(): w.add_scalar(k, v, step)
-        for k,v in probe_scalars(result).items(): w.add_scalar(k, v, step)  # probes of your own (`register`)
+        for k,v in probe_scalars(result).items(): w.add_scalar(k, v, step)  # the probes' (FLOPs, MFU, energy...; yours)
         w.add_text('simple_profile_report', result.report.markdown(), step)
         w.close()  # `TensorBoardCallback.after_fit` closed the writer; writing reopened it: close and flush

@@ -11,9 +11,7 @@ import pandas as pd
 from fastai.basics import *
 from ..engine.record import result_rows
 from ..engine.core import (Sink, ProfileResult, train_samples_per_second, fit_samples_per_second,
-                                     fit_tokens_per_second, probe_scalars)
-from ..probes.efficiency.report import efficiency_scalars, efficiency_fit_scalars
-from ..probes.telemetry.report import TelemetryWindow, telemetry_fit_scalars
+                                     fit_tokens_per_second, probe_scalars, LiveScalars)
 
 # %% auto #0
 __all__ = ['wandb_summary', 'WandbSink', 'fastai_wandb_4173_present', 'fix_fastai_wandb_4173']
@@ -44,13 +42,11 @@ class WandbSink(Sink):
     ):
         # Kept under names that are not `__init__` parameters: fastai's `Learner.gather_args()` (`WandbCallback`'s run
         # config) walks the parameters an object keeps (`init_args`), and would log the learner again and a module
-        self._learn,self._wandb,self.base,self.last,self._facts,self._window = (
-            learn,wandb,None,None,None,TelemetryWindow())
+        self._learn,self._wandb,self.base,self.last,self._live = learn,wandb,None,None,LiveScalars()
 
     def before_call(self, s):
-        """The call starts: keep its `Facts` as they fill (FLOPs per sample, once counted, for the FLOP/s charts; the
-        telemetry's readings)"""
-        self._facts,self._window = s.facts,TelemetryWindow()
+        "The call starts: its probes' numbers while training, read through a state of this sink's (`LiveScalars`)"
+        self._live = LiveScalars(s.probes)
 
     @classmethod
     def for_learner(cls, learn, explicit:bool=True) -> WandbSink|None:
@@ -76,9 +72,7 @@ class WandbSink(Sink):
         if self._wandb.run is None: return
         rates = train_samples_per_second(record, window)
         d = {f'samples_per_second/train_{a}':v for a,v in rates.items()}
-        d.update(efficiency_scalars(self._facts.efficiency if self._facts is not None else None, rates))
-        # GPU and CPU readings since the last log
-        d.update(self._window.scalars(getattr(self._facts, 'telemetry', None)))
+        d.update(self._live(rates))  # the probes' (FLOP/s; GPU and CPU readings since the last log; yours)
         if d: self._log(d, self._step(step))
 
     def log_fit(self, result:ProfileResult):
@@ -93,9 +87,7 @@ class WandbSink(Sink):
         if fit is not None: d['samples_per_second/fit'] = fit
         tok = fit_tokens_per_second(res)
         if tok is not None: d['tokens_per_second/fit'] = tok
-        d.update(efficiency_fit_scalars(result))
-        d.update(telemetry_fit_scalars(result))
-        d.update(probe_scalars(result))  # probes of your own (`register`)
+        d.update(probe_scalars(result))  # the probes' (FLOPs, MFU, energy...; yours)
         cb = _wandb_callback(self._learn)
         step = (cb._wandb_step if cb is not None and hasattr(cb, '_wandb_step')
                 else (wb.run.step if self.last is None else self.last + 1))

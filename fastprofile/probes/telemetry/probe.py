@@ -7,6 +7,7 @@ Docs: https://fastprofile.github.io/fastprofile/telemetry.html.md"""
 # %% ../../../nbs/16c_telemetry.ipynb #8b709c29
 from __future__ import annotations
 import math, threading, time
+from functools import cache
 from collections import deque
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
@@ -320,6 +321,12 @@ class TelemetrySampler:
 def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data=to_plain(a.tolist()))
 def _array_from(d): return None if d is None else np.asarray(from_plain(d['data']), dtype=d['dtype'])
 
+@cache
+def _report():
+    "`fastprofile.probes.telemetry.report`, imported at first use: it reads the diagnosis, which imports the probes"
+    from fastprofile.probes.telemetry import report
+    return report
+
 class TelemetryProbe(Probe):
     """The process's CPU utilization per phase (read at its boundaries); with a sampler, the GPU's readings (NVML) and
     the CPU per row, from a thread"""
@@ -356,6 +363,21 @@ class TelemetryProbe(Probe):
         out = {k:(_array_from(v) if k in arrays else from_plain(v)) for k,v in d.items()}
         out['reasons'] = {int(k):v for k,v in out.get('reasons', {}).items()}
         return Telemetry(**out)
+    # its report section, logged numbers and lines across ranks are in `fastprofile.probes.telemetry.report`
+    # (`_report()`); the numbers keep their names (`gpu/power_w`), the section shows after efficiency's
+    keyed_scalars,section_order = False,90
+    @classmethod
+    def section(cls, data:Telemetry, result): return _report().telemetry_section(result)
+    @classmethod
+    def scalars(cls, data:Telemetry, result) -> dict: return _report().telemetry_fit_scalars(result)
+    def live_scalars(self, rates:dict, state:dict) -> dict:
+        "Means of the GPU's readings and the CPU's utilization since this logger's last log (a `TelemetryWindow` each)"
+        if 'window' not in state: state['window'] = _report().TelemetryWindow()
+        return state['window'].scalars(self.result)
+    @classmethod
+    def rank_lines(cls, ranks:list, stragglers:list) -> list:
+        "The spread of the ranks' telemetry (each rank's `Telemetry` travels on its record: `end`)"
+        return _report().telemetry_rank_lines(ranks, stragglers)
     def _where(self): return where(self._profile.record, self._nested)
 
     def before_call(self, s):

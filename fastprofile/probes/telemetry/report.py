@@ -120,8 +120,8 @@ def telemetry_lines(result:ProfileResult) -> list:
     return out
 
 def telemetry_section(result:ProfileResult) -> Section|None:
-    """The report's *Telemetry* section (one of `fastprofile.analysis.sections.SECTIONS`); None when the call measured
-    none; its data is the `Telemetry`"""
+    """The report's *Telemetry* section (`TelemetryProbe.section`); None when the call measured none; its data is the
+    `Telemetry`"""
     lines = telemetry_lines(result)
     return Section('Telemetry', lines, _telemetry(result)) if lines else None
 
