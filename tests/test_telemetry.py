@@ -16,7 +16,8 @@ from fastprofile.lifecycle.session import Session
 from fastprofile.probes.telemetry.probe import TelemetryProbe, Telemetry, TelemetrySampler, Where, ROWS, open_gpu, where
 from fastprofile.probes.telemetry.report import telemetry_summary, TelemetryWindow, telemetry_rank_lines
 from fastprofile.probes.memory_snapshot import MemorySnapshotProbe, snapshot_path
-from fastprofile.analysis.diagnosis import diagnose, gpu_agreement
+from fastprofile.analysis.diagnosis import diagnose
+from fastprofile.probes.telemetry.probe import gpu_agreement
 from fastprofile.testing import FakeNvml, FakeCudaMemory, FakeClock, NVML_SIGNATURES, busy_gpu
 from test_core import Raiser, EXITS
 
