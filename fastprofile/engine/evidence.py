@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import NamedTuple
 from .tables import fmt_pct
 from .rules import Finding
+from .core import Facts
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL', 'HOST_BOUND',

@@ -21,6 +21,7 @@ from .efficiency.flops import is_compiled
 from ..engine.cuda_events import take_event, give_back
 from ..engine.rules import Rule
 from ..engine.evidence import Evidence
+from ..engine.core import Facts
 
 # %% auto #0
 __all__ = ['LAYER_LEAD', 'describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'fmt_share', 'layers_lead', 'layers_amend',
