@@ -72,6 +72,8 @@ RENAMED = {
     'MemorySnapshot': ('fastprofile.probes.memory_snapshot', 'MemorySnapshotProbe'),
     'BatchProbe': ('fastprofile.probes.batch_sizes', 'BatchSizesProbe'),
     'BatchScaling': ('fastprofile.probes.batch_sizes', 'BatchSizes'),
+    # the report's section of 0.1.0 and 0.2.0 (a pickled learner's sections name it): the diagnosis', fed by the rules
+    'diagnosis_with_efficiency': ('fastprofile.analysis.diagnosis', 'diagnosis_section'),
 }
 RENAMED_KEYS = {'batch_scaling': 'batch_sizes'}  # 0.2.0's facts keys -> now (a saved profile's `extra`)
 

@@ -6,7 +6,8 @@ from fastai.basics import *
 from fastai.data.core import TfmdDL
 from fastai.callback.progress import ProgressCallback
 from fastprofile.learner import *
-from fastprofile.analysis.diagnosis import diagnose, CATEGORIES
+from fastprofile.analysis.diagnosis import diagnose
+from fastprofile.engine.evidence import CATEGORIES
 from fastprofile.engine.record import Row
 
 BS = 8

@@ -12,9 +12,10 @@ from fastprofile.engine.core import Facts, LoadTime
 from fastprofile.engine.tables import fmt_pct
 from fastprofile.engine.rules import TIE
 from fastprofile.engine.record import Row
-from fastprofile.analysis.diagnosis import diagnose, Diagnosis, diagnosis_section, CATEGORIES, MIN_GAIN
+from fastprofile.analysis.diagnosis import diagnose, Diagnosis, diagnosis_section
+from fastprofile.engine.rules import MIN_GAIN
+from fastprofile.engine.evidence import CATEGORIES
 from fastprofile.fixes.advice import check_advice
-from fastprofile.probes.efficiency.report import diagnosis_with_efficiency
 from fastprofile.probes.breakdown import BreakdownProbe
 from fastprofile.probes.callback_costs import CallbackCostsProbe
 from fastprofile.probes.loading import _LOAD_KEY
@@ -243,7 +244,7 @@ def test_report_section_and_diagnose_agree():
     d2 = diagnose(learn)
     assert d2.verdict == d.verdict and math.isclose(d2.predicted_speedup, d.predicted_speedup)
     assert learn.simple_profile.section('Diagnosis') is d  # the report's section is the Diagnosis itself
-    assert diagnosis_with_efficiency in SECTIONS
+    assert diagnosis_section in SECTIONS
 
 def test_breakdown_names_them_too():
     "With `breakdown=True` every batch is timed (no sampling), and the same callback is named"

@@ -8,7 +8,10 @@ from fastprofile.learner import *
 from fastprofile.analysis.sections import SECTIONS
 from fastprofile.engine.core import Facts, LoadTime, ProfileResult
 from fastprofile.probes.callback_costs import SampledCosts
-from fastprofile.analysis.diagnosis import diagnose, Diagnosis, CATEGORIES, MIN_GAIN, larger_batch, layers_lead
+from fastprofile.analysis.diagnosis import diagnose, Diagnosis
+from fastprofile.engine.rules import MIN_GAIN
+from fastprofile.engine.evidence import CATEGORIES, larger_batch
+from fastprofile.probes.layers import layers_lead
 from fastprofile.fixes.advice import check_advice
 from fastprofile.probes.efficiency.facts import Efficiency
 from fastprofile.probes.efficiency.report import efficiency_advice

@@ -17,7 +17,8 @@ from fastprofile.probes.telemetry.probe import TelemetryProbe, Telemetry, Teleme
 from fastprofile.probes.telemetry.report import telemetry_summary, TelemetryWindow, telemetry_rank_lines
 from fastprofile.probes.memory_snapshot import MemorySnapshotProbe, snapshot_path
 from fastprofile.engine.core import probe_scalars, LiveScalars
-from fastprofile.analysis.diagnosis import diagnose, gpu_agreement
+from fastprofile.analysis.diagnosis import diagnose
+from fastprofile.probes.telemetry.probe import gpu_agreement
 from fastprofile.testing import FakeNvml, FakeCudaMemory, FakeClock, NVML_SIGNATURES, busy_gpu
 from test_core import Raiser, EXITS
 

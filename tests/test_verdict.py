@@ -84,3 +84,54 @@ def test_a_costly_rule_runs_only_where_it_could_be_said():
     assert _worth_measuring(None, heavy, costly(float('inf')))          # not known: measure
     assert _worth_measuring(None, heavy[:2], costly(2.))                # room among the fixes said: measure
     assert _worth_measuring(None, [Finding('input', 5., 5., 'x', 1.1, 'model')]*SHOWN, costly(2.))  # it could lead them
+
+def test_a_probes_rules_come_in_through_register():
+    "A measurement's rules are its probe's (`Probe.rules`): `learn.profile(probes=[...])` registers the class, and with it its rules; its finding is in the diagnosis"
+    from fastprofile.engine.core import Probe, PROBES
+    from fastprofile.analysis.diagnosis import diagnose
+    def slow_loss(ev):
+        n = ev.facts.test_loss_probe  # what the probe measured, read as `facts.<key>`
+        return [ev.finding('loss', f"the loss ran {n} times: a cheaper one (made up, for the test).", lambda ph: ph.step/4,
+                           say='`loss_func=L1LossFlat()`', cause='the loss takes 75% of the step', share=75.)]
+    class LossProbe(Probe):
+        "Measures nothing but its key; its rule reads it"
+        key,rules = 'test_loss_probe',(Rule('test_probe_rule', slow_loss, 'loss', ('facts.test_loss_probe',)),)
+        def measured(self): return 3
+    assert 'test_probe_rule' not in RULES
+    try:
+        learn = _learner()
+        learn.profile(probes=[LossProbe()], show_report=False, logger_callback=None, batch_sizes=False).fit(1)
+        assert RULES['test_probe_rule'] is LossProbe.rules[0] and list(RULES)[-1] == 'test_probe_rule'  # after fastprofile's
+        d = diagnose(learn)
+        assert d.first.rule == 'test_probe_rule' and d.predicted_speedup == pytest.approx(4), d
+        assert d.knob.startswith('the loss ran 3 times') and 'Fix: `loss_func=L1LossFlat()`: 4.00x predicted.' in d.lines()
+        assert learn.simple_profile.section('Diagnosis').first.rule == 'test_probe_rule'  # the report's diagnosis too
+    finally: RULES.pop('test_probe_rule', None); PROBES.pop('test_loss_probe', None)
+
+def test_the_diagnosis_and_the_engine_import_no_measurement():
+    "The diagnosis names no probe (each measurement's rules plug in through `Probe.rules`); the engine imports neither probes, analysis, lifecycle nor fastai"
+    import ast
+    from pathlib import Path
+    root = Path(__file__).parent.parent/'fastprofile'
+    def imported(p):
+        out = []
+        for n in ast.walk(ast.parse(p.read_text(encoding='utf-8'))):
+            if isinstance(n, ast.ImportFrom): out.append('.'*n.level + (n.module or ''))
+            elif isinstance(n, ast.Import): out += [a.name for a in n.names]
+        return out
+    bad = [m for m in imported(root/'analysis'/'diagnosis.py') if m.startswith(('..probes', 'fastprofile.probes'))]
+    assert not bad, f"fastprofile/analysis/diagnosis.py imports {bad}"
+    for p in sorted((root/'engine').glob('*.py')):
+        bad = [m for m in imported(p) if m.startswith(('..probes', '..analysis', '..lifecycle', 'fastprofile.probes',
+                                                         'fastprofile.analysis', 'fastprofile.lifecycle', 'fastai'))]
+        assert not bad, f"{p.relative_to(root.parent)} imports {bad}"
+
+def test_the_rules_apply_in_their_order():
+    "The core's rules and each measurement's (registered with its probe, imported first) apply in one declared order (`Rule.order`), a rule of yours after them"
+    builtin = ['host', 'batch_size', 'input', 'copy', 'batch_tfms', 'compute', 'efficiency', 'layers', 'throttling', 'optimizer',
+               'callbacks', 'outside', 'compile']
+    assert [n for n in RULES if n in builtin] == builtin
+    @rule('loss', name='test_last')
+    def last(ev): return []
+    try: assert list(RULES)[-1] == 'test_last' and RULES['test_last'].order > max(RULES[n].order for n in builtin)
+    finally: RULES.pop('test_last', None)

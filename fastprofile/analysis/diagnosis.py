@@ -6,9 +6,8 @@ Docs: https://fastprofile.github.io/fastprofile/diagnosis.html.md"""
 
 # %% ../../nbs/09_diagnosis.ipynb #2b52d0ff
 from __future__ import annotations
-import math, os, sys
+import importlib, math, os, sys, warnings
 from dataclasses import dataclass, field, asdict
-from functools import cached_property
 from typing import Callable, NamedTuple
 from ..engine.checks import check_int, check_type, check_items
 from ..engine.record import ProfileRecord, Row, STEPS, PHASES
@@ -16,44 +15,17 @@ from ..engine.tables import Section, fmt_time, fmt_pct
 from ..engine.core import Facts, ProfileResult
 from ..engine.rules import (Finding, Rule, RULES, register_rule, rule, rank, tied, suppress, weigh, MIN_GAIN, LABELS,
                                       CEILING_LEAD, OPTIMISATION_LEAD, TIE)
+from ..engine.evidence import (CATEGORIES, HIGHLY_INPUT_BOUND, MODERATELY_INPUT_BOUND, CORE_CBS, OWN_CBS,
+    PhaseModel, Evidence, given, fmt_now, gpu_busy, gpu_waits, gpu_free, larger_batch, batch_text, batch_growth, at_size,
+    measured_sizes, batch_choice)
 from ..engine.tokens import tokens_line
-from ..probes.batch_sizes import BatchSizes
-from ..probes.layers import fmt_share
-# noqa: F401 (imported for its effect: the probes whose facts the diagnosis reads, `facts.loading`, `facts.layers`...,
-# registered)
-from ..probes.builtin import BUILTIN_PROBES
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'HIGHLY_INPUT_BOUND', 'MODERATELY_INPUT_BOUND', 'CORE_CBS', 'OWN_CBS', 'LOW_GPU_UTIL',
-           'THROTTLE_FINDING', 'HOST_BOUND', 'MOST_BATCH_GROWTH', 'LAYER_LEAD', 'BATCH_CLOSE', 'FASTAI_TFMS',
-           'FASTAI_SAY', 'RULES_BUILTIN', 'SHOWN', 'HEADLINE', 'PhaseModel', 'Evidence', 'input_rule', 'pinned_ratio',
-           'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'layers_lead', 'compute_rule', 'larger_batch',
-           'batch_text', 'host_rule', 'measured_sizes', 'batch_choice', 'batch_rule', 'callback_costs',
-           'callbacks_rule', 'outside_rule', 'throttle_rule', 'gpu_agreement', 'compile_rule', 'Diagnosis', 'diagnose',
-           'diagnosis_section']
+__all__ = ['FASTAI_TFMS', 'FASTAI_SAY', 'RULES_BUILTIN', 'SHOWN', 'HEADLINE', 'MOVED_OUT', 'input_rule', 'pinned_ratio',
+           'copy_rule', 'batch_tfms_rule', 'optimizer_rule', 'compute_rule', 'host_rule', 'outside_rule', 'Diagnosis',
+           'diagnose', 'diagnosis_section']
 
 # %% ../../nbs/09_diagnosis.ipynb #a5158f73
-CATEGORIES = {'host': 'the host (the GPU waits for it: the loader, Python and kernel launches)',
-              'input': 'input pipeline (waiting for the loader)', 'copy': 'host-to-device copy',
-              'batch_tfms': 'batch transforms (`after_batch`, in the main process)', 'compute': 'model compute',
-              'per_batch': 'per-batch work (paid once a batch, whatever its size: the optimizer step, callbacks, '
-              'Python, launches, the loader)', 'optimizer': 'optimizer step',
-              'callbacks': 'callbacks and metrics in the batch',
-              'outside': 'time between batches (epoch-level callbacks, validation set-up, worker start-up)',
-              'compile': 'torch.compile compiling (dynamo + inductor)',
-              'throttling': 'GPU clock throttling (power or thermal limits)',}
-HIGHLY_INPUT_BOUND,MODERATELY_INPUT_BOUND = 20.,5.  # % of the training step waiting for input (TF profiler)
-CORE_CBS = ('TrainEvalCallback','Recorder','CastToTensor')  # fastai's own: never advised away
-# fastprofile's (the prefetcher's staging is `input`)
-OWN_CBS = ('CudaPrefetchCallback','EfficiencyProbe','BreakdownProbe')
-# % GPU utilization in the training batches (NVML, `telemetry`) below which the GPU counts as mostly waiting
-LOW_GPU_UTIL = 50
-THROTTLE_FINDING = .05  # share of the busy GPU samples below the maximum SM clock from which throttling is a finding
-HOST_BOUND = ('host','input','callbacks','outside','optimizer')  # verdicts in which the GPU waits for the host
-MOST_BATCH_GROWTH = 4  # the batch-size advice: a power of two at most this many times the batch (memory permitting)
-LAYER_LEAD = 10  # % of forward+backward from which a layer is named as the first thing to make cheaper
-# the batch size named: the smallest measured whose predicted time is within this factor of the best measured
-BATCH_CLOSE = 1.1
 FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tensors; its cost is paid once a batch, so '
                'a larger batch pays '
                'it for more samples',
@@ -62,43 +34,6 @@ FASTAI_TFMS = {'ReadTabBatch':'it turns the DataFrame rows of a batch into tenso
                '(`Resize` in `item_tfms`), or on a GPU `learn.prefetch()` overlaps it'}
 FASTAI_SAY = {'ReadTabBatch':"a larger `bs` in your DataLoaders: `ReadTabBatch` is paid once a batch",
               'IntToFloatTensor':"smaller images: `Resize` in `item_tfms`"}
-
-@dataclass
-class PhaseModel:
-    "One phase's steady state, in seconds per batch, and the pipeline model of its step"
-    phase:str; n:int  # the phase, and its batches past the warm-up
-    input:float  # the main process waiting for the next batch: `draw` less copy and transforms (plus prefetch staging)
-    # the main process's work `M`, in parts
-    copy:float; batch_tfms:float; compute:float; optimizer:float; callbacks:float
-    workers:int  # loader workers `W`
-    receive:float  # `R`: the main process's own part of the draw
-    load:float|None  # `L`: seconds to build one batch in one process (None: unknown)
-    loader_bound:bool  # the workers' pace sets the step
-    load_timed:bool  # `L` was timed where batches are built
-    gpu:bool=False  # the steps were timed with CUDA events
-    # `after_batch` transform -> seconds per batch, timed by a breakdown or on the sampled batches
-    tfms:dict=field(default_factory=dict)
-    send:float=0.  # with no workers now: what sending a batch to the main process would add to a worker's `L`
-    take:float=0.  # ... and taking it would add to the main process's `R` (measured on a copy of a batch)
-    # seconds per batch the GPU's spans (CUDA events) cover: at most its busy time (NaN: not timed)
-    gpu_busy:float=math.nan
-
-    @property
-    def main(self) -> float: return self.copy + self.batch_tfms + self.compute + self.optimizer + self.callbacks
-    @property
-    def step(self) -> float: return self.input + self.main
-
-    def step_with(self, main:float|None=None, workers:int|None=None, load:float|None=None,
-                  receive:float|None=None) -> float:
-        """Seconds per batch under the model, with the main process's work `main`, `workers`, `load` and `receive`
-        changed (default: as measured)"""
-        M = self.main if main is None else main
-        W = self.workers if workers is None else workers
-        L = (self.load or 0.) if load is None else load
-        R = self.receive if receive is None else receive
-        if W == 0: return L + R + M
-        if self.workers == 0: L,R = L + self.send,R + self.take  # batches now cross between processes
-        return max(L/W, R + M)
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a01
 def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|None:
@@ -155,69 +90,6 @@ def _phase_model(rec, facts:Facts, p:str, W:int, staged:float=0.) -> PhaseModel|
     return PhaseModel(p, n, inp, copy, sum(tfms.values()), compute, optimizer, max(other - staged, 0.), W, receive,
                       load, loader_bound, timed, on_gpu, tfms, send, take, busy)
 
-# %% ../../nbs/09_diagnosis.ipynb #5f1c2a04
-@dataclass
-class Evidence:
-    "What the rules read: the phases under the pipeline model, the shares of the fit, the facts and the callback costs"
-    phases:dict  # phase -> `PhaseModel`
-    shares:dict  # resource -> % of the fit in the main process's time
-    fit:float  # seconds of the whole profiled call
-    outside:float  # seconds between batches
-    facts:Facts
-    cpus:int  # CPUs the process may use
-    costs:object=None  # a `Breakdown` or `SampledCosts` (callback and metric costs), if any
-    # a change whose values the rules predict instead of choosing their own (`check_advice`: the report's)
-    given:dict|None=None
-    # a rule may measure what it reads after the fit (the batch sizes); `diagnose` allows it only where it could matter
-    measure:bool=True
-
-    @cached_property
-    def cost_rows(self) -> list:
-        """The rows of `costs.callback_costs()` as named tuples (phase, name, event, total, calls, per_batch), in its
-        order: made once, read by the rules"""
-        return [] if self.costs is None else _cost_table(self.costs)
-    @property
-    def sizes_measured(self) -> bool:
-        """The batch sizes were measured after the fit (the batch-size rule prices a larger batch): measured now if
-        `measure` allows"""
-        return bool(measured_sizes(self)[2])
-    @property
-    def batches(self) -> int: return sum(ph.n for ph in self.phases.values())
-    @property
-    def steady(self) -> float: return sum(ph.n*ph.step for ph in self.phases.values())
-
-    def after(self, f) -> float:
-        "Seconds of the profiled batches if each phase `ph` took `f(ph)` seconds per batch"
-        return sum(ph.n*f(ph) for ph in self.phases.values())
-
-    @property
-    def train(self) -> PhaseModel:
-        "The training phase's model (the first phase's, if no training batch was timed)"
-        return self.phases.get('train', next(iter(self.phases.values())))
-
-    def finding(self, resource:str, # What bounds the run
-                fix:str|None, # The fix in full (None: none predicted)
-                after, # `after(ph)`: seconds per batch of phase `ph` after the fix
-                free=None, # `free(ph)`: ... if `resource` cost nothing (default: `after`)
-                kind:str='model', # 'model' (predicted) or 'bound' (at most)
-                change:dict|None=None, # What `check_advice` applies
-                detail:str='', # What was measured, in words
-                share:float|None=None, # % of the fit (default: `shares[resource]`)
-                say:str='', # The fix, short: code and where
-                cause:str='', # Why, short, for the headline
-                optimises:bool=False, # It changes the optimisation
-                changes:int=1, # How many things it changes (in a tie, the simpler is said first)
-               ) -> Finding:
-        "A `Finding` whose share, time saved and speedup come from the pipeline model of each phase"
-        saved = self.steady - self.after(free or after)
-        t1 = self.after(after)
-        # the loader's pace unknown
-        if kind == 'model' and any(ph.workers and ph.load is None for ph in self.phases.values()): kind = 'bound'
-        return Finding(resource, self.shares.get(resource, 0.) if share is None else share, 100*max(saved, 0.)/self.fit,
-                       fix, self.steady/t1 if t1 > 0 else math.inf, kind, change, detail, self.steady/self.batches,
-                       t1/self.batches, if_free=kind == 'bound' and free is None, say=say, cause=cause,
-                       optimises=optimises, gain=100*(self.steady - t1)/self.fit, changes=changes)
-
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a06
 def _cpu_share(ev:Evidence) -> float|None:
     "CPU seconds per wall second of building a batch, timed in the workers (or inline), if timed"
@@ -231,13 +103,6 @@ def _waiting_workers(ev:Evidence, W:int) -> str:
     return (f" Its workers mostly wait (their CPU time is {fmt_pct(100*f)} of their time): more workers than CPUs may "
             f"help too (try `num_workers={min(16, 2*ev.cpus)}` and profile again; not predicted).")
 
-def _given(ev:Evidence, kind:str, key:str, default, **match):
-    """The value `key` of the change `ev.given` if it is of `kind` (and matches `match`), else `default`: one value per
-    fix"""
-    g = ev.given
-    if g is None or g.get('kind') != kind or any(g.get(k) != v for k,v in match.items()): return default
-    return g[key]
-
 def _workers_wanted(ev:Evidence) -> int:
     """The loader workers the input fix asks for: enough to keep up with the main process, at most the CPUs (the given
     change's, if any)"""
@@ -245,7 +110,7 @@ def _workers_wanted(ev:Evidence) -> int:
     W,cap = ph0.workers,max(ev.cpus, 1)
     L,M = ph0.load or 0.,ph0.receive + ph0.main
     need = math.ceil(L/M) if M > 0 else cap
-    return _given(ev, 'num_workers', 'value', int(min(max(need, W+1), cap)))
+    return given(ev, 'num_workers', 'value', int(min(max(need, W+1), cap)))
 
 def input_rule(ev:Evidence) -> list:
     "The loader: more workers, cheaper items, or fewer tensors to send"
@@ -357,7 +222,7 @@ def _into_workers(ev:Evidence, slow:str) -> tuple:
     L,M = (ph0.load or 0.) + T[ph0.phase],ph0.receive + ph0.main - T[ph0.phase]
     # enough to keep up, at most the CPUs
     W2 = W if W >= cap else int(min(max(math.ceil(L/M) if M > 0 else cap, W, 1), cap))
-    W2 = _given(ev, 'move_tfm', 'workers', W2, name=slow)
+    W2 = given(ev, 'move_tfm', 'workers', W2, name=slow)
     return W2,lambda ph: ph.step_with(main=ph.main - T[ph.phase], load=(ph.load or 0.) + T[ph.phase], workers=W2)
 
 def batch_tfms_rule(ev:Evidence) -> list:
@@ -439,8 +304,8 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
     fixed = ph0.optimizer + ph0.callbacks + ph0.receive
     s = ph0.step/(ph0.step - fixed/2) if ph0.step > fixed/2 else 1.
     if s >= MIN_GAIN and not ev.sizes_measured:  # measured: the batch-size finding prices it
-        opts.append(f"a larger batch size{_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is per-batch "
-                    "work (optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the "
+        opts.append(f"a larger batch size{fmt_now(f.batch_size)}: {fmt_pct(100*fixed/ph0.step)} of the step is "
+                    "per-batch work (optimizer step, callbacks, taking the batch), paid once for twice the samples at twice the "
                     f"batch (up to {s:.2f}x; retune the learning rate)")
     if f.model.get('conv2d') and not f.model.get('channels_last'):
         opts.append("`learn.model.to(memory_format=torch.channels_last)` (a conv net)")
@@ -451,105 +316,25 @@ def _compute_on_cpu(ev:Evidence, limit:float) -> tuple:
            else "a cheaper model, or a GPU")
     return "the model trains on the CPU: " + '; '.join(opts) + '.',(limit if best is None else min(best, limit)),say
 
-def layers_lead(facts:Facts|None, n:int=2) -> str|None:
-    """What the compute fix says of the model's layers (`facts.layers`, a `fastprofile.probes.layers.LayerTimes`): those
-    that clearly lead (`LayerTimes.leaders`, at least `LAYER_LEAD`%), or that no single one dominates; None if not
-    timed"""
-    lay = getattr(facts, 'layers', None)
-    # a model with no submodules: nothing to name
-    if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None
-    k = lay.kept or lay.batches
-    how = f"self time, the median of {k} sampled batch{'es' if k != 1 else ''} ± 2 standard errors"
-    said = lambda ls: ', '.join(f"{lay.label(l)} {fmt_share(lay.share(l.name), lay.spread(l.name))}" for l in ls)
-    lead = [l for l in lay.leaders(n) if lay.share(l.name) >= LAYER_LEAD]
-    if lead:
-        return (f"{said(lead)} of forward+backward ({how}): the layer{'s' if len(lead) > 1 else ''} to make cheaper or "
-                "replace first")
-    top = lay.top(2)
-    # no layer takes a tenth: none is the first thing to make cheaper
-    if lay.share(top[0].name) < LAYER_LEAD: return None
-    if k < 2:
-        return (f"the costliest layers of one sampled batch, too few to say whether one dominates: {said(top)} of "
-                "forward+backward (self time); the whole model is what to make cheaper")
-    return (f"no single layer dominates: {said(top)} of forward+backward ({how}) are within their spread, or the "
-            "sampled batches disagree on the first; the whole model is what to make cheaper")
-
 def compute_rule(ev:Evidence) -> list:
-    """The model's forward, loss and backward: the costliest layers (where timed) first, then what speeds the model up
-    as a whole"""
+    """The model's forward, loss and backward: what speeds the model up as a whole (the layers' rule, where they were
+    timed, names the costliest first)"""
     after = lambda ph: ph.step_with(main=ph.main - ph.compute)
-    lead = layers_lead(ev.facts)
     ph0 = ev.train
     cause = f"forward, loss and backward take {fmt_pct(100*ph0.compute/ph0.step if ph0.step > 0 else 0.)} of the step"
-    lead = '' if lead is None else lead + '. For the whole model: '
-    lay = getattr(ev.facts, 'layers', None)
-    top = ([l for l in lay.leaders(2) if lay.share(l.name) >= LAYER_LEAD]
-           if lay is not None and len(lay.layers) > 1 and lay.total > 0 else [])
-    if top:  # a layer clearly leads: the headline names it (its kind short; in full in the evidence)
-        k = top[0].kind.split(' ', 1)[0]
-        cause = f"`{top[0].name}`" + (f" ({k})" if k else '') + f" takes {fmt_pct(lay.share(top[0].name))} of forward+backward"
     if ev.facts.on_gpu:
         return [ev.finding('compute',
-                           lead
-                           + "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller "
+                           "`learn.to_fp16()` (mixed precision); a larger batch size if the GPU has room; a smaller "
                            "model.", after, kind='bound', say="`learn.to_fp16()` (mixed precision), or a cheaper model",
                            cause=cause)]
     f = ev.finding('compute', None, after, kind='bound', cause=cause)
     f.fix,s,f.say = _compute_on_cpu(ev, f.speedup)
-    f.fix = lead + f.fix
     if s < f.speedup:  # more threads: predicted, less than compute at no cost
         f.speedup,f.predicted_step,f.if_free = s,f.step/s,False
         f.gain = 100*ev.batches*(f.step - f.predicted_step)/ev.fit
     return [f]
 
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a21
-def _now(v) -> str: return f" (now {v})" if v else ''  # what a setting is now, where known
-
-def _gpu_busy(ev:Evidence) -> tuple:
-    """The GPU's busy share of a training step (0-1) and how it is known, in words; (None, '') on a CPU or without
-    readings"""
-    if not ev.facts.on_gpu: return None,''
-    tel = ev.facts.telemetry
-    b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
-    if t is not None and not math.isnan(t.util):
-        u = b.util if b is not None and not math.isnan(b.util) else t.util
-        return u/100,f"the GPU was busy {fmt_pct(u)} of the time in training batches (NVML, {t.n:,} samples)"
-    ph = ev.phases.get('train')
-    if ph is None or math.isnan(ph.gpu_busy) or not ph.step > 0: return None,''
-    u = min(ph.gpu_busy/ph.step, 1.)
-    return (u,
-            f"the GPU's work spans at most {fmt_pct(100*u)} of the training step (CUDA events; the spans hold its idle "
-            "gaps too)")
-
-def _gpu_waits(ev:Evidence) -> str|None:
-    """Why the GPU waits for the host in training batches, in words (`_gpu_busy` under `LOW_GPU_UTIL`); None when
-    nothing says so"""
-    u,why = _gpu_busy(ev)
-    return why if u is not None and u < LOW_GPU_UTIL/100 else None
-
-def larger_batch(bs:int|None, # The batch size now (None: unknown)
-                 # How many times the batch memory allows (`Efficiency.batch_growth`); None: unknown
-                 growth:float|None=None,
-                 most:int=MOST_BATCH_GROWTH, # At most this many times the batch
-                ) -> int|None:
-    """The batch size to try: the largest power of two above `bs`, at most `most` times it and what memory allows; None
-    if there is none"""
-    if not bs or bs < 1: return None
-    lim = bs*min(most, growth if growth is not None else most)
-    b2 = 2**int(math.floor(math.log2(lim))) if lim >= 1 else 0
-    return b2 if b2 > bs else None
-
-def batch_text(bs:int, b2:int, growth:float|None=None) -> str:
-    "The batch-size advice in words: the size, how many times the batch, what memory allows"
-    g = ('' if growth is None else f"; memory allows up to ~{growth:.0f}x" if growth >= 10
-         else f"; memory allows up to ~{growth:.1f}x")
-    return f"bs {b2} ({b2/bs:.3g}x the batch of {bs}{g}; retune the learning rate)"
-
-def _batch_growth(facts) -> float|None:
-    eff = getattr(facts, 'efficiency', None)
-    try: return None if eff is None else eff.batch_growth()
-    except Exception: return None
-
 class _Option(NamedTuple):
     """One fix of the host-bound verdict: its words, the step after it (`after(ph)`), 'model' or 'bound', and what
     `check_advice` applies"""
@@ -558,11 +343,11 @@ class _Option(NamedTuple):
     optimises:bool=False  # it changes the optimisation (a batch size)
 
 def host_rule(ev:Evidence) -> list:
-    """The GPU waits for the host (`_gpu_waits`): the host's fixes, ranked (measured predictions first, then bounds),
+    """The GPU waits for the host (`gpu_waits`): the host's fixes, ranked (measured predictions first, then bounds),
     each predicted"""
-    why = _gpu_waits(ev)
+    why = gpu_waits(ev)
     if why is None: return []
-    u,f = _gpu_busy(ev)[0],ev.facts
+    u,f = gpu_busy(ev)[0],ev.facts
     ph0 = ev.phases.get('train', next(iter(ev.phases.values())))
     G = lambda ph: u*ph.step  # the GPU's busy seconds per batch
     opts,W,W2 = [],ph0.workers,_workers_wanted(ev)
@@ -572,13 +357,13 @@ def host_rule(ev:Evidence) -> list:
                             f"{fmt_pct(100*ph0.input/ph0.step)} of the step", lambda ph: ph.step_with(workers=W2),
                             'model', dict(kind='num_workers', value=W2, before=W),
                             f"`num_workers={W2}` in your DataLoaders (now {W})"))
-    g,n = _batch_growth(f),batch_choice(ev)
+    g,n = batch_growth(f),batch_choice(ev)
     b2 = larger_batch(f.batch_size, g)
     if n:
         sc,bs,_ = measured_sizes(ev)
         opts.append(_Option(f"a larger batch, {batch_text(bs, n, g)}: the host's per-batch work is paid once for "
                             f"{n/bs:g}x the samples (batch sizes measured after the fit)",
-                            lambda ph: _at_size(ph, sc, n, bs), 'model', dict(kind='batch_size', value=n, before=bs),
+                            lambda ph: at_size(ph, sc, n, bs), 'model', dict(kind='batch_size', value=n, before=bs),
                             f"`bs={n}` in your DataLoaders (now {bs})", True))
     elif b2:
         # per sample: the loader's work grows with the batch, the host's launches do not, the GPU's does
@@ -620,152 +405,6 @@ def host_rule(ev:Evidence) -> list:
                    for o in opts[1:]]
     return [out]
 
-# %% ../../nbs/09_diagnosis.ipynb #f7031438
-def _at_size(ph:PhaseModel, sc:BatchSizes, n:int, bs:int) -> float:
-    """Seconds of phase `ph`'s step for `bs` samples at batch size `n`: each part scaled by its measured ratio
-    (`BatchSizes.ratio`), the per-batch parts paid once for `n/bs` times the samples"""
-    k = n/bs
-    rc,rd = sc.ratio('train' if ph.phase == 'train' else 'valid', n),sc.ratio('draw', n)
-    # not measured: taken as paid per sample (no gain predicted from it); measured: at least 1 (a larger batch never
-    # costs less per batch: a smaller ratio is the machine's noise between the sizes' repeats)
-    rc,rd = (k if math.isnan(r) else max(r, 1.) for r in (rc, rd))
-    main = (ph.copy + ph.batch_tfms)*rd + ph.compute*rc + ph.optimizer + ph.callbacks
-    return ph.step_with(main=main, load=(ph.load or 0.)*rd, receive=ph.receive*rd)/k
-
-def measured_sizes(ev:Evidence) -> tuple:
-    """The `BatchSizes` of the run (measured now, once, if it was not), the fit's batch size and the larger sizes
-    measured; `(None, bs, [])` without them"""
-    f = ev.facts
-    bs,sc = f.batch_size,f.batch_sizes
-    if not isinstance(sc, BatchSizes) or not bs: return None,bs,[]
-    # not measured (yet): the diagnosis decides whether it may be
-    if not ev.measure and not sc.measured: return None,bs,[]
-    ph = ev.train
-    sc.ensure(ev.fit, _batch_growth(f), draw=ph.input + ph.copy + ph.batch_tfms, compute=ph.compute)
-    if not sc.measured or sc.sizes[0] != bs: return None,bs,[]
-    return sc,bs,[n for n in sc.sizes[1:] if n > bs]
-
-def batch_choice(ev:Evidence) -> int|None:
-    """The batch size to name: the smallest measured whose predicted time is within `BATCH_CLOSE` of the best measured
-    (the given change's, if any); None without measured sizes"""
-    sc,bs,ns = measured_sizes(ev)
-    if not ns: return None
-    t = {n:ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns}
-    best = min(t.values())
-    n = _given(ev, 'batch_size', 'value', next(n for n in ns if t[n] <= BATCH_CLOSE*best))
-    return n if n in t else None
-
-def _batch_detail(ev:Evidence, sc:BatchSizes, bs:int) -> tuple:
-    """The seconds per profiled batch paid once a batch (from the fit's size and the largest measured), and what was
-    measured, in words"""
-    K = sc.sizes[-1]/bs
-    # step(n) = a + b·n through two sizes
-    fixed = K*(ev.steady - ev.after(lambda ph: _at_size(ph, sc, sc.sizes[-1], bs)))/(K - 1)
-    two = lambda v: f"{fmt_time(v[0])} at bs {bs}, {fmt_time(v[-1])} at bs {sc.sizes[-1]}"
-    words = (f"about {fmt_time(max(fixed, 0.)/ev.batches)} of the {fmt_time(ev.steady/ev.batches)} step is paid once a "
-             f"batch (measured after the fit: forward+loss+backward {two(sc.train)}")
-    if not math.isnan(sc.draw[0]) and not math.isnan(sc.draw[-1]): words += f"; drawing a batch {two(sc.draw)}"
-    return max(fixed, 0.),words + ')'
-
-def batch_rule(ev:Evidence) -> list:
-    """A larger batch, priced by the measured batch scaling (`batch_choice`): on a CPU, or on a GPU the host does not
-    hold up (`host_rule` prices it there)"""
-    n = batch_choice(ev)
-    if n is None: return []
-    sc,bs,ns = measured_sizes(ev)
-    fixed,detail = _batch_detail(ev, sc, bs)
-    k,items = n/bs,sc.items
-    epoch = f"; {items//n:,} training batches an epoch" if items else ''
-    more = ('' if n == ns[-1]
-            else f" (bs {ns[-1]}: {ev.steady/ev.after(lambda ph: _at_size(ph, sc, ns[-1], bs)):.2f}x, within "
-            f"{BATCH_CLOSE - 1:.0%} of it)")
-    fix = (f"a larger batch, bs {n} ({k:g}x the batch of {bs}{epoch}): `bs={n}` where you build your DataLoaders, or "
-           f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): "
-           "retune the learning rate (`learn.lr_find()`).")
-    f = ev.finding('per_batch', fix, lambda ph: _at_size(ph, sc, n, bs),
-                   change=dict(kind='batch_size', value=n, before=bs), detail=detail, share=100*fixed/ev.fit,
-                   say=f"`bs={n}` in your DataLoaders (now {bs})", optimises=True,
-                   cause=f"{fmt_time(max(fixed, 0.)/ev.batches)} of each step is paid once a batch")
-    f.unit = f"{bs} samples"
-    return [f]
-
-# %% ../../nbs/09_diagnosis.ipynb #5f1c2a12
-class _CostRow(NamedTuple):
-    "A row of `callback_costs()` (`Breakdown`, `SampledCosts`): a callback's or metric's event in a phase"
-    phase:str; name:str; event:str; total:float; calls:int; per_batch:float
-
-def _cost_table(costs) -> list:
-    "`costs.callback_costs()` as `_CostRow`s, in its order (`SampledCosts.rows()` where it has them: no DataFrame)"
-    rows = getattr(costs, 'rows', None)
-    if callable(rows): return [_CostRow(*r) for r in rows()]
-    df = costs.callback_costs()
-    return [_CostRow(*r) for r in zip(*(df[c].tolist() for c in _CostRow._fields))]
-
-def _per_batch(rows:list, phases) -> dict:
-    out = {}
-    for r in rows:  # `before_draw` runs before the draw is marked (between batches), or inside the draw (order > 1000)
-        if r.phase in phases and r.event != 'before_draw' and r.per_batch > 0:
-            out.setdefault(r.name, {}).setdefault(r.phase, 0.); out[r.name][r.phase] += r.per_batch
-    return out
-
-def callback_costs(costs, phases) -> dict:
-    "name -> {phase: seconds per batch, summed over its events in the batch} from a `Breakdown` or `SampledCosts`"
-    return _per_batch(_cost_table(costs), phases)
-
-def _top_event(rows:list, name) -> str:
-    "The event of callback `name` costing most per batch (the first of equals)"
-    rows = [r for r in rows if r.name == name and r.phase != 'fit' and r.event != 'before_draw']
-    timed = [r for r in rows if not math.isnan(r.per_batch)]
-    return max(timed, key=lambda r: r.per_batch).event if timed else rows[0].event if rows else ''
-
-def callbacks_rule(ev:Evidence) -> list:
-    "Each timed callback or metric in the batch that costs enough to matter, by name; then fastai's own per-batch work"
-    if ev.costs is None:
-        return [ev.finding('callbacks',
-                           "a callback or metric inside the batch: profile with `learn.profile()` (it samples their "
-                           "costs) or `learn.profile(breakdown=True)` to name it.",
-                           lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
-    out,named = [],{p:0. for p in ev.phases}
-    for name,per in _per_batch(ev.cost_rows, ev.phases).items():
-        if name in CORE_CBS + OWN_CBS: continue
-        c = {p:min(per.get(p, 0.), ph.callbacks) for p,ph in ev.phases.items()}
-        for p in c: named[p] += c[p]
-        metric = name.startswith('metric ')
-        who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.cost_rows, name)
-        parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch "
-                 f"({fmt_pct(100*c[p]/ev.phases[p].step)} of the step)" for p in ev.phases if per.get(p, 0.) > 0]
-        detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
-        if metric:
-            fix,change = (f"{detail}: drop it from `metrics=` and compute it once after fit (`learn.validate()`), or "
-                          "make it cheaper.",dict(kind='remove_metric', name=name[7:]))
-        else:
-            fix,change = (f"{detail}: remove it (`learn.remove_cb({name})`), or make it run less often.",
-                          dict(kind='remove_callback', name=name))
-        t = (ev.phases[next(p for p in ev.phases if per.get(p, 0.) > 0)] if any(per.get(p, 0.) > 0 for p in ev.phases)
-             else ev.train)
-        say = (f"drop `{name[7:]}` from `metrics=`; compute it once with `learn.validate()`" if metric else
-               f"`learn.remove_cb({name})`, or run it less often")
-        cause = (
-            f"{who} costs {fmt_time(max(per.values()))} a {'training' if t.phase == 'train' else 'validation'} batch")
-        out.append(ev.finding('callbacks', fix, lambda ph, c=c: ph.step_with(main=ph.main - c[ph.phase]), change=change,
-                              detail=detail, share=100*sum(ph.n*c[p] for p,ph in ev.phases.items())/ev.fit, say=say,
-                              cause=cause))
-    # what no removable callback or metric explains: fastai's own per-batch work, the same whatever the batch size
-    rest = {p:max(ph.callbacks - named[p], 0.) for p,ph in ev.phases.items()}
-    f = ev.finding('callbacks',
-                   f"a larger batch size{_now(ev.facts.batch_size)}: fastai's own callbacks (`Recorder`, "
-                   "`TrainEvalCallback`...) and the Python between the timed steps cost the same per batch, whatever "
-                   "its size.", lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2),
-                   lambda ph: ph.step_with(main=ph.main - rest[ph.phase]), kind='bound',
-                   share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit,
-                   detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in "
-                   "fastai's own callbacks and between the timed steps",
-                   say=f"a larger batch (now {ev.facts.batch_size}): fastai's own callbacks cost the same a batch"
-                   if ev.facts.batch_size else "a larger batch: fastai's own callbacks cost the same a batch",
-                   optimises=True, cause="fastai's own callbacks and the Python between the steps")
-    if not ev.sizes_measured: out.append(f)  # measured: the batch-size finding prices it
-    return out
-
 # %% ../../nbs/09_diagnosis.ipynb #5f1c2a14
 def _epoch_costs(rows:list) -> list:
     """(name, event, seconds in all) of events between batches, costliest first (equals in `rows`' order), fastai's own
@@ -790,135 +429,22 @@ def outside_rule(ev:Evidence) -> list:
     return [Finding('outside', share, share, knob + '.', s, 'bound', step=ev.steady/ev.batches, say=say,
                     cause=f"{fmt_time(ev.outside)} between batches")]
 
-def throttle_rule(ev:Evidence) -> list:
-    """A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from
-    `learn.profile(telemetry=...)`): its compute took longer"""
-    tel = getattr(ev.facts, 'telemetry', None)
-    th = None if tel is None else tel.throttling()
-    if th is None or not th.busy or not th.share >= THROTTLE_FINDING or not th.max_clock > 0: return []
-    slow = th.share*(1 - th.clock/th.max_clock)  # the share of the compute's time the lower clock added
-    why = ', '.join(f"{k} ({fmt_pct(100*v)})" for k,v in th.reasons.items()) or 'NVML gave no reason'
-    detail = (f"the GPU ran below its maximum SM clock ({th.max_clock:,.0f} MHz) in {fmt_pct(100*th.share)} of its "
-              f"busy samples, at {th.clock:,.0f} MHz on average: {why}")
-    return [ev.finding('throttling',
-                       f"{detail}: check its cooling and power limit (`nvidia-smi -q -d PERFORMANCE,POWER`); other "
-                       "work on the GPU shares them.", lambda ph: ph.step_with(main=ph.main - ph.compute*slow),
-                       kind='bound', detail=detail,
-                       say="check the GPU's cooling and power limit: `nvidia-smi -q -d PERFORMANCE,POWER`",
-                       cause=f"the GPU ran at {th.clock:,.0f} of {th.max_clock:,.0f} MHz",
-                       share=ev.shares.get('compute', 0.)*th.share)]
-
-def gpu_agreement(resource:str, tel) -> str|None:
-    """What the GPU's utilization in the training batches (NVML: a `fastprofile.probes.telemetry.probe.Telemetry`) says about
-    the verdict `resource`; None without readings"""
-    b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
-    if t is None or math.isnan(t.util): return None
-    u = b.util if b is not None and not math.isnan(b.util) else t.util
-    busy = (f"the GPU was busy {fmt_pct(u)} of the time in training batches ({fmt_pct(t.util)} over the train phase; "
-            f"NVML, {t.n:,} samples)")
-    if resource == 'host': return None  # its verdict says it
-    if resource in HOST_BOUND:
-        return (f"The GPU agrees: {busy}: it waits for the host." if u < LOW_GPU_UTIL else
-                f"But {busy}: the host's work overlaps the GPU's, so the fix may gain less.")
-    if resource == 'compute':
-        return (f"But {busy}: the step looks launch-bound (the host queues kernels no faster than the GPU runs them): "
-                "a larger batch, `torch.compile` or CUDA graphs give the GPU longer kernels." if u < LOW_GPU_UTIL
-                else f"The GPU agrees: {busy}.")
-    return f"GPU: {busy}."
-
-# %% ../../nbs/09_diagnosis.ipynb #370361fb
-def _compile_pays(ev:Evidence, c) -> tuple:
-    """When compiling pays back, in words, and the fit's seconds without torch.compile if the uncompiled model is known
-    to be faster (else None)"""
-    ph,b,T = ev.phases.get('train'),c.baseline,c.seconds
-    if ph is None or b is None or b.batch_size != ev.facts.batch_size or b.device != ev.facts.device:
-        return ("to know when it pays back, profile the model uncompiled first (`learn.model = learn.model._orig_mod`, "
-                "then `learn.profile().fit(1)`), then compiled: the diagnosis compares the two."),None
-    gain,vs = (b.seconds - ph.step,
-               f"{fmt_time(ph.step)} per training batch compiled against {fmt_time(b.seconds)} uncompiled (your "
-               "earlier profile)")
-    if gain <= 0:
-        return (f"the compiled model is no faster: {vs}: compiling never pays back here; train it uncompiled "
-                "(`learn.model = learn.model._orig_mod`)."),ev.fit - T + ph.n*gain
-    n = math.ceil(T/gain)
-    return (f"it pays back after about {n:,} training batches ({fmt_time(gain)} saved per batch: {vs}); this fit ran "
-            f"{ph.n:,} past the warm-up"
-            + (": train longer, or compile only for long runs." if n > ph.n else ": it paid back.")),None
-
-def compile_rule(ev:Evidence) -> list:
-    "torch.compile's compile time (`Facts.compile`): when it pays back, and the recompiles a setting avoids"
-    c = ev.facts.compile
-    if c is None or not c.compiles: return []
-    T = c.seconds
-    rc = lambda p, k, last=None: [x for x in c.recompiles
-                                  if x.phase == p and x.kind == k and (last is None or x.last == last)]
-    s_ = lambda xs: fmt_time(sum(x.seconds for x in xs))
-    detail = (f"compiling took {fmt_time(T)} of the {fmt_time(ev.fit)} fit: {len(c.compiles)} "
-              f"compile{'s' if len(c.compiles) > 1 else ''}, {len(c.recompiles)} of them recompiles")
-    pays,without = _compile_pays(ev, c)
-    fix = ["torch.compile compiles once per process and shape, then each batch runs the compiled graph: " + pays]
-    if (xs := rc('train', 'shape', True)):
-        fix.append(f"The last, partial training batch recompiled ({s_(xs)}): `drop_last=True` in the training "
-                   "DataLoader, or `torch.compile(model, dynamic=True)`.")
-    if (xs := rc('valid', 'shape', True)):
-        fix.append(f"The last, partial validation batch recompiled ({s_(xs)}): `torch.compile(model, dynamic=True)`, "
-                   "or a validation set whose size is a multiple of the batch size.")
-    if (xs := [x for p in ('train','valid','fit') for x in rc(p, 'shape', False)]):
-        fix.append(f"{len(xs)} recompile{'s' if len(xs) > 1 else ''} for a new input shape inside a phase ({s_(xs)}): "
-                   "batch shapes vary: `torch.compile(model, dynamic=True)`, or pad batches to a few fixed shapes.")
-    if (xs := [x for p in ('train','valid','fit') for x in rc(p, 'eval')]):
-        fix.append(f"Validation recompiled for eval mode and no_grad ({s_(xs)}): expected, once per run.")
-    if (xs := [x for x in c.recompiles if x.kind in ('attribute','other')]):
-        fix.append(f"{len(xs)} recompile{'s' if len(xs) > 1 else ''} because a guard failed ({s_(xs)}; first: "
-                   f"{xs[0].reason.strip()[:120]}): keep what it checks constant during the fit.")
-    if c.n_graph_breaks:
-        r = max(c.graph_breaks, key=c.graph_breaks.get)
-        fix.append(f"{c.n_graph_breaks} graph break{'s' if c.n_graph_breaks > 1 else ''} split the model into more "
-                   f"graphs (first reason: {r.strip()[:120]}): `torch.compile(model, fullgraph=True)` shows where.")
-    share = 100*T/ev.fit
-    cause = f"compiling took {fmt_time(T)}"
-    if without is not None:  # the uncompiled model was faster: dropping torch.compile is the fix, predicted
-        return [Finding('compile', share, 100*(ev.fit - without)/ev.fit, ' '.join(fix), ev.fit/without, 'model',
-                        detail=detail, step=ev.steady/ev.batches,
-                        say="train it uncompiled: `learn.model = learn.model._orig_mod`", cause=cause)]
-    say = ("`drop_last=True` in the training DataLoader (the last batch recompiled)" if rc('train', 'shape', True)
-           else "`torch.compile(model, dynamic=True)`: batch shapes vary"
-           if any(x.kind == 'shape' for x in c.recompiles)
-           else "`torch.compile(model, fullgraph=True)` shows the graph breaks" if c.n_graph_breaks
-           else "compile only long runs; `diagnose(learn)` says when it pays back")
-    return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound',
-                    detail=detail, step=ev.steady/ev.batches, if_free=True, say=say, cause=cause)]
-
 # %% ../../nbs/09_diagnosis.ipynb #7a11ce5e
-def _batch_most(ev) -> float:
-    """The largest speedup a larger batch could be predicted: the largest size it would measure over the fit's (a step
-    never costs less at a larger batch); 0 when there is nothing to measure"""
-    sc,bs = ev.facts.batch_sizes,ev.facts.batch_size
-    m = getattr(sc, '_pending', None)
-    if m is None or not bs: return math.inf if isinstance(sc, BatchSizes) and sc.measured else 0.
-    return m.sizes()[0][-1]/bs
-
-# the GPU does not wait for the host: its compute and steps count
-def _gpu_free(ev) -> bool: return _gpu_waits(ev) is None
-
-RULES_BUILTIN = [  # fastprofile's own rules, in the order they are applied (a rule of yours comes after them)
+# the core's rules (on the timing pair's table), in `Rule.order`: a measurement's rules are its probe's (`Probe.rules`:
+# batch sizes 20, efficiency 61, layers 62, throttling 70, callbacks 90, compile 110); a rule of yours comes after them
+RULES_BUILTIN = [
     Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_sizes'),
-         covers=('input', 'compute', 'optimizer', 'per_batch'), overlaps=('input', 'callbacks', 'optimizer', 'per_batch')),
-    Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_sizes'), applies=_gpu_free, costly=True,
-         most=_batch_most, overlaps=('callbacks', 'optimizer', 'compute', 'input')),
-    Rule('input', input_rule, 'input', ('phases', 'facts.loading')),
+         covers=('input', 'compute', 'optimizer', 'per_batch'),
+         overlaps=('input', 'callbacks', 'optimizer', 'per_batch'), order=10),
+    Rule('input', input_rule, 'input', ('phases', 'facts.loading'), order=30),
     Rule('copy', copy_rule, 'copy', ('phases', 'facts.breakdown or facts.callback_costs'),
-         applies=lambda ev: ev.facts.on_gpu),
-    Rule('batch_tfms', batch_tfms_rule, 'batch_tfms', ('phases', 'facts.breakdown or facts.callback_costs')),
-    Rule('compute', compute_rule, 'compute', ('phases', 'facts.layers', 'facts.model'), applies=_gpu_free),
-    Rule('throttling', throttle_rule, 'throttling', ('facts.telemetry',), overlaps=('compute',)),
-    Rule('optimizer', optimizer_rule, 'optimizer', ('phases',), applies=_gpu_free),
-    Rule('callbacks', callbacks_rule, 'callbacks', ('phases', 'facts.callback_costs or facts.breakdown')),
-    Rule('outside', outside_rule, 'outside', ('record',)),
-    Rule('compile', compile_rule, 'compile', ('facts.compile',)),
+         applies=lambda ev: ev.facts.on_gpu, order=40),
+    Rule('batch_tfms', batch_tfms_rule, 'batch_tfms', ('phases', 'facts.breakdown or facts.callback_costs'), order=50),
+    Rule('compute', compute_rule, 'compute', ('phases', 'facts.model'), applies=gpu_free, order=60),
+    Rule('optimizer', optimizer_rule, 'optimizer', ('phases',), applies=gpu_free, order=80),
+    Rule('outside', outside_rule, 'outside', ('record',), order=100),
 ]
 for _r in RULES_BUILTIN: register_rule(_r)
-
 
 # %% ../../nbs/09_diagnosis.ipynb #f6cef14f
 SHOWN = 4  # fixes the verdict says: the first (with its ties) and the next, one line each
@@ -930,7 +456,7 @@ class Diagnosis:
     verdict:str; knob:str; predicted_speedup:float; speedup_kind:str; shares:dict; numbers:dict; basis:str
     input_bound:str; findings:list; change:dict|None=None
     details:list=field(default_factory=list)  # Evidence: the costliest layers, tokens/s and padding
-    gpu:str|None=None  # What the GPU's own readings (NVML, `telemetry`) say about the verdict
+    gpu:str|None=None  # What the measurements say of the verdict (`Rule.note`: the GPU's readings, NVML, `telemetry`)
     # The machine was busy (other processes took the CPUs), short: said before the verdict, which it may have moved
     machine:str|None=None
     machine_detail:str|None=None  # ... in full, with where it was read
@@ -1012,11 +538,11 @@ class Diagnosis:
 
 # %% ../../nbs/09_diagnosis.ipynb #69232b7d
 def _source(src, facts):
-    "The record and facts of `src`: a profiled `Learner`, a `ProfileResult`, or a `ProfileRecord`"
-    if isinstance(src, ProfileRecord): return src,facts
+    "The record, facts and result of `src`: a profiled `Learner`, a `ProfileResult`, or a `ProfileRecord` (no result)"
+    if isinstance(src, ProfileRecord): return src,facts,None
     if not isinstance(src, ProfileResult) and isinstance(getattr(type(src), 'simple_profile', None), property):
         src = src.simple_profile  # a Learner: says so if no profiled call has run
-    if isinstance(src, ProfileResult): return src.record,(facts if facts is not None else src.facts)
+    if isinstance(src, ProfileResult): return src.record,(facts if facts is not None else src.facts),src
     raise TypeError(f"`src` must be a profiled Learner, a ProfileResult or a ProfileRecord, got {type(src).__name__}")
 
 def _basis(ev:Evidence, W, known:bool) -> str:
@@ -1044,8 +570,8 @@ def _basis(ev:Evidence, W, known:bool) -> str:
     if ns:
         out += (f" Batch sizes {', '.join(map(str, [bs, *ns]))} timed after the fit ({fmt_time(sc.seconds)}, median of "
                 f"{sc.reps})" + (f"; {sc.stopped}." if sc.stopped else "."))
-    elif sc is None and isinstance(ev.facts.batch_sizes, BatchSizes) and ev.facts.batch_sizes.failure:
-        out += f" Batch sizes {ev.facts.batch_sizes.failure}."
+    elif sc is None and getattr(bsf := getattr(ev.facts, 'batch_sizes', None), 'failure', None):
+        out += f" Batch sizes {bsf.failure}."
     return out
 
 # %% ../../nbs/09_diagnosis.ipynb #d5fea045
@@ -1066,7 +592,7 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
                  for r in check_items('rules', rules, Callable, 'Rules or functions rule(Evidence) -> list of Finding')]
     if change is not None:
         check_type('change', change, dict, "a dict such as {'kind': 'num_workers', 'value': 4} or None")
-    rec,facts = _source(src, facts)
+    rec,facts,result = _source(src, facts)
     if facts is None: facts = Facts()
     if num_workers is not None: check_int('num_workers', num_workers, 0)
     known = num_workers is not None or facts.num_workers is not None
@@ -1086,11 +612,13 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     comp = facts.compile.seconds if facts.compile is not None else 0.
     shares = {**{k:100*v/fit for k,v in tot.items()}, 'warmup':100*max(warm - comp, 0.)/fit, 'compile':100*comp/fit}
     ev = Evidence(ph, shares, fit, tot['outside'], facts, facts.cpus or os.cpu_count() or 1,
-                  facts.breakdown if facts.breakdown is not None else facts.callback_costs, change)
+                  facts.breakdown if facts.breakdown is not None else facts.callback_costs, change, result=result)
     rs = list(RULES.values()) if rules is None else rules
     found = _apply(ev, rs)
     # a costly rule could rank first: measure, again
     if _worth_measuring(ev, found, rs): ev.measure = True; found = _apply(ev, rs)
+    for r in rs:  # what a measurement adds to the words of the others' findings (`Rule.amend`), in rule order
+        if r.amend is not None: r.amend(ev, found)
     best = found[0]
     tds = st[Row('train','draw')]
     trs = tds.total + st[Row('train','batch')].total
@@ -1107,10 +635,11 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     if sc is not None:  # what was measured, and the speedup the model predicts at each size
         numbers['batch_sizes'] = dict(sizes=sc.sizes, train=sc.train, valid=sc.valid, draw=sc.draw,
                                         seconds=sc.seconds, predicted={
-                                            n:ev.steady/ev.after(lambda ph, n=n: _at_size(ph, sc, n, bs)) for n in ns})
+                                            n:ev.steady/ev.after(lambda ph, n=n: at_size(ph, sc, n, bs)) for n in ns})
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares,
                      numbers, _basis(ev, W, known), ib, found, best.change if ok else None, details,
-                     gpu_agreement(best.resource, facts.telemetry), _busy_short(facts), _busy(facts),
+                     ' '.join(n for r in rs if r.note is not None and (n := r.note(ev, best))) or None,
+                     _busy_short(facts), _busy(facts),
                      {r.name:r.overlaps for r in rs})
 
 def _apply(ev:Evidence, rules:list) -> list:
@@ -1176,3 +705,18 @@ def diagnosis_section(result:ProfileResult) -> Section|None:
     # terminal)
     return Section('Diagnosis', d.lines(), d, preface=int(bool(d.machine)), more=d.evidence(),
                    hint="Evidence: `diagnose(learn)` prints what this rests on.")
+
+# %% ../../nbs/09_diagnosis.ipynb #5a7e0b01
+# 0.2.0's names of what moved out of this module, each to where it lives now: a measurement's rules into its probe's
+# module (`Probe.rules`), what rules share into `fastprofile.engine.evidence`
+MOVED_OUT = {**dict.fromkeys(('LOW_GPU_UTIL', 'HOST_BOUND', 'MOST_BATCH_GROWTH', 'BATCH_CLOSE'), 'fastprofile.engine.evidence'),
+             **dict.fromkeys(('LAYER_LEAD', 'layers_lead'), 'fastprofile.probes.layers'),
+             **dict.fromkeys(('THROTTLE_FINDING', 'throttle_rule', 'gpu_agreement'), 'fastprofile.probes.telemetry.probe'),
+             'batch_rule': 'fastprofile.probes.batch_sizes', 'compile_rule': 'fastprofile.probes.compile',
+             **dict.fromkeys(('callback_costs', 'callbacks_rule'), 'fastprofile.probes.callback_costs')}
+
+def __getattr__(name):
+    "A name 0.2.0 kept here (`MOVED_OUT`), read from where it lives now with a `DeprecationWarning`: code naming it works"
+    if name not in MOVED_OUT: raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"`{__name__}.{name}` moved to `{MOVED_OUT[name]}.{name}`", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(MOVED_OUT[name]), name)

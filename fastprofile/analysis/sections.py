@@ -6,7 +6,7 @@ Docs: https://fastprofile.github.io/fastprofile/sections.html.md"""
 
 # %% ../../nbs/16g_sections.ipynb #76b9532b
 from __future__ import annotations
-from ..probes.efficiency.report import diagnosis_with_efficiency
+from .diagnosis import diagnosis_section
 from ..engine.core import probe_sections
 from .distributed import distributed_section
 
@@ -14,4 +14,4 @@ from .distributed import distributed_section
 __all__ = ['SECTIONS']
 
 # %% ../../nbs/16g_sections.ipynb #f03d88e1
-SECTIONS = [diagnosis_with_efficiency, probe_sections, distributed_section]
+SECTIONS = [diagnosis_section, probe_sections, distributed_section]

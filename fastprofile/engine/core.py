@@ -17,6 +17,7 @@ from .gpu_timing import check_timing, resolve_timing, make_record, GPU_EVERY
 from .notes import report_notes
 from .tables import ProfileReport, Section, atomic_write_csv
 from .plain import to_plain, from_plain
+from .rules import register_rule
 
 # %% auto #0
 __all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'EXTRA_KEYS', 'PROBES', 'OLD_EVENTS', 'SAMPLE_SHARE',
@@ -308,6 +309,9 @@ class Probe:
     # The session calls it (`probe()`) after every recorded training and validation batch: one probe at most (keep it to
     # a counter check)
     per_batch:bool = False
+    # The diagnosis' `Rule`s that read what it measured (`facts.<key>`): `register` registers them (`register_rule`), so
+    # every diagnosis applies them, of a profile read from a file too
+    rules:tuple = ()
     @classmethod
     def make(cls, call:Call) -> Probe|None:
         """This probe for a profiled `call` (its learner and checked options), or None when the options leave it off;
@@ -383,6 +387,7 @@ def register(cls:type) -> type:
     if bad:
         raise ValueError(f"{cls.__name__}.options names {', '.join(map(repr, bad))}, not `ProfileOptions` fields: "
                          f"valid are {', '.join(ProfileOptions.__dataclass_fields__)}")
+    for r in cls.rules: register_rule(r)  # its diagnosis rules
     had = PROBES.get(k)
     mods = {cls.__module__} if had is None else {had.__module__, cls.__module__}
     if had is not None and had.__qualname__ == cls.__qualname__ and '__main__' in mods and len(mods) == 2:

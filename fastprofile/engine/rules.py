@@ -124,6 +124,15 @@ class Rule:
     costly:bool=False  # It measures something when it runs (after the fit): run only when its findings could rank first
     # `most(ev) -> float`: the largest speedup it could predict, read before it runs (for a costly rule)
     most:Callable|None=None
+    # `amend(ev, found)`: after the ranking, edits the words of other rules' findings in `found` (what its measurement
+    # adds: the layer to make cheaper first), never their numbers: the ranking stands
+    amend:Callable|None=None
+    # `note(ev, first) -> str|None`: what its measurement says of the verdict (`first`: the first finding), a line of
+    # the evidence
+    note:Callable|None=None
+    # Its place in `RULES` (the order rules apply in, and amend in): fastprofile's 10-110; None: after the rules
+    # registered so far (where the rule of its name was)
+    order:float|None=None
 
     def __call__(self, ev) -> list:
         "Its findings on `ev`, with `rule` and `label` set; [] where it does not apply"
@@ -136,22 +145,26 @@ class Rule:
             if f.label_ is None and self.label is not None and f.resource == self.resource: f.label_ = self.label
         return out
 
-RULES = {}  # name -> `Rule`: the diagnosis applies them in this order
+RULES = {}  # name -> `Rule`: the diagnosis applies them in this order (`Rule.order`)
 
 def register_rule(r:Rule) -> Rule:
-    """Add rule `r` to `RULES` (after the built-in ones), or replace the rule of its name: every later diagnosis applies
-    it"""
+    """Add rule `r` to `RULES` (in its `order`: by default after the rules registered so far), or replace the rule of
+    its name: every later diagnosis applies it"""
     check_type('r', r, Rule, 'a Rule')
     if not (isinstance(r.name, str) and r.name):
         raise ValueError(f"a Rule needs a name (a non-empty str), got {r.name!r}")
     if not callable(r.find):
         raise TypeError(f"Rule.find must be a function find(ev) -> list of Finding, got {r.find!r}")
+    if r.order is None:
+        r.order = RULES[r.name].order if r.name in RULES else max((x.order for x in RULES.values()), default=0) + 1
     RULES[r.name] = r
+    kept = sorted(RULES.items(), key=lambda kv: kv[1].order)  # in `Rule.order`, the registered first among equals
+    RULES.clear(); RULES.update(kept)
     return r
 
 def rule(resource:str, # The resource its findings are about
          name:str|None=None, # Default: the function's name
-         **kw, # `Rule`'s other fields: `reads`, `applies`, `covers`, `overlaps`, `label`
+         **kw, # `Rule`'s other fields: `reads`, `applies`, `covers`, `overlaps`, `label`, `amend`, `note`, `order`
         ):
     "A decorator: the function `find(ev) -> list[Finding]` becomes a registered `Rule`"
     def deco(f): return register_rule(Rule(name or f.__name__, f, resource, **kw))

@@ -12,9 +12,12 @@ import numpy as np, torch
 from ..engine.core import Probe, register, strict_mode
 from ..engine.plain import to_plain, from_plain
 from ..engine.tables import fmt_time
+from ..engine.rules import Rule
+from ..engine.evidence import Evidence, at_size, measured_sizes, batch_choice, gpu_free, BATCH_CLOSE
 
 # %% auto #0
-__all__ = ['GROWTH', 'MIN_BATCHES', 'REPS', 'DRAWS', 'BUDGET', 'budget_for', 'BatchSizes', 'Measurement', 'BatchSizesProbe']
+__all__ = ['GROWTH', 'MIN_BATCHES', 'REPS', 'DRAWS', 'BUDGET', 'budget_for', 'BatchSizes', 'Measurement', 'batch_rule',
+           'BatchSizesProbe']
 
 # %% ../../nbs/16j_batch_sizes.ipynb #48f3d050
 GROWTH = (2, 4, 8)  # the larger batch sizes measured, as multiples of the fit's
@@ -250,6 +253,49 @@ class Measurement:
         return BatchSizes(ns, [float(np.median(tr[n])) for n in ns], [float(np.median(va[n])) for n in ns], draws,
                             REPS, _items(learn.dls.train), time.perf_counter() - t0, why)
 
+# %% ../../nbs/16j_batch_sizes.ipynb #f7031438
+def _batch_detail(ev:Evidence, sc:BatchSizes, bs:int) -> tuple:
+    """The seconds per profiled batch paid once a batch (from the fit's size and the largest measured), and what was
+    measured, in words"""
+    K = sc.sizes[-1]/bs
+    # step(n) = a + b·n through two sizes
+    fixed = K*(ev.steady - ev.after(lambda ph: at_size(ph, sc, sc.sizes[-1], bs)))/(K - 1)
+    two = lambda v: f"{fmt_time(v[0])} at bs {bs}, {fmt_time(v[-1])} at bs {sc.sizes[-1]}"
+    words = (f"about {fmt_time(max(fixed, 0.)/ev.batches)} of the {fmt_time(ev.steady/ev.batches)} step is paid once a "
+             f"batch (measured after the fit: forward+loss+backward {two(sc.train)}")
+    if not math.isnan(sc.draw[0]) and not math.isnan(sc.draw[-1]): words += f"; drawing a batch {two(sc.draw)}"
+    return max(fixed, 0.),words + ')'
+
+def batch_rule(ev:Evidence) -> list:
+    """A larger batch, priced by the measured batch scaling (`batch_choice`): on a CPU, or on a GPU the host does not
+    hold up (`host_rule` prices it there)"""
+    n = batch_choice(ev)
+    if n is None: return []
+    sc,bs,ns = measured_sizes(ev)
+    fixed,detail = _batch_detail(ev, sc, bs)
+    k,items = n/bs,sc.items
+    epoch = f"; {items//n:,} training batches an epoch" if items else ''
+    more = ('' if n == ns[-1]
+            else f" (bs {ns[-1]}: {ev.steady/ev.after(lambda ph: at_size(ph, sc, ns[-1], bs)):.2f}x, within "
+            f"{BATCH_CLOSE - 1:.0%} of it)")
+    fix = (f"a larger batch, bs {n} ({k:g}x the batch of {bs}{epoch}): `bs={n}` where you build your DataLoaders, or "
+           f"`learn.dls.train.bs = learn.dls.valid.bs = {n}`{more}. It changes the optimisation (fewer, larger steps): "
+           "retune the learning rate (`learn.lr_find()`).")
+    f = ev.finding('per_batch', fix, lambda ph: at_size(ph, sc, n, bs),
+                   change=dict(kind='batch_size', value=n, before=bs), detail=detail, share=100*fixed/ev.fit,
+                   say=f"`bs={n}` in your DataLoaders (now {bs})", optimises=True,
+                   cause=f"{fmt_time(max(fixed, 0.)/ev.batches)} of each step is paid once a batch")
+    f.unit = f"{bs} samples"
+    return [f]
+
+def _batch_most(ev) -> float:
+    """The largest speedup a larger batch could be predicted: the largest size it would measure over the fit's (a step
+    never costs less at a larger batch); 0 when there is nothing to measure"""
+    sc,bs = ev.facts.batch_sizes,ev.facts.batch_size
+    m = getattr(sc, '_pending', None)
+    if m is None or not bs: return math.inf if isinstance(sc, BatchSizes) and sc.measured else 0.
+    return m.sizes()[0][-1]/bs
+
 # %% ../../nbs/16j_batch_sizes.ipynb #6512f5a5
 def _autocast(learn, dev) -> dict|None:
     """`torch.autocast` arguments for a learner that trains in mixed precision on a GPU (fastai's `MixedPrecision`),
@@ -277,6 +323,9 @@ class BatchSizesProbe(Probe):
     """A probe: at the end of each fit, what `BatchSizes` needs to measure the learner at larger batch sizes when a
     diagnosis asks"""
     key,options,probe_order = 'batch_sizes',('batch_sizes',),65
+    # its diagnosis rule: a larger batch, priced by what was measured (only where it could rank first: `costly`)
+    rules = (Rule('batch_size', batch_rule, 'per_batch', ('phases', 'facts.batch_sizes'), applies=gpu_free, costly=True,
+                  most=_batch_most, overlaps=('callbacks', 'optimizer', 'compute', 'input'), order=20),)
     def __init__(self, learn): self.learn,self.result = learn,None
     @classmethod
     # `learn.profile(batch_sizes=False)`: none

@@ -17,11 +17,14 @@ from ..lifecycle.session import FIT_EVENTS
 from ..engine.plain import plain_num, unplain_num, to_plain, from_plain
 from ..engine.tables import fmt_time
 from ..data.pipeline import timed_pipelines
+from ..engine.tables import fmt_pct
+from ..engine.rules import Rule
+from ..engine.evidence import Evidence, CORE_CBS, OWN_CBS, cost_table, fmt_now
 
 # %% auto #0
 __all__ = ['BATCH_EVENTS', 'EPOCH_EVENTS', 'stand_in', 'metric_name', 'event_methods', 'costs_state', 'costs_from',
            'squares_state', 'squares_from', 'mean_spread', 'cost_spread', 'fmt_time_spread', 'SampledCosts',
-           'CallbackCostsProbe']
+           'callback_costs', 'callbacks_rule', 'CallbackCostsProbe']
 
 # %% ../../nbs/08a_callback_costs.ipynb #5ad0c002
 _MISSING = object()
@@ -223,6 +226,72 @@ class SampledCosts:
 
     def __repr__(self): return '\n'.join(self.lines()) or 'SampledCosts (empty)'
 
+# %% ../../nbs/08a_callback_costs.ipynb #5f1c2a12
+def _per_batch(rows:list, phases) -> dict:
+    out = {}
+    for r in rows:  # `before_draw` runs before the draw is marked (between batches), or inside the draw (order > 1000)
+        if r.phase in phases and r.event != 'before_draw' and r.per_batch > 0:
+            out.setdefault(r.name, {}).setdefault(r.phase, 0.); out[r.name][r.phase] += r.per_batch
+    return out
+
+def callback_costs(costs, phases) -> dict:
+    "name -> {phase: seconds per batch, summed over its events in the batch} from a `Breakdown` or `SampledCosts`"
+    return _per_batch(cost_table(costs), phases)
+
+def _top_event(rows:list, name) -> str:
+    "The event of callback `name` costing most per batch (the first of equals)"
+    rows = [r for r in rows if r.name == name and r.phase != 'fit' and r.event != 'before_draw']
+    timed = [r for r in rows if not math.isnan(r.per_batch)]
+    return max(timed, key=lambda r: r.per_batch).event if timed else rows[0].event if rows else ''
+
+def callbacks_rule(ev:Evidence) -> list:
+    "Each timed callback or metric in the batch that costs enough to matter, by name; then fastai's own per-batch work"
+    if ev.costs is None:
+        return [ev.finding('callbacks',
+                           "a callback or metric inside the batch: profile with `learn.profile()` (it samples their "
+                           "costs) or `learn.profile(breakdown=True)` to name it.",
+                           lambda ph: ph.step_with(main=ph.main - ph.callbacks), kind='bound')]
+    out,named = [],{p:0. for p in ev.phases}
+    for name,per in _per_batch(ev.cost_rows, ev.phases).items():
+        if name in CORE_CBS + OWN_CBS: continue
+        c = {p:min(per.get(p, 0.), ph.callbacks) for p,ph in ev.phases.items()}
+        for p in c: named[p] += c[p]
+        metric = name.startswith('metric ')
+        who,top = (f"metric `{name[7:]}`" if metric else f"`{name}`"),_top_event(ev.cost_rows, name)
+        parts = [f"{fmt_time(per[p])} per {'training' if p == 'train' else 'validation'} batch "
+                 f"({fmt_pct(100*c[p]/ev.phases[p].step)} of the step)" for p in ev.phases if per.get(p, 0.) > 0]
+        detail = f"{who} costs {' and '.join(parts)}" + (f", in `{name}.{top}`" if top and not metric else '')
+        if metric:
+            fix,change = (f"{detail}: drop it from `metrics=` and compute it once after fit (`learn.validate()`), or "
+                          "make it cheaper.",dict(kind='remove_metric', name=name[7:]))
+        else:
+            fix,change = (f"{detail}: remove it (`learn.remove_cb({name})`), or make it run less often.",
+                          dict(kind='remove_callback', name=name))
+        t = (ev.phases[next(p for p in ev.phases if per.get(p, 0.) > 0)] if any(per.get(p, 0.) > 0 for p in ev.phases)
+             else ev.train)
+        say = (f"drop `{name[7:]}` from `metrics=`; compute it once with `learn.validate()`" if metric else
+               f"`learn.remove_cb({name})`, or run it less often")
+        cause = (
+            f"{who} costs {fmt_time(max(per.values()))} a {'training' if t.phase == 'train' else 'validation'} batch")
+        out.append(ev.finding('callbacks', fix, lambda ph, c=c: ph.step_with(main=ph.main - c[ph.phase]), change=change,
+                              detail=detail, share=100*sum(ph.n*c[p] for p,ph in ev.phases.items())/ev.fit, say=say,
+                              cause=cause))
+    # what no removable callback or metric explains: fastai's own per-batch work, the same whatever the batch size
+    rest = {p:max(ph.callbacks - named[p], 0.) for p,ph in ev.phases.items()}
+    f = ev.finding('callbacks',
+                   f"a larger batch size{fmt_now(ev.facts.batch_size)}: fastai's own callbacks (`Recorder`, "
+                   "`TrainEvalCallback`...) and the Python between the timed steps cost the same per batch, whatever "
+                   "its size.", lambda ph: ph.step_with(main=ph.main - rest[ph.phase]/2),
+                   lambda ph: ph.step_with(main=ph.main - rest[ph.phase]), kind='bound',
+                   share=100*sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.fit,
+                   detail=f"{fmt_time(sum(ph.n*rest[p] for p,ph in ev.phases.items())/ev.batches)} per batch in "
+                   "fastai's own callbacks and between the timed steps",
+                   say=f"a larger batch (now {ev.facts.batch_size}): fastai's own callbacks cost the same a batch"
+                   if ev.facts.batch_size else "a larger batch: fastai's own callbacks cost the same a batch",
+                   optimises=True, cause="fastai's own callbacks and the Python between the steps")
+    if not ev.sizes_measured: out.append(f)  # measured: the batch-size finding prices it
+    return out
+
 # %% ../../nbs/08a_callback_costs.ipynb #5ad0c013
 class CallbackCostsProbe(Probe):
     """A probe (and `Profile(on_batch=...)`): times every callback's batch events and metric's `accumulate` on sampled
@@ -268,6 +337,9 @@ class CallbackCostsProbe(Probe):
     # ---- on the registry: made for every call but one with `breakdown=True` (the breakdown times every callback
     # itself) ----
     key,options,probe_order,per_batch = 'callback_costs',('breakdown','warmup'),30,True
+    # its diagnosis rule: each timed callback and metric by name
+    rules = (Rule('callbacks', callbacks_rule, 'callbacks', ('phases', 'facts.callback_costs or facts.breakdown'),
+                  order=90),)
     @classmethod
     def make(cls, call): return None if call.options.breakdown else cls(call.learn, warmup=call.options.warmup)
     @classmethod

@@ -14,10 +14,13 @@ from ..engine.core import Probe, ProfileResult, strict_mode, register
 from ..engine.plain import to_plain, from_plain
 from ..engine.tables import Section, fmt_time, fmt_pct
 from ..engine.record import Row
+import math
+from ..engine.rules import Rule, Finding
+from ..engine.evidence import Evidence
 
 # %% auto #0
 __all__ = ['RECOMPILE_KINDS', 'recompile_kind', 'main_reason', 'clean_reason', 'Compile', 'Baseline', 'CompileStats',
-           'earlier_baseline', 'CompileProbe', 'compile_section']
+           'compile_rule', 'earlier_baseline', 'CompileProbe', 'compile_section']
 
 # %% ../../nbs/08c_compile.ipynb #7c11a025
 RECOMPILE_KINDS = {
@@ -129,6 +132,69 @@ def _what(c:Compile) -> str:
     if c.kind == 'backward': return f"{where}: its backward graph, {fmt_time(c.seconds)}"
     return f"{where}: recompiled for {RECOMPILE_KINDS[c.kind]}, {fmt_time(c.seconds)} (guard: {c.reason})"
 
+# %% ../../nbs/08c_compile.ipynb #370361fb
+def _compile_pays(ev:Evidence, c) -> tuple:
+    """When compiling pays back, in words, and the fit's seconds without torch.compile if the uncompiled model is known
+    to be faster (else None)"""
+    ph,b,T = ev.phases.get('train'),c.baseline,c.seconds
+    if ph is None or b is None or b.batch_size != ev.facts.batch_size or b.device != ev.facts.device:
+        return ("to know when it pays back, profile the model uncompiled first (`learn.model = learn.model._orig_mod`, "
+                "then `learn.profile().fit(1)`), then compiled: the diagnosis compares the two."),None
+    gain,vs = (b.seconds - ph.step,
+               f"{fmt_time(ph.step)} per training batch compiled against {fmt_time(b.seconds)} uncompiled (your "
+               "earlier profile)")
+    if gain <= 0:
+        return (f"the compiled model is no faster: {vs}: compiling never pays back here; train it uncompiled "
+                "(`learn.model = learn.model._orig_mod`)."),ev.fit - T + ph.n*gain
+    n = math.ceil(T/gain)
+    return (f"it pays back after about {n:,} training batches ({fmt_time(gain)} saved per batch: {vs}); this fit ran "
+            f"{ph.n:,} past the warm-up"
+            + (": train longer, or compile only for long runs." if n > ph.n else ": it paid back.")),None
+
+def compile_rule(ev:Evidence) -> list:
+    "torch.compile's compile time (`Facts.compile`): when it pays back, and the recompiles a setting avoids"
+    c = ev.facts.compile
+    if c is None or not c.compiles: return []
+    T = c.seconds
+    rc = lambda p, k, last=None: [x for x in c.recompiles
+                                  if x.phase == p and x.kind == k and (last is None or x.last == last)]
+    s_ = lambda xs: fmt_time(sum(x.seconds for x in xs))
+    detail = (f"compiling took {fmt_time(T)} of the {fmt_time(ev.fit)} fit: {len(c.compiles)} "
+              f"compile{'s' if len(c.compiles) > 1 else ''}, {len(c.recompiles)} of them recompiles")
+    pays,without = _compile_pays(ev, c)
+    fix = ["torch.compile compiles once per process and shape, then each batch runs the compiled graph: " + pays]
+    if (xs := rc('train', 'shape', True)):
+        fix.append(f"The last, partial training batch recompiled ({s_(xs)}): `drop_last=True` in the training "
+                   "DataLoader, or `torch.compile(model, dynamic=True)`.")
+    if (xs := rc('valid', 'shape', True)):
+        fix.append(f"The last, partial validation batch recompiled ({s_(xs)}): `torch.compile(model, dynamic=True)`, "
+                   "or a validation set whose size is a multiple of the batch size.")
+    if (xs := [x for p in ('train','valid','fit') for x in rc(p, 'shape', False)]):
+        fix.append(f"{len(xs)} recompile{'s' if len(xs) > 1 else ''} for a new input shape inside a phase ({s_(xs)}): "
+                   "batch shapes vary: `torch.compile(model, dynamic=True)`, or pad batches to a few fixed shapes.")
+    if (xs := [x for p in ('train','valid','fit') for x in rc(p, 'eval')]):
+        fix.append(f"Validation recompiled for eval mode and no_grad ({s_(xs)}): expected, once per run.")
+    if (xs := [x for x in c.recompiles if x.kind in ('attribute','other')]):
+        fix.append(f"{len(xs)} recompile{'s' if len(xs) > 1 else ''} because a guard failed ({s_(xs)}; first: "
+                   f"{xs[0].reason.strip()[:120]}): keep what it checks constant during the fit.")
+    if c.n_graph_breaks:
+        r = max(c.graph_breaks, key=c.graph_breaks.get)
+        fix.append(f"{c.n_graph_breaks} graph break{'s' if c.n_graph_breaks > 1 else ''} split the model into more "
+                   f"graphs (first reason: {r.strip()[:120]}): `torch.compile(model, fullgraph=True)` shows where.")
+    share = 100*T/ev.fit
+    cause = f"compiling took {fmt_time(T)}"
+    if without is not None:  # the uncompiled model was faster: dropping torch.compile is the fix, predicted
+        return [Finding('compile', share, 100*(ev.fit - without)/ev.fit, ' '.join(fix), ev.fit/without, 'model',
+                        detail=detail, step=ev.steady/ev.batches,
+                        say="train it uncompiled: `learn.model = learn.model._orig_mod`", cause=cause)]
+    say = ("`drop_last=True` in the training DataLoader (the last batch recompiled)" if rc('train', 'shape', True)
+           else "`torch.compile(model, dynamic=True)`: batch shapes vary"
+           if any(x.kind == 'shape' for x in c.recompiles)
+           else "`torch.compile(model, fullgraph=True)` shows the graph breaks" if c.n_graph_breaks
+           else "compile only long runs; `diagnose(learn)` says when it pays back")
+    return [Finding('compile', share, share, ' '.join(fix), ev.fit/(ev.fit - T) if ev.fit > T else math.inf, 'bound',
+                    detail=detail, step=ev.steady/ev.batches, if_free=True, say=say, cause=cause)]
+
 # %% ../../nbs/08c_compile.ipynb #12117999
 def earlier_baseline(learn_or_result) -> Baseline|None:
     """The learner's last profile (`learn.simple_profile`, before this call replaces it; or that `ProfileResult`) as a
@@ -195,6 +261,7 @@ class CompileProbe(Probe):
     # on the registry: made for every call (it costs nothing unless something compiles); its facts `facts.compile`, a
     # `CompileStats`
     key,probe_order = 'compile',20
+    rules = (Rule('compile', compile_rule, 'compile', ('facts.compile',), order=110),)  # its diagnosis rule
     @classmethod
     def make(cls, call): return cls(call.learn)
     @classmethod

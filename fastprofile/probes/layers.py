@@ -19,9 +19,13 @@ from ..engine.tables import fmt_time, fmt_pct
 from .efficiency.facts import fmt_flops
 from .efficiency.flops import is_compiled
 from ..engine.cuda_events import take_event, give_back
+from ..engine.rules import Rule
+from ..engine.evidence import Evidence
+from ..engine.core import Facts
 
 # %% auto #0
-__all__ = ['describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'fmt_share', 'LayersProbe']
+__all__ = ['LAYER_LEAD', 'describe_module', 'layer_flops', 'LayerTime', 'LayerTimes', 'fmt_share', 'layers_lead', 'layers_amend',
+           'LayersProbe']
 
 # %% ../../nbs/16f_layers.ipynb #3ef5814e
 def _dims(t) -> str: return '×'.join(map(str, t))
@@ -223,6 +227,46 @@ def fmt_share(p:float, spread:float=math.nan) -> str:
     if spread != spread: return fmt_pct(p)
     return f"{fmt_pct(p)} ±{'<0.1' if spread < .1 else f'{spread:.1f}' if spread < 10 else f'{spread:.0f}'}"
 
+# %% ../../nbs/16f_layers.ipynb #5f1c2a10
+LAYER_LEAD = 10  # % of forward+backward from which a layer is named as the first thing to make cheaper
+
+def layers_lead(facts:Facts|None, n:int=2) -> str|None:
+    """What the compute fix says of the model's layers (`facts.layers`, a `fastprofile.probes.layers.LayerTimes`): those
+    that clearly lead (`LayerTimes.leaders`, at least `LAYER_LEAD`%), or that no single one dominates; None if not
+    timed"""
+    lay = getattr(facts, 'layers', None)
+    # a model with no submodules: nothing to name
+    if lay is None or len(lay.layers) < 2 or not lay.total > 0: return None
+    k = lay.kept or lay.batches
+    how = f"self time, the median of {k} sampled batch{'es' if k != 1 else ''} ± 2 standard errors"
+    said = lambda ls: ', '.join(f"{lay.label(l)} {fmt_share(lay.share(l.name), lay.spread(l.name))}" for l in ls)
+    lead = [l for l in lay.leaders(n) if lay.share(l.name) >= LAYER_LEAD]
+    if lead:
+        return (f"{said(lead)} of forward+backward ({how}): the layer{'s' if len(lead) > 1 else ''} to make cheaper or "
+                "replace first")
+    top = lay.top(2)
+    # no layer takes a tenth: none is the first thing to make cheaper
+    if lay.share(top[0].name) < LAYER_LEAD: return None
+    if k < 2:
+        return (f"the costliest layers of one sampled batch, too few to say whether one dominates: {said(top)} of "
+                "forward+backward (self time); the whole model is what to make cheaper")
+    return (f"no single layer dominates: {said(top)} of forward+backward ({how}) are within their spread, or the "
+            "sampled batches disagree on the first; the whole model is what to make cheaper")
+
+def layers_amend(ev:Evidence, found:list):
+    """The compute fix names the costliest layers first (`layers_lead`), the headline's cause the one that clearly leads
+    (its kind short; in full in the evidence): the layers' `Rule.amend`"""
+    lead,lay = layers_lead(ev.facts),getattr(ev.facts, 'layers', None)
+    top = ([l for l in lay.leaders(2) if lay.share(l.name) >= LAYER_LEAD]
+           if lay is not None and len(lay.layers) > 1 and lay.total > 0 else [])
+    for f in found:
+        if f.rule != 'compute': continue
+        if lead is not None: f.fix = f"{lead}. For the whole model: {f.fix}"
+        if top:
+            k = top[0].kind.split(' ', 1)[0]
+            f.cause = (f"`{top[0].name}`" + (f" ({k})" if k else '')
+                       + f" takes {fmt_pct(lay.share(top[0].name))} of forward+backward")
+
 # %% ../../nbs/16f_layers.ipynb #f9f0a2aa
 _NOBODY = -1  # a mark's owner when the time from it is no module's (a hook's own time, the loss)
 # sampled batches whose marks may wait unfolded for a read of `LayerTimes.layers`: more are folded at a training phase's
@@ -287,6 +331,8 @@ class LayersProbe(Probe):
 
     # on the registry: made for a call with `layers=True` (the default); its facts `facts.layers`, a `LayerTimes`
     key,options,probe_order = 'layers',('layers','warmup'),50
+    # its diagnosis rule: it finds nothing of its own, it names the costliest layers in the compute fix (`layers_amend`)
+    rules = (Rule('layers', lambda ev: [], 'compute', ('facts.layers',), amend=layers_amend, order=62),)
     @classmethod
     # hooks on the model only for a few sampled batches
     def make(cls, call): return cls(call.learn, warmup=call.options.warmup) if call.options.layers else None

@@ -16,6 +16,8 @@ from ...engine.plain import to_plain, from_plain
 from ...lifecycle.session import ProbeCallback, train_device, FIT_EVENTS
 from .flops import FlopCount, is_compiled, prepare_flop_counter
 from .facts import Efficiency, StageFlops, rss_bytes, maxrss_bytes, mem_available
+from ...engine.rules import Rule
+from .report import efficiency_amend
 
 # %% auto #0
 __all__ = ['EfficiencyProbe']
@@ -63,6 +65,8 @@ class EfficiencyProbe(ProbeCallback):
     # on the registry: made for a call with `efficiency=True`, or 'auto' on a GPU or with `peak_flops`; its facts
     # `facts.efficiency`
     key,options,probe_order = 'efficiency',('efficiency','peak_flops','warmup'),40
+    # its diagnosis rule: it finds nothing of its own, it makes the compute fix specific (`efficiency_amend`)
+    rules = (Rule('efficiency', lambda ev: [], 'compute', ('facts.efficiency',), amend=efficiency_amend, order=61),)
     @classmethod
     def make(cls, call):
         o = call.options

@@ -10,13 +10,15 @@ import math
 from ...engine.core import ProfileResult, guarded
 from ...engine.record import Row, result_row
 from ...engine.tables import Section, fmt_time, fmt_pct
-from ...analysis.diagnosis import diagnose, diagnosis_section, layers_lead, larger_batch, batch_text
+from ...analysis.diagnosis import diagnose  # `efficiency_fix` alone (the Efficiency section without the report's)
 from .flops import peak_flops_for
 from .facts import Efficiency, fmt_flops, fmt_mem
+from ...engine.evidence import Evidence, larger_batch, batch_text
+from ...engine.rules import Rule
 
 # %% auto #0
-__all__ = ['LOW_MFU', 'efficiency_summary', 'efficiency_advice', 'efficiency_lines', 'efficiency_fix',
-           'diagnosis_with_efficiency', 'efficiency_section', 'efficiency_scalars', 'efficiency_fit_scalars']
+__all__ = ['LOW_MFU', 'efficiency_summary', 'efficiency_advice', 'efficiency_lines', 'efficiency_fix', 'efficiency_amend',
+           'efficiency_section', 'efficiency_scalars', 'efficiency_fit_scalars']
 
 # %% ../../../nbs/16b_efficiency_report.ipynb #0a171fc1
 LOW_MFU = .3  # below this a compute-bound GPU run leaves most of the device idle (well-tuned training reaches 35-55%)
@@ -175,17 +177,16 @@ def efficiency_fix(result:ProfileResult,
     adv = efficiency_advice(result, compute_bound=True)
     return ' '.join(adv) if len(adv) > 1 else None  # a low MFU and something to try
 
-def diagnosis_with_efficiency(result:ProfileResult) -> Section|None:
-    "The report's *Diagnosis* (`diagnosis_section`), its compute fix made specific by `efficiency_fix`"
-    sec = diagnosis_section(result)
-    result._verdict = None if sec is None else sec.data.verdict  # the Efficiency section's advice follows it
-    fix = None if sec is None else efficiency_fix(result, sec.data)
-    result._efficiency_fix_given = fix is not None  # the Efficiency section reads it: the run is not diagnosed twice
-    if fix is None: return sec
-    d,lead = sec.data,layers_lead(result.facts)
-    d.first.fix = d.knob = fix if lead is None else f"{lead}. For the whole model: {fix}"
-    sec.lines,sec.more = d.lines(),d.evidence()  # the fix in full in the evidence; the verdict's line stays short
-    return sec
+def efficiency_amend(ev:Evidence, found:list):
+    """The compute fix made specific by what was measured (`efficiency_advice`) when the verdict is model compute and
+    MFU is low: the efficiency rule's `Rule.amend`; the Efficiency section then leaves its advice out"""
+    res = ev.result
+    if res is None or _efficiency(res) is None: return
+    f = found[0]
+    res._verdict = f.resource  # the Efficiency section's advice follows it: one verdict
+    adv = efficiency_advice(res, compute_bound=True) if f.resource == 'compute' and f.offered else []
+    res._efficiency_fix_given = len(adv) > 1  # the Efficiency section reads it: the run is not diagnosed twice
+    if len(adv) > 1: f.fix = ' '.join(adv)  # a low MFU and something to try
 
 # %% ../../../nbs/16b_efficiency_report.ipynb #9fe891ca
 def efficiency_section(result:ProfileResult,
@@ -222,3 +223,7 @@ def efficiency_fit_scalars(result:ProfileResult) -> dict:
          'flops_per_sample/predict': s['predict_flops_per_sample'], 'flops_per_second/fit': s['train_flops_per_second'],
          'flops_per_second/fit_train_phase': s['train_phase_flops_per_second'], 'mfu/fit': s['mfu']}
     return {k:float(v) for k,v in d.items() if v is not None}
+
+# %% ../../../nbs/16b_efficiency_report.ipynb #5a7e0b03
+from ...moved import old_name
+def __getattr__(name): return old_name(__name__, name)  # its 0.2.0 name (`fastprofile.moved.RENAMED`), deprecated

@@ -19,11 +19,14 @@ from ...engine.checks import check_choice, check_number
 from ...engine.core import Probe, guarded, strict_mode, register, TELEMETRY_EVERY, EVERY_RANGE
 from ...engine.record import Slot, Row
 from ...engine.plain import to_plain, from_plain
+from ...engine.tables import fmt_pct
+from ...engine.rules import Rule
+from ...engine.evidence import Evidence, LOW_GPU_UTIL, HOST_BOUND
 
 # %% auto #0
-__all__ = ['RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS', 'GPU_FIELDS', 'ROWS', 'Where', 'where',
-           'GpuReading', 'Throttling', 'Telemetry', 'NvmlReader', 'reads_gpu', 'open_gpu', 'TelemetrySampler',
-           'TelemetryProbe']
+__all__ = ['RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS', 'GPU_FIELDS', 'ROWS', 'THROTTLE_FINDING',
+           'Where', 'where', 'GpuReading', 'Throttling', 'Telemetry', 'NvmlReader', 'reads_gpu', 'open_gpu',
+           'TelemetrySampler', 'throttle_rule', 'gpu_agreement', 'gpu_note', 'TelemetryProbe']
 
 # %% ../../../nbs/16c_telemetry.ipynb #ffb76079
 RECENT_SAMPLES = 4096  # samples kept (the most recent) in `Telemetry.recent`
@@ -317,6 +320,49 @@ class TelemetrySampler:
             for b in (1 << i for i in range(bits.bit_length())):
                 if bits & b: tel.reasons[b] = tel.reasons.get(b, 0) + 1
 
+# %% ../../../nbs/16c_telemetry.ipynb #5f1c2a14
+THROTTLE_FINDING = .05  # share of the busy GPU samples below the maximum SM clock from which throttling is a finding
+
+def throttle_rule(ev:Evidence) -> list:
+    """A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from
+    `learn.profile(telemetry=...)`): its compute took longer"""
+    tel = getattr(ev.facts, 'telemetry', None)
+    th = None if tel is None else tel.throttling()
+    if th is None or not th.busy or not th.share >= THROTTLE_FINDING or not th.max_clock > 0: return []
+    slow = th.share*(1 - th.clock/th.max_clock)  # the share of the compute's time the lower clock added
+    why = ', '.join(f"{k} ({fmt_pct(100*v)})" for k,v in th.reasons.items()) or 'NVML gave no reason'
+    detail = (f"the GPU ran below its maximum SM clock ({th.max_clock:,.0f} MHz) in {fmt_pct(100*th.share)} of its "
+              f"busy samples, at {th.clock:,.0f} MHz on average: {why}")
+    return [ev.finding('throttling',
+                       f"{detail}: check its cooling and power limit (`nvidia-smi -q -d PERFORMANCE,POWER`); other "
+                       "work on the GPU shares them.", lambda ph: ph.step_with(main=ph.main - ph.compute*slow),
+                       kind='bound', detail=detail,
+                       say="check the GPU's cooling and power limit: `nvidia-smi -q -d PERFORMANCE,POWER`",
+                       cause=f"the GPU ran at {th.clock:,.0f} of {th.max_clock:,.0f} MHz",
+                       share=ev.shares.get('compute', 0.)*th.share)]
+
+def gpu_agreement(resource:str, tel) -> str|None:
+    """What the GPU's utilization in the training batches (NVML: a `Telemetry`) says about
+    the verdict `resource`; None without readings"""
+    b,t = (None,None) if tel is None else (tel.gpu('train','batch'),tel.gpu('train'))
+    if t is None or math.isnan(t.util): return None
+    u = b.util if b is not None and not math.isnan(b.util) else t.util
+    busy = (f"the GPU was busy {fmt_pct(u)} of the time in training batches ({fmt_pct(t.util)} over the train phase; "
+            f"NVML, {t.n:,} samples)")
+    if resource == 'host': return None  # its verdict says it
+    if resource in HOST_BOUND:
+        return (f"The GPU agrees: {busy}: it waits for the host." if u < LOW_GPU_UTIL else
+                f"But {busy}: the host's work overlaps the GPU's, so the fix may gain less.")
+    if resource == 'compute':
+        return (f"But {busy}: the step looks launch-bound (the host queues kernels no faster than the GPU runs them): "
+                "a larger batch, `torch.compile` or CUDA graphs give the GPU longer kernels." if u < LOW_GPU_UTIL
+                else f"The GPU agrees: {busy}.")
+    return f"GPU: {busy}."
+
+def gpu_note(ev:Evidence, first) -> str|None:
+    "What the GPU's utilization (NVML) says of the verdict `first` (`gpu_agreement`): the throttling rule's `Rule.note`"
+    return gpu_agreement(first.resource, getattr(ev.facts, 'telemetry', None))
+
 # %% ../../../nbs/16c_telemetry.ipynb #bbe1b104
 def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data=to_plain(a.tolist()))
 def _array_from(d): return None if d is None else np.asarray(from_plain(d['data']), dtype=d['dtype'])
@@ -349,6 +395,9 @@ class TelemetryProbe(Probe):
     # on the registry: made for every call but one with `telemetry=False` (the CPU per phase always; the sampler on a
     # GPU, or with True); its facts `facts.telemetry`
     key,options,probe_order = 'telemetry',('telemetry','telemetry_every'),60
+    # its diagnosis rule: a throttled GPU is a finding; what its utilization says of the verdict, a note
+    rules = (Rule('throttling', throttle_rule, 'throttling', ('facts.telemetry',), overlaps=('compute',), note=gpu_note,
+                  order=70),)
     @classmethod
     def make(cls, call):
         return None if call.options.telemetry is False else cls(call.options.telemetry, call.options.telemetry_every)

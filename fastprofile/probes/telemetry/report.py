@@ -1,4 +1,4 @@
-"""The report's *Telemetry* section, `telemetry_summary`, the ranks' spread under DDP, and the loggers' scalars (what the GPU's readings say about the verdict is in `fastprofile.analysis.diagnosis`: `gpu_agreement`, `throttle_rule`).
+"""The report's *Telemetry* section, `telemetry_summary`, the ranks' spread under DDP, and the loggers' scalars (what the GPU's readings say about the verdict is the probe's rule, in `fastprofile.probes.telemetry.probe`: `throttle_rule`, `gpu_agreement`).
 
 Docs: https://fastprofile.github.io/fastprofile/telemetry_report.html.md"""
 
@@ -12,7 +12,7 @@ from ...engine.core import ProfileResult
 from ...engine.record import Row
 from ...engine.tables import Section, fmt_time, fmt_pct
 from .probe import Telemetry, Where, ROWS, GPU_FIELDS, THROTTLED_CLOCK
-from ...analysis.diagnosis import THROTTLE_FINDING
+from .probe import THROTTLE_FINDING
 
 # %% auto #0
 __all__ = ['fmt_watts', 'fmt_joules', 'fmt_cores', 'own_record', 'data_samples', 'gpu_lines', 'energy_line', 'throttle_line',
