@@ -520,12 +520,18 @@ def test_the_report_diagnoses_the_run_once(compute, monkeypatch):
     from fastprofile.learner import SECTIONS
     made = lambda: _gpu_result({'fp32': 3e9*64}, {'conv': 2.5e9*64, 'matmul': .5e9*64} if compute else {'matmul': 3e9*64})
     want = ProfileResult(made().record, made().facts, sections=SECTIONS)
-    want_e = feff.efficiency_section(want)  # alone: diagnoses for itself
+    fdiag.diagnose(want)  # what the report's Diagnosis section does before the Efficiency section
+    want_e = feff.efficiency_section(want)
     calls,real = [],fdiag.diagnose
     def counted(*a, **k): calls.append(1); return real(*a, **k)
-    monkeypatch.setattr(fdiag, 'diagnose', counted); monkeypatch.setattr(feff, 'diagnose', counted)
+    monkeypatch.setattr(fdiag, 'diagnose', counted)
     res = ProfileResult(made().record, made().facts, sections=SECTIONS)
     e = res.report.section('Efficiency')
     assert len(calls) == 1
     assert e.lines == want_e.lines
+    # built alone, where no diagnosis of the run said it, the section gives the advice itself (and diagnoses nothing)
+    r = ProfileResult(made().record, made().facts, sections=[])
+    alone = feff.efficiency_section(r)
+    assert len(calls) == 1 and alone.lines == feff.efficiency_lines(r, advice=True), alone.lines
+    if compute: assert any(l.startswith('Try ') for l in alone.lines) and not any(l.startswith('Try ') for l in e.lines)
 

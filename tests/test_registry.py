@@ -145,8 +145,7 @@ def test_a_notebook_defining_a_registered_class_leaves_the_modules():
     Other = type('NotLayers', (Probe,), {'__module__': '__main__', 'key': 'layers'})
     with pytest.raises(ValueError, match="taken by fastprofile.probes.layers.LayersProbe"): register(Other)
 
-# sections.py's one allowance: the diagnosis entry, which the diagnosis' own rework (issue 45, rules into the measurements) removes
-STILL_NAMED = {'analysis/sections.py': {'diagnosis_with_efficiency'}}
+STILL_NAMED = {}  # what a module may still import from a measurement: nothing
 
 def probe_imports(path:Path, root:Path) -> set:
     """The names a module of `root` imports from `fastprofile.probes` (its folder or any module in it), but for the
@@ -171,3 +170,40 @@ def test_the_report_and_the_sinks_name_no_measurement():
     got = {str(f.relative_to(root)): probe_imports(f, root) for f in files}
     assert {k:v - STILL_NAMED.get(k, set()) for k,v in got.items() if v - STILL_NAMED.get(k, set())} == {}
     assert probe_imports(root/'learner.py', root)  # the check sees an import of the probes where there is one
+
+# the breakdown is the callback costs measured on every batch (`breakdown=True`): it times with the sampler's stand-ins
+SHARED = {'breakdown': {'callback_costs'}}
+
+def fastprofile_imports(path:Path, root:Path) -> set:
+    "The fastprofile modules a module of `root` imports (`engine.core`, `probes.efficiency.flops`, ...)"
+    import ast
+    pkg = [*path.relative_to(root).parent.parts]
+    out = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.ImportFrom) and n.level:
+            base = pkg[:len(pkg)-n.level+1]
+            out.add('.'.join(base + ([n.module] if n.module else [])))
+        elif isinstance(n, ast.ImportFrom) and (n.module or '').startswith('fastprofile.'):
+            out.add(n.module[len('fastprofile.'):])
+    return out
+
+def test_a_measurement_imports_only_the_core_and_itself():
+    """Each measurement (a module or a folder of `probes/`) imports from fastprofile only the core (engine, lifecycle,
+    data, the old names in `moved`) and its own folder: following one measurement end to end opens one folder"""
+    root = Path(__file__).parent.parent/'fastprofile'
+    core = ('engine', 'lifecycle', 'data', 'moved')
+    bad = {}
+    for f in sorted((root/'probes').rglob('*.py')):
+        rel = f.relative_to(root/'probes')
+        if rel.name in ('__init__.py', 'builtin.py') and len(rel.parts) == 1: continue  # the floor's face, the registry
+        own = rel.parts[0].removesuffix('.py')
+        mine = {own, *SHARED.get(own, ())}
+        got = {m for m in fastprofile_imports(f, root)
+               if not (m.split('.')[0] in core or (m.split('.')[0] == 'probes' and m.split('.')[1:2][0] in mine)
+                       or (len(rel.parts) > 1 and m.split('.')[:2] == ['probes', own]))}
+        if got: bad[str(rel)] = got
+    assert bad == {}, bad
+    # the check reads a module's imports, relative and absolute (a mutation adding `from .efficiency.facts import ...` to
+    # layers.py, or `from ...analysis.diagnosis import diagnose` to efficiency/report.py, fails it)
+    assert fastprofile_imports(root/'probes'/'layers.py', root) >= {'engine.core', 'engine.tables'}
+    assert fastprofile_imports(root/'probes'/'efficiency'/'report.py', root) >= {'probes.efficiency.flops'}

@@ -21,10 +21,11 @@ from .rules import register_rule
 
 # %% auto #0
 __all__ = ['TELEMETRY_EVERY', 'EVERY_RANGE', 'GATHER_TIMEOUT', 'EXTRA_KEYS', 'PROBES', 'OLD_EVENTS', 'SAMPLE_SHARE',
-           'TRAIN_ACTIONS', 'strict_mode', 'guarded', 'ProfileOptions', 'option_params', 'takes_options', 'LoadTime',
-           'Staging', 'Facts', 'takes_session', 'Probe', 'Call', 'register', 'probe_sections', 'probe_scalars',
-           'LiveScalars', 'first_samples', 'Sink', 'rolling_samples_per_second', 'train_samples_per_second',
-           'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second', 'ProfileResult', 'Profile']
+           'TRAIN_ACTIONS', 'strict_mode', 'guarded', 'is_compiled', 'ProfileOptions', 'option_params', 'takes_options',
+           'LoadTime', 'Staging', 'Facts', 'takes_session', 'Probe', 'Call', 'register', 'probe_sections',
+           'probe_scalars', 'LiveScalars', 'first_samples', 'Sink', 'rolling_samples_per_second',
+           'train_samples_per_second', 'fit_samples_per_second', 'fit_tokens_per_second', 'row_flops_per_second',
+           'ProfileResult', 'Profile']
 
 # %% ../../nbs/06_core.ipynb #5f607184
 def strict_mode() -> bool:
@@ -40,6 +41,13 @@ def guarded(what:str, f:Callable, *args, expected=(), **kwargs):
         warnings.warn(f"fastprofile: {what} failed and was skipped ({type(e).__name__}: {e}); training is unaffected",
                       stacklevel=2)
         return None
+
+# %% ../../nbs/06_core.ipynb #e29f0981
+def is_compiled(model) -> bool:
+    "True if `model` or one of its modules is compiled (`torch.compile(module)` or `module.compile()`)"
+    return any(type(m).__name__ == 'OptimizedModule' or getattr(m, '_compiled_call_impl', None) is not None
+               for m in model.modules())
+
 
 # %% ../../nbs/06_core.ipynb #8293a4b7
 # seconds between the telemetry sampler's samples, by default: 4 Hz (NVML's utilization is itself an average over 1/6 s

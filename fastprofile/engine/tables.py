@@ -24,8 +24,8 @@ from .record import KEY_COLUMNS, RESULT_COLUMNS
 
 # %% auto #0
 __all__ = ['TIME_COLS', 'COLUMNS', 'OPTIONAL_COLUMNS', 'LABELS', 'FORMATS', 'HOT_SHARE', 'fmt_time', 'fmt_si', 'fmt_rate',
-           'fmt_pct', 'fmt_count', 'fmt_num', 'col_label', 'col_format', 'Section', 'ProfileReport', 'atomic_write',
-           'atomic_write_text', 'atomic_write_csv']
+           'fmt_pct', 'fmt_count', 'fmt_num', 'fmt_flops', 'fmt_mem', 'col_label', 'col_format', 'Section',
+           'ProfileReport', 'atomic_write', 'atomic_write_text', 'atomic_write_csv']
 
 # %% ../../nbs/05_report.ipynb #dc8e54cc
 def _missing(x) -> bool: return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
@@ -72,6 +72,21 @@ def fmt_num(x:float) -> str:
     "Format a number of no known kind: 3 significant digits, thousands separators, an SI prefix from a million up"
     if _missing(x): return '-'
     return fmt_si(x) or (f'{x:,.0f}' if abs(x) >= 100 or float(x).is_integer() else f'{x:.3g}')
+
+# %% ../../nbs/05_report.ipynb #5530c862
+def fmt_flops(x, unit:str='FLOP/s') -> str:
+    "Format a FLOP count or rate with an SI prefix: `812 FLOP/s`, `12.3 GFLOP/s`, `1.05 TFLOP/s`"
+    if x is None or (isinstance(x, float) and math.isnan(x)): return '-'
+    for p,s in ((1e18,'E'),(1e15,'P'),(1e12,'T'),(1e9,'G'),(1e6,'M'),(1e3,'k')):
+        if abs(x) >= p*.9995: return f'{x/p:.3g} {s}{unit}'
+    return f'{x:.3g} {unit}'
+
+def fmt_mem(n) -> str:
+    "Format a number of bytes in binary units: `812 B`, `12.3 MiB`, `1.21 GiB`"
+    if n is None: return '-'
+    for p,s in ((2**40,'TiB'),(2**30,'GiB'),(2**20,'MiB'),(2**10,'KiB')):
+        if abs(n) >= p*.9995: return f'{n/p:.3g} {s}'
+    return f'{n:.0f} B'
 
 # %% ../../nbs/05_report.ipynb #0a731c1a
 TIME_COLS = ['Mean Duration','Duration Std Dev','Total Time','P50','P90','P99','Min','Max','GPU Mean Duration',

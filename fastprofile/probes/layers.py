@@ -13,11 +13,9 @@ import numpy as np, pandas as pd, torch
 from torch import nn
 from ..engine.checks import check_int
 from dataclasses import asdict
-from ..engine.core import Probe, strict_mode, SAMPLE_SHARE, register
+from ..engine.core import Probe, strict_mode, SAMPLE_SHARE, register, is_compiled
 from ..engine.plain import to_plain, from_plain
-from ..engine.tables import fmt_time, fmt_pct
-from .efficiency.facts import fmt_flops
-from .efficiency.flops import is_compiled
+from ..engine.tables import fmt_time, fmt_pct, fmt_flops
 from ..engine.cuda_events import take_event, give_back
 from ..engine.rules import Rule
 from ..engine.evidence import Evidence

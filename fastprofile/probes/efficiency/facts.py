@@ -11,24 +11,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from .flops import mixed_peak
 from ...engine.record import Row
+from ...engine.tables import fmt_flops, fmt_mem  # defined here in 0.2.0: still importable from here
 
 # %% auto #0
-__all__ = ['fmt_flops', 'fmt_mem', 'StageFlops', 'Efficiency', 'rss_bytes', 'maxrss_bytes', 'mem_available']
-
-# %% ../../../nbs/16_efficiency.ipynb #b153e332
-def fmt_flops(x, unit:str='FLOP/s') -> str:
-    "Format a FLOP count or rate with an SI prefix: `812 FLOP/s`, `12.3 GFLOP/s`, `1.05 TFLOP/s`"
-    if x is None or (isinstance(x, float) and math.isnan(x)): return '-'
-    for p,s in ((1e18,'E'),(1e15,'P'),(1e12,'T'),(1e9,'G'),(1e6,'M'),(1e3,'k')):
-        if abs(x) >= p*.9995: return f'{x/p:.3g} {s}{unit}'
-    return f'{x:.3g} {unit}'
-
-def fmt_mem(n) -> str:
-    "Format a number of bytes in binary units: `812 B`, `12.3 MiB`, `1.21 GiB`"
-    if n is None: return '-'
-    for p,s in ((2**40,'TiB'),(2**30,'GiB'),(2**20,'MiB'),(2**10,'KiB')):
-        if abs(n) >= p*.9995: return f'{n/p:.3g} {s}'
-    return f'{n:.0f} B'
+__all__ = ['StageFlops', 'Efficiency', 'rss_bytes', 'maxrss_bytes', 'mem_available']
 
 # %% ../../../nbs/16_efficiency.ipynb #20e2e617
 @dataclass

@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib, re, time
 from collections import defaultdict
 import torch
+from ...engine.core import is_compiled  # defined here in 0.2.0: still importable from here
 
 # %% auto #0
-__all__ = ['PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for', 'compute_dtype', 'mixed_peak', 'FlopCount', 'is_compiled',
+__all__ = ['PEAK_FLOPS', 'GPU_NAMES', 'gpu_key', 'peak_flops_for', 'compute_dtype', 'mixed_peak', 'FlopCount',
            'prepare_flop_counter']
 
 # %% ../../../nbs/15a_flops.ipynb #004e3568
@@ -189,11 +190,6 @@ class FlopCount:
         return dict(d)
 
 # %% ../../../nbs/15a_flops.ipynb #578a7b7b
-def is_compiled(model) -> bool:
-    "True if `model` or one of its modules is compiled (`torch.compile(module)` or `module.compile()`)"
-    return any(type(m).__name__ == 'OptimizedModule' or getattr(m, '_compiled_call_impl', None) is not None
-               for m in model.modules())
-
 _SETUP = []  # seconds the first `FlopCount` of this process took, once it ran
 
 def prepare_flop_counter() -> float:

@@ -11,10 +11,10 @@ from functools import cache
 from fastai.basics import *
 from ...engine.checks import check_int, check_bool, check_number
 from dataclasses import asdict
-from ...engine.core import Facts, guarded, strict_mode, register
+from ...engine.core import Facts, guarded, strict_mode, register, is_compiled
 from ...engine.plain import to_plain, from_plain
 from ...lifecycle.session import ProbeCallback, train_device, FIT_EVENTS
-from .flops import FlopCount, is_compiled, prepare_flop_counter
+from .flops import FlopCount, prepare_flop_counter
 from .facts import Efficiency, StageFlops, rss_bytes, maxrss_bytes, mem_available
 from ...engine.rules import Rule
 from .report import efficiency_amend

@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 from ...engine.core import ProfileResult, guarded
 from ...engine.record import Row, result_row
-from ...engine.tables import Section, fmt_time, fmt_pct
-from ...analysis.diagnosis import diagnose  # `efficiency_fix` alone (the Efficiency section without the report's)
+from ...engine.tables import Section, fmt_time, fmt_pct, fmt_flops, fmt_mem
 from .flops import peak_flops_for
-from .facts import Efficiency, fmt_flops, fmt_mem
+from .facts import Efficiency
 from ...engine.evidence import Evidence, larger_batch, batch_text
 from ...engine.rules import Rule
 
@@ -168,11 +167,11 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
 
 # %% ../../../nbs/16b_efficiency_report.ipynb #0e321031
 def efficiency_fix(result:ProfileResult,
-    diagnosis=None, # The run's `Diagnosis`, if already made (default: `diagnose(result)`)
+    diagnosis, # The run's `Diagnosis` (`fastprofile.analysis.diagnosis.diagnose(result)`)
 ) -> str|None:
     "The measured compute fix for the diagnosis when it says model compute and MFU is low; None otherwise"
     if _efficiency(result) is None or not result.record.stats[Row('train','batch')].n: return None
-    d = diagnosis if diagnosis is not None else guarded('diagnosing the run', diagnose, result)
+    d = diagnosis
     if d is None or d.verdict != 'compute' or not d.knob: return None
     adv = efficiency_advice(result, compute_bound=True)
     return ' '.join(adv) if len(adv) > 1 else None  # a low MFU and something to try
@@ -190,14 +189,14 @@ def efficiency_amend(ev:Evidence, found:list):
 
 # %% ../../../nbs/16b_efficiency_report.ipynb #9fe891ca
 def efficiency_section(result:ProfileResult,
-    advice:bool|None=None, # Add `efficiency_advice`; None: unless the diagnosis gives it (`efficiency_fix`)
+    advice:bool|None=None, # Add `efficiency_advice`; None: unless the report's diagnosis gave it (`efficiency_amend`)
 ) -> Section|None:
     """The report's 'Efficiency' section (None when the call did not measure efficiency); its data is
     `efficiency_summary`"""
     if _efficiency(result) is None: return None
-    if advice is None:
-        given = result.__dict__.get('_efficiency_fix_given')  # set by the Diagnosis section, built first in the report
-        advice = (efficiency_fix(result) is None) if given is None else not given
+    # `_efficiency_fix_given`: set by the diagnosis (`efficiency_amend`), built first in the report; built alone, with no
+    # diagnosis of the run, the section says its advice itself
+    if advice is None: advice = not result.__dict__.get('_efficiency_fix_given', False)
     return Section('Efficiency', efficiency_lines(result, advice=advice), efficiency_summary(result))
 
 # %% ../../../nbs/16b_efficiency_report.ipynb #61ce0e33
