@@ -8,6 +8,7 @@ from fastai.test_utils import synth_learner, synth_dbunch
 from fastai.callback.tensorboard import TensorBoardCallback
 from fastprofile.all import *
 from fastprofile.engine.core import PROBES
+from fastprofile.engine.rules import RULES
 
 GUIDE = Path(__file__).parent.parent/'nbs'/'guide_probe.ipynb'
 
@@ -16,14 +17,15 @@ def example(tmp_path_factory):
     "The guide's example probe, written to a file of its own and imported: `BatchBytes`"
     cells = [''.join(c['source']) for c in json.loads(GUIDE.read_text(encoding='utf-8'))['cells'] if c['cell_type'] == 'code']
     code = next(c for c in cells if '@register' in c)
-    assert 10 <= len(code.strip().splitlines()) <= 20  # the guide promises a probe in about 20 lines
+    probe = code[code.index('@register'):]
+    assert 10 <= len(probe.strip().splitlines()) <= 22  # the guide promises a probe in about 20 lines, its rule before it
     path = tmp_path_factory.mktemp('probe')/'batch_bytes.py'
     path.write_text(code)
     spec = importlib.util.spec_from_file_location('batch_bytes', path)
     mod = importlib.util.module_from_spec(spec); sys.modules['batch_bytes'] = mod  # as `import batch_bytes` would
     spec.loader.exec_module(mod)
     yield mod
-    sys.modules.pop('batch_bytes', None); PROBES.pop('phase_bytes', None)
+    sys.modules.pop('batch_bytes', None); PROBES.pop('phase_bytes', None); RULES.pop('batch_bytes', None)
 
 def _learner(**kw):
     return synth_learner(data=synth_dbunch(bs=4, n_train=5, n_valid=3), **kw)  # 5 x 4 training items of (1 float x, 1 float y); 3 x 4 valid
@@ -42,6 +44,25 @@ def test_the_example_is_registered_and_counts_each_phase(example):
     learn.profile(show_report=False, logger_callback=None).fit(1)  # not passed: its `make` puts it in every profiled call
     assert learn.simple_profile.facts.extra['phase_bytes'] == {'train': 5*2*4*4, 'valid': 3*2*4*4}
     assert not [cb for cb in learn.cbs if isinstance(cb, example.BatchBytes)]  # it joined learn.cbs for the call only
+
+def test_its_rule_comes_with_it(example, tmp_path):
+    "Its rule is registered with the probe (`rules`, by `@register`) and read by every diagnosis, of a saved profile too"
+    assert RULES['batch_bytes'] is example.BatchBytes.rules[0]
+    learn = _learner()
+    learn.profile(probes=[example.BatchBytes()], show_report=False, logger_callback=None).fit(1)
+    f = next(f for f in diagnose(learn).findings if f.rule == 'batch_bytes')
+    assert f.kind == 'bound' and f.label == 'bytes per batch' and f.speedup > 1 and 'MB a batch' in f.cause
+    learn.simple_profile.save(tmp_path/'p.json')
+    assert any(f.rule == 'batch_bytes' for f in diagnose(load_profile(tmp_path/'p.json')).findings)
+
+README = Path(__file__).parent.parent/'README.md'
+
+def test_the_readme_shows_the_guide_s_probe():
+    "The README's probe is the guide's, character for character: the one this file runs"
+    import re
+    got = re.search(r'<!-- probe-example -->\n```python\n(.*?)```\n<!-- /probe-example -->', README.read_text(), re.S)
+    cells = [''.join(c['source']) for c in json.loads(GUIDE.read_text(encoding='utf-8'))['cells'] if c['cell_type'] == 'code']
+    assert got is not None and got.group(1).strip() == next(c for c in cells if '@register' in c).strip()
 
 def test_saved_and_loaded_it_keeps_its_facts_and_section(example, tmp_path):
     learn = _learner()
