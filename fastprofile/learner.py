@@ -20,7 +20,7 @@ from .probes.builtin import BUILTIN_PROBES  # noqa: F401
 from .data.prefetch import CudaPrefetchCallback
 from .data.pipeline import PinnedCopy, _tensors
 from .probes.efficiency.report import efficiency_summary
-from .probes.telemetry.probe import TELEMETRY_EVERY, reads_gpu
+from .probes.telemetry.facts import TELEMETRY_EVERY, reads_gpu
 from .probes.memory_snapshot import check_memory_snapshot, snapshot_path
 from .probes.telemetry.report import telemetry_summary
 from .analysis.distributed import rank_gather, GATHER_TIMEOUT, MergedRecord, rank_spread, rank_csv_path, distributed_world

@@ -16,7 +16,7 @@ from fastprofile.fixes.advice import check_advice
 from fastprofile.probes.efficiency.facts import Efficiency
 from fastprofile.probes.efficiency.report import efficiency_advice
 from fastprofile.probes.layers import LayerTimes, LayerTime
-from fastprofile.probes.telemetry.probe import Telemetry, Where, GPU_FIELDS
+from fastprofile.probes.telemetry.facts import Telemetry, Where, GPU_FIELDS
 from fastprofile.testing import FakeClock, FakeStream, FakeEvent, drive_gpu_batches
 from fastprofile.engine.gpu_timing import GpuProfileRecord
 import fastprofile.learner as flearner

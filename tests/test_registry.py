@@ -207,3 +207,57 @@ def test_a_measurement_imports_only_the_core_and_itself():
     # layers.py, or `from ...analysis.diagnosis import diagnose` to efficiency/report.py, fails it)
     assert fastprofile_imports(root/'probes'/'layers.py', root) >= {'engine.core', 'engine.tables'}
     assert fastprofile_imports(root/'probes'/'efficiency'/'report.py', root) >= {'probes.efficiency.flops'}
+
+def module_imports(root:Path) -> dict:
+    """Each module of package `root` -> the modules of `root` it imports (`fastprofile.probes.telemetry.report`, ...):
+    `import`s and `from` imports, relative and absolute, at any depth (a function's lazy import counts); `from pkg
+    import mod` names the submodule `mod`, an import of a package names its `__init__`"""
+    import ast
+    def name(f): return '.'.join(f.relative_to(root.parent).with_suffix('').parts).removesuffix('.__init__')
+    mods = {name(f): f for f in root.rglob('*.py')}
+    out = {}
+    for m,f in mods.items():
+        pkg = m.split('.') if f.name == '__init__.py' else m.split('.')[:-1]
+        got = set()
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Import): got |= {a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom):
+                base = '.'.join(pkg[:len(pkg)-n.level+1] + [n.module or ''] if n.level else [n.module]).rstrip('.')
+                subs = {f"{base}.{a.name}" for a in n.names} & mods.keys()
+                got |= subs or {base}
+        out[m] = {g for g in got if g in mods and g != m}
+    return out
+
+def import_circles(graph:dict) -> list:
+    "The circles of `graph` (module -> the modules it imports): each set of two or more modules that import each other"
+    def reach(m):
+        seen,todo = set(),[m]
+        while todo:
+            for n in graph.get(todo.pop(), ()):
+                if n not in seen: seen.add(n); todo.append(n)
+        return seen
+    r = {m: reach(m) for m in graph}
+    return sorted({tuple(sorted({m} | {n for n in r[m] if m in r[n]})) for m in graph if m in r[m]})
+
+def test_no_module_is_in_an_import_circle(tmp_path):
+    """No module of fastprofile imports one that imports it back, directly or through others, at the top or inside a
+    function: the house reads from the engine up, and a measurement's facts, report and probe in that order"""
+    root = Path(__file__).parent.parent/'fastprofile'
+    graph = module_imports(root)
+    assert import_circles(graph) == []
+    # the scan sees the imports a circle is made of (the telemetry probe reaching its report, which imports what the
+    # probe measured); a package written here with a circle through a function's relative import is found
+    tel = 'fastprofile.probes.telemetry.'
+    assert graph[tel + 'probe'] >= {tel + 'facts', tel + 'report'}
+    assert graph[tel + 'report'] >= {tel + 'facts', 'fastprofile.engine.core'}
+    pkg = tmp_path/'pkg'; (pkg/'sub').mkdir(parents=True)
+    (pkg/'__init__.py').write_text('')
+    (pkg/'sub'/'__init__.py').write_text('from .a import *\n')
+    (pkg/'sub'/'a.py').write_text('import math\nfrom pkg.sub.b import f\n')
+    (pkg/'sub'/'b.py').write_text('def f():\n    from . import c\n')
+    (pkg/'sub'/'c.py').write_text('def g():\n    from .. import sub\n    from ..sub import a\n')
+    g = module_imports(pkg)
+    test_eq(g['pkg.sub.c'], {'pkg.sub', 'pkg.sub.a'})
+    test_eq(import_circles(g), [('pkg.sub', 'pkg.sub.a', 'pkg.sub.b', 'pkg.sub.c')])
+    (pkg/'sub'/'c.py').write_text('')
+    test_eq(import_circles(module_imports(pkg)), [])

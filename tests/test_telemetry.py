@@ -13,7 +13,8 @@ from fastai.basics import *
 from fastai.test_utils import synth_learner
 import fastprofile.learner as fl
 from fastprofile.lifecycle.session import Session
-from fastprofile.probes.telemetry.probe import TelemetryProbe, Telemetry, TelemetrySampler, Where, ROWS, open_gpu, where
+from fastprofile.probes.telemetry.facts import Telemetry, Where, ROWS
+from fastprofile.probes.telemetry.probe import TelemetryProbe, TelemetrySampler, open_gpu, where
 from fastprofile.probes.telemetry.report import telemetry_summary, TelemetryWindow, telemetry_rank_lines
 from fastprofile.probes.memory_snapshot import MemorySnapshotProbe, snapshot_path
 from fastprofile.engine.core import probe_scalars, LiveScalars

@@ -7,49 +7,29 @@ Docs: https://fastprofile.github.io/fastprofile/telemetry.html.md"""
 # %% ../../../nbs/16c_telemetry.ipynb #8b709c29
 from __future__ import annotations
 import math, threading, time
-from functools import cache
 from collections import deque
-from dataclasses import dataclass, field, fields
-from enum import IntEnum
-from typing import NamedTuple
-import numpy as np, pandas as pd
+from dataclasses import fields
+import numpy as np
 import torch
 from ...engine.checks import check_choice, check_number
 # `profile()`'s defaults: its options live in `ProfileOptions`
 from ...engine.core import Probe, guarded, strict_mode, register, TELEMETRY_EVERY, EVERY_RANGE
-from ...engine.record import Slot, Row
+from ...engine.record import Slot
 from ...engine.plain import to_plain, from_plain
 from ...engine.tables import fmt_pct
 from ...engine.rules import Rule
 from ...engine.evidence import Evidence, LOW_GPU_UTIL, HOST_BOUND
+# what a call measured
+from .facts import RECENT_SAMPLES, BUSY_UTIL, THROTTLED_CLOCK, THROTTLE_FINDING, Telemetry
+from .facts import Where, reads_gpu
+# 0.1.0's `fastprofile.telemetry` held these too (`moved.MOVED` maps it here): code and pickles naming them there load
+from .facts import THROTTLE_REASONS, GPU_FIELDS, ROWS, GpuReading, Throttling  # noqa: F401
+# its section, summary and logged numbers
+from .report import telemetry_section, telemetry_fit_scalars, telemetry_rank_lines
+from .report import TelemetryWindow
 
 # %% auto #0
-__all__ = ['RECENT_SAMPLES', 'BUSY_UTIL', 'THROTTLED_CLOCK', 'THROTTLE_REASONS', 'GPU_FIELDS', 'ROWS', 'THROTTLE_FINDING',
-           'Where', 'where', 'GpuReading', 'Throttling', 'Telemetry', 'NvmlReader', 'reads_gpu', 'open_gpu',
-           'TelemetrySampler', 'throttle_rule', 'gpu_agreement', 'gpu_note', 'TelemetryProbe']
-
-# %% ../../../nbs/16c_telemetry.ipynb #ffb76079
-RECENT_SAMPLES = 4096  # samples kept (the most recent) in `Telemetry.recent`
-BUSY_UTIL = 50  # % GPU utilization from which a sample counts as busy: throttling is judged on busy samples
-THROTTLED_CLOCK = .95  # a busy sample is throttled when its SM clock is below this share of the maximum
-THROTTLE_REASONS = {0x1:'GPU idle', 0x2:'application clocks setting', 0x4:'SW power cap', 0x8:'HW slowdown',
-                    0x10:'sync boost',
-                    # NVML's clock event reasons (the bits of nvml.h)
-                    0x20:'SW thermal slowdown', 0x40:'HW thermal slowdown', 0x80:'HW power brake',
-                    0x100:'display clock setting'}
-# a GPU reading: utilization and memory utilization (%), power (W), SM clock (MHz), temperature (°C)
-GPU_FIELDS = ('util','mem_util','power','clock','temp')
-
-class Where(IntEnum):
-    """Where the main process is when a sample is taken: a row of a phase, outside the phases of a fit, nested in a fit
-    (a `validate()` from a callback), or between the fits of the call"""
-    TRAIN_DRAW=0; TRAIN_BATCH=1; TRAIN_OTHER=2; VALID_DRAW=3; VALID_BATCH=4; VALID_OTHER=5; FIT_OTHER=6; NESTED=7
-    CALL_OTHER=8
-
-ROWS = (Row('train','draw'), Row('train','batch'), Row('train','other'), Row('valid','draw'), Row('valid','batch'),
-        Row('valid','other'),
-        # the report's `Row` of each `Where` (the last two are telemetry's own)
-        Row('fit','other'), Row('fit','nested'), Row('call','other'))
+__all__ = ['where', 'NvmlReader', 'open_gpu', 'TelemetrySampler', 'throttle_rule', 'gpu_agreement', 'gpu_note', 'TelemetryProbe']
 
 # %% ../../../nbs/16c_telemetry.ipynb #8d1316ae
 def where(rec, nested=None) -> tuple:
@@ -63,98 +43,6 @@ def where(rec, nested=None) -> tuple:
     m = rec.marks  # the batch in flight: its list of marks is its token
     b,d = m[Slot.BATCH_START],m[Slot.DRAW_START]
     return Where((0 if p == 'train' else 3) + (1 if b == b else 0 if d == d else 2)),m
-
-# %% ../../../nbs/16c_telemetry.ipynb #0f8a1c86
-class GpuReading(NamedTuple):
-    """Mean GPU readings over `n` samples: utilization and memory utilization (%), power (W), SM clock (MHz),
-    temperature (°C)"""
-    n:int; util:float; mem_util:float; power:float; clock:float; temp:float
-
-class Throttling(NamedTuple):
-    """How often the busy GPU ran below its maximum SM clock (`clock`: the mean SM clock then, MHz), and NVML's reasons
-    (name -> share of the throttled samples)"""
-    busy:int; throttled:int; clock:float; max_clock:float; reasons:dict
-    @property
-    def share(self) -> float: return self.throttled/self.busy if self.busy else math.nan
-
-def _zeros(*shape): return field(default_factory=lambda: np.zeros(shape))
-
-# %% ../../../nbs/16c_telemetry.ipynb #0d106e83
-@dataclass
-class Telemetry:
-    """What `TelemetryProbe` measured in one process: the GPU's readings per row (NVML), energy and throttling; the
-    process's CPU utilization per phase and per row"""
-    device:str='cpu' # Where the model trained
-    every:float=TELEMETRY_EVERY # Seconds between samples
-    sampled:bool=False # A sampler thread ran (False: CPU utilization per phase only)
-    gpu_name:str|None=None # The GPU's name, when NVML was read
-    gpu_off:str|None=None # Why the GPU was not read, when the sampler ran without it
-    failure:str|None=None # What stopped the GPU readings (or the sampler) early, if anything
-    samples:int=0 # Samples taken
-    first:float=math.nan # When the first sample was taken (the record's clock, seconds)
-    last:float=math.nan # ... and the last
-    # Sum of each of `GPU_FIELDS` over the samples of each `Where`
-    gpu_sums:np.ndarray=_zeros(len(Where), len(GPU_FIELDS))
-    # Samples that gave each reading, per `Where` (a GPU may not report one)
-    gpu_counts:np.ndarray=_zeros(len(Where), len(GPU_FIELDS))
-    # CPU and wall seconds per `Where`, over the intervals between samples that lie inside one span of it
-    cpu_rows:np.ndarray=_zeros(len(Where), 2)
-    cpu_total:np.ndarray=_zeros(2) # CPU and wall seconds from the first sample to the last
-    # phase -> [CPU seconds, wall seconds] of the process, read at each phase's start and end
-    phases:dict=field(default_factory=dict)
-    energy:float=math.nan # Joules: the power readings integrated over the samples (trapezoids)
-    # Joules on NVML's energy counter from the first sample to the last (GPUs from Volta on)
-    energy_counter:float=math.nan
-    max_clock:float=math.nan # The SM clock's maximum, MHz
-    busy:int=0 # Samples with the GPU busy (utilization >= `BUSY_UTIL`)
-    throttled:int=0 # ... with its SM clock below `THROTTLED_CLOCK` of the maximum
-    throttled_clock:float=0. # Sum of the SM clock over the throttled samples, MHz
-    reasons:dict=field(default_factory=dict) # NVML reason bit -> throttled samples that gave it
-    temp_max:float=math.nan # The hottest reading, °C
-    cost:float=0. # Seconds the sampler spent taking its samples (on its own thread)
-    # The last `RECENT_SAMPLES` samples: time, `Where`, the `GPU_FIELDS`, reasons, CPU cores since the sample before
-    recent:np.ndarray|None=None
-
-    def gpu(self, phase:str|None=None, action:str|None=None) -> GpuReading|None:
-        """Mean GPU readings over the samples taken in `phase` (None: all) and its `action` (None: all of the phase);
-        None without any"""
-        sel = [w for w,r in zip(Where, ROWS)
-               if (phase is None or r.phase == phase) and (action is None or r.action == action)]
-        s,c = self.gpu_sums[sel].sum(0),self.gpu_counts[sel].sum(0)
-        n = int(c.max()) if len(c) else 0
-        if not n: return None
-        with np.errstate(invalid='ignore', divide='ignore'): m = np.where(c > 0, s/np.maximum(c, 1), math.nan)
-        return GpuReading(n, *map(float, m))
-
-    def cpu(self, phase:str, action:str|None=None) -> float|None:
-        """CPU cores the process kept busy (CPU seconds per wall second) in `phase`, read at its boundaries, or in its
-        `action` (the sampler's whole intervals); None where nothing was measured"""
-        if action is None: c,w = self.phases.get(phase, (0., 0.))
-        else:
-            sel = [w for w,r in zip(Where, ROWS) if r == Row(phase, action)]
-            c,w = self.cpu_rows[sel].sum(0) if sel else (0., 0.)
-        return float(c/w) if w > 0 else None
-
-    def throttling(self) -> Throttling:
-        "The busy samples, those below the maximum SM clock, their mean clock and NVML's reasons"
-        n = self.throttled
-        reasons = ({THROTTLE_REASONS.get(b, f'reason {b:#x}'):k/n
-                    for b,k in sorted(self.reasons.items(), key=lambda kv: -kv[1])}
-                   if n else {})
-        return Throttling(self.busy, n, self.throttled_clock/n if n else math.nan, self.max_clock, reasons)
-
-    def joules_per_sample(self, samples:int) -> float|None:
-        "Joules per sample (of data) over `samples` processed in the call; None without energy or samples"
-        return self.energy/samples if samples and not math.isnan(self.energy) else None
-
-    def frame(self) -> pd.DataFrame:
-        """The recent samples, oldest first: time, phase and action, the GPU readings, throttle reasons, CPU cores since
-        the sample before"""
-        r = np.zeros((0, 9)) if self.recent is None or not len(self.recent) else self.recent
-        df = pd.DataFrame(r, columns=['time','where',*GPU_FIELDS,'reasons','cpu'])
-        w = df.pop('where').astype(int)
-        df.insert(1, 'phase', [ROWS[i].phase for i in w]); df.insert(2, 'action', [ROWS[i].action for i in w])
-        return df
 
 # %% ../../../nbs/16c_telemetry.ipynb #176b3365
 class NvmlReader:
@@ -206,10 +94,6 @@ def _answers(f, err) -> bool:
     except err: return False
 
 # %% ../../../nbs/16c_telemetry.ipynb #584a4f88
-def reads_gpu(device) -> bool:
-    "True when telemetry reads the GPU through NVML for a model on `device`: a CUDA device"
-    return torch.device(device).type == 'cuda'
-
 def open_gpu(device, nvml=None) -> NvmlReader|str:
     """An `NvmlReader` of `device`'s GPU (its NVML index, as `CUDA_VISIBLE_DEVICES` maps it), or one line saying why
     there is none"""
@@ -321,8 +205,6 @@ class TelemetrySampler:
                 if bits & b: tel.reasons[b] = tel.reasons.get(b, 0) + 1
 
 # %% ../../../nbs/16c_telemetry.ipynb #5f1c2a14
-THROTTLE_FINDING = .05  # share of the busy GPU samples below the maximum SM clock from which throttling is a finding
-
 def throttle_rule(ev:Evidence) -> list:
     """A GPU that ran below its maximum SM clock while busy (NVML's power or thermal limits, from
     `learn.profile(telemetry=...)`): its compute took longer"""
@@ -367,12 +249,6 @@ def gpu_note(ev:Evidence, first) -> str|None:
 def _array_state(a): return None if a is None else dict(dtype=str(a.dtype), data=to_plain(a.tolist()))
 def _array_from(d): return None if d is None else np.asarray(from_plain(d['data']), dtype=d['dtype'])
 
-@cache
-def _report():
-    "`fastprofile.probes.telemetry.report`, imported at first use: it reads the diagnosis, which imports the probes"
-    from fastprofile.probes.telemetry import report
-    return report
-
 class TelemetryProbe(Probe):
     """The process's CPU utilization per phase (read at its boundaries); with a sampler, the GPU's readings (NVML) and
     the CPU per row, from a thread"""
@@ -412,21 +288,21 @@ class TelemetryProbe(Probe):
         out = {k:(_array_from(v) if k in arrays else from_plain(v)) for k,v in d.items()}
         out['reasons'] = {int(k):v for k,v in out.get('reasons', {}).items()}
         return Telemetry(**out)
-    # its report section, logged numbers and lines across ranks are in `fastprofile.probes.telemetry.report`
-    # (`_report()`); the numbers keep their names (`gpu/power_w`), the section shows after efficiency's
+    # its report section, logged numbers and lines across ranks are in `fastprofile.probes.telemetry.report`; the
+    # numbers keep their names (`gpu/power_w`), the section shows after efficiency's
     keyed_scalars,section_order = False,90
     @classmethod
-    def section(cls, data:Telemetry, result): return _report().telemetry_section(result)
+    def section(cls, data:Telemetry, result): return telemetry_section(result)
     @classmethod
-    def scalars(cls, data:Telemetry, result) -> dict: return _report().telemetry_fit_scalars(result)
+    def scalars(cls, data:Telemetry, result) -> dict: return telemetry_fit_scalars(result)
     def live_scalars(self, rates:dict, state:dict) -> dict:
         "Means of the GPU's readings and the CPU's utilization since this logger's last log (a `TelemetryWindow` each)"
-        if 'window' not in state: state['window'] = _report().TelemetryWindow()
+        if 'window' not in state: state['window'] = TelemetryWindow()
         return state['window'].scalars(self.result)
     @classmethod
     def rank_lines(cls, ranks:list, stragglers:list) -> list:
         "The spread of the ranks' telemetry (each rank's `Telemetry` travels on its record: `end`)"
-        return _report().telemetry_rank_lines(ranks, stragglers)
+        return telemetry_rank_lines(ranks, stragglers)
     def _where(self): return where(self._profile.record, self._nested)
 
     def before_call(self, s):

@@ -11,8 +11,7 @@ import numpy as np
 from ...engine.core import ProfileResult
 from ...engine.record import Row
 from ...engine.tables import Section, fmt_time, fmt_pct
-from .probe import Telemetry, Where, ROWS, GPU_FIELDS, THROTTLED_CLOCK
-from .probe import THROTTLE_FINDING
+from .facts import Telemetry, Where, ROWS, GPU_FIELDS, THROTTLED_CLOCK, THROTTLE_FINDING
 
 # %% auto #0
 __all__ = ['fmt_watts', 'fmt_joules', 'fmt_cores', 'own_record', 'data_samples', 'gpu_lines', 'energy_line', 'throttle_line',
