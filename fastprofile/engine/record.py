@@ -214,7 +214,7 @@ class ProfileRecord:
         # the profiler's own cost per training batch (`overhead_per_batch`)
         self._overhead,self._overhead_fn = math.nan,None
         self.last_seen = math.nan  # end of the last finished batch: where an interrupted call's profile stops
-        # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.probe.Telemetry`): gathered
+        # what the call's `TelemetryProbe` measured in this process (`fastprofile.probes.telemetry.facts.Telemetry`): gathered
         # with the record under DDP
         self.telemetry = None
 
