@@ -138,3 +138,20 @@ def test_its_words_reach_the_diagnosis(tmp_path):
             sec = r.report.section('Diagnosis')
             assert sec.preface == 1 and sec.lines[0] == d.preface and said in sec.more
     finally: PROBES.pop('room', None)
+
+def test_a_hook_that_fails_leaves_the_diagnosis_standing(tmp_path, monkeypatch):
+    "A probe whose `Probe.evidence` raises: the diagnosis warns, says the rest (its preface too), and gives the verdict; in strict mode it raises"
+    class Broken(Thermometer):
+        key = 'broken_room'
+        @classmethod
+        def evidence(cls, t, ev): raise RuntimeError('no thermometer')
+    learn = _learner()
+    try:
+        learn.profile(probes=[Broken()], show_report=False, logger_callback=None).fit(1)
+        with pytest.raises(RuntimeError, match='no thermometer'): diagnose(learn)  # the tests' strict mode
+        monkeypatch.setenv('FASTPROFILE_STRICT', '0')
+        with pytest.warns(UserWarning, match=r"the diagnosis' `evidence` of the probe 'broken_room' failed and was skipped \(RuntimeError: no thermometer\)"):
+            d = diagnose(learn)
+        assert d.preface.endswith('Hot room: 41 °C.') and d.numbers['celsius'] == 41. and d.head.startswith('Bound by')
+        assert not any('The room was' in l for l in d.evidence())
+    finally: PROBES.pop('broken_room', None)

@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 from ..engine.checks import check_int, check_type, check_items
 from ..engine.record import ProfileRecord, Row, STEPS, PHASES
 from ..engine.tables import Section, fmt_time, fmt_pct
-from ..engine.core import Facts, ProfileResult, PROBES
+from ..engine.core import Facts, ProfileResult, PROBES, guarded
 from ..engine.rules import (Finding, Rule, RULES, register_rule, rule, rank, tied, suppress, weigh, MIN_GAIN, LABELS,
                                       CEILING_LEAD, OPTIMISATION_LEAD, TIE)
 from ..engine.evidence import (CATEGORIES, HIGHLY_INPUT_BOUND, MODERATELY_INPUT_BOUND, CORE_CBS, OWN_CBS,
@@ -561,6 +561,11 @@ def _measured(facts:Facts) -> list:
     "(probe class, what it measured) of each registered probe whose facts `facts` holds, in `probe_order`"
     return [(c, facts.extra[k]) for k,c in sorted(PROBES.items(), key=lambda kc: kc[1].probe_order) if k in facts.extra]
 
+def _ask(said:list, hook:str, *args) -> list:
+    """What each probe of `said` (`_measured`) answers to `Probe.<hook>(data, *args)`, in order: one that fails is
+    skipped with a warning (it raises in strict mode), as a report section is"""
+    return [guarded(f"the diagnosis' `{hook}` of the probe {c.key!r}", getattr(c, hook), data, *args) for c,data in said]
+
 def _basis(ev:Evidence, W, known:bool, said:list) -> str:
     counts = ' + '.join(f"{ph.n} {p}" for p,ph in ev.phases.items())
     gpu = any(ph.gpu for ph in ev.phases.values())
@@ -580,7 +585,7 @@ def _basis(ev:Evidence, W, known:bool, said:list) -> str:
                 "batches.")
     else: out += "; callbacks and metrics not timed."
     # what each measurement adds: how it was measured, or why not (`Probe.rests_on`)
-    return out + ''.join(' ' + s for c,data in said if (s := c.rests_on(data, ev)))
+    return out + ''.join(' ' + s for s in _ask(said, 'rests_on', ev) if s)
 
 # %% ../../nbs/09_diagnosis.ipynb #d5fea045
 def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord`
@@ -640,7 +645,7 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
     ok = best.offered
     said = _measured(facts)
     details = _details(rec, facts, numbers, ev, said)
-    pre = lambda full: ' '.join(s for c,data in said if (s := c.preface(data, full))) or None
+    pre = lambda full: ' '.join(s for s in _ask(said, 'preface', full) if s) or None
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares,
                      numbers, _basis(ev, W, known, said), ib, found, best.change if ok else None, details,
                      ' '.join(n for r in rs if r.note is not None and (n := r.note(ev, best))) or None,
@@ -666,8 +671,8 @@ def _worth_measuring(ev:Evidence, found:list, rules:list) -> bool:
 def _details(rec, facts:Facts, numbers:dict, ev:Evidence, said:list) -> list:
     """The diagnosis' lines on what the probes measured (`Probe.evidence`: the costliest layers) and on tokens, their
     numbers into `numbers` (`Probe.numbers`)"""
-    out = [s for c,data in said for s in c.evidence(data, ev)]
-    for c,data in said: numbers.update(c.numbers(data, ev))
+    out = [s for got in _ask(said, 'evidence', ev) for s in got or ()]
+    for got in _ask(said, 'numbers', ev): numbers.update(got or {})
     tl = tokens_line(rec, facts.tokens)
     if tl is not None:
         out.append(tl)
