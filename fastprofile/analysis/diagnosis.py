@@ -564,7 +564,8 @@ def _measured(facts:Facts) -> list:
 def _ask(said:list, hook:str, *args) -> list:
     """What each probe of `said` (`_measured`) answers to `Probe.<hook>(data, *args)`, in order: one that fails is
     skipped with a warning (it raises in strict mode), as a report section is"""
-    return [guarded(f"the diagnosis' `{hook}` of the probe {c.key!r}", getattr(c, hook), data, *args) for c,data in said]
+    return [guarded(f"the diagnosis' `{hook}` of the probe {c.key!r}", getattr(c, hook), data, *args)
+            for c,data in said]
 
 def _basis(ev:Evidence, W, known:bool, said:list) -> str:
     counts = ' + '.join(f"{ph.n} {p}" for p,ph in ev.phases.items())
