@@ -118,6 +118,8 @@ def test_tabular_per_batch_work_is_priced_measured(time_to_measure):
     assert f.kind == 'model' and f.change['kind'] == 'batch_size' and f.change['value'] >= 128, f
     assert f.speedup > 1.5, f  # the premise measured here: 5-6x at 8x the batch, 1.9x at twice (a busy machine may leave time for 2x only)
     assert 'retune the learning rate' in f.fix
+    got = d.numbers['batch_sizes']  # what was measured, and the model's speedup at each larger size (`Probe.numbers`)
+    assert got['sizes'][0] == 64 and f.change['value'] in got['predicted'] and got['predicted'][f.change['value']] == pytest.approx(f.speedup)
     said = [g for g in d.findings if 'ReadTabBatch' in (g.fix or '')]
     assert said, [g.fix for g in d.findings]  # timed on the sampled batches: the batch transforms' finding speaks of it
     for g in said: assert "fastai's own" in g.fix and 'cannot be moved' in g.fix and g.change is None, g.fix

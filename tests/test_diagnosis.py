@@ -85,7 +85,7 @@ def check_consistent(d:Diagnosis):
     """Every line agrees with the verdict's and reads at a glance: a busy machine first, one headline of at most 100 characters with the
     verdict's share, the first fix as code with its speedup, at most three more, in their rank; no fix under 5%; nothing said twice"""
     lines = d.lines()
-    if d.machine: assert lines[0] == d.machine and lines[0].startswith('Busy machine'); lines = lines[1:]
+    if d.preface: assert lines[0] == d.preface and lines[0].startswith('Busy machine'); lines = lines[1:]
     assert lines[0] == d.head and lines[0].startswith(f"Bound by {d.bound.label}: {fmt_pct(d.bound.share)} of the fit"), lines
     assert all(d.bound.saved >= f.saved for f in d.findings)  # what bounds the run: the largest saving if it cost nothing
     assert len(lines[0]) <= 100 and all(len(l) <= 160 for l in lines) and len(set(lines)) == len(lines), lines

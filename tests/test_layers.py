@@ -106,6 +106,7 @@ def test_top_layer_and_share_against_torch_profiler():
     assert d.knob.startswith(f"`{BIG}` (Conv2d 8→64, 7×7, stride 2) "), d.knob
     assert 'of forward+backward' in d.knob and 'For the whole model:' in d.knob
     assert any(l.startswith(f"  `{BIG}` (Conv2d 8→64, 7×7, stride 2)") for l in d.details), d.details
+    assert d.numbers['layers'][0]['module'] == BIG and len(d.numbers['layers']) <= 10  # its table, costliest first (`Probe.numbers`)
     assert f"`{BIG}` (Conv2d) takes " in d.head and d.head in res.report.plain(width=200), d.lines()  # named in the headline
     row = lay.table().set_index('module').loc[BIG]
     assert row.flops_per_second > 0 and row.calls == 1  # a call per batch

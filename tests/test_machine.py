@@ -47,9 +47,9 @@ def test_two_spinning_processes_make_a_busy_machine_named_first():
     assert f"of the {len(allowed_cpus())} CPUs this process may use busy" in line and 'a quiet machine may give another verdict' in line
     d = diagnose(learn)
     lines = d.lines()  # the diagnosis says it first, before its verdict, in two lines at most; in full in its evidence
-    assert lines[0] == d.machine and lines[0].startswith('Busy machine: the main thread waited for a CPU ') and len(lines[0]) <= 196
+    assert lines[0] == d.preface and lines[0].startswith('Busy machine: the main thread waited for a CPU ') and len(lines[0]) <= 196
     assert lines[1].startswith('Bound by '), lines[:2]
-    assert d.machine_detail == line and line in d.evidence()
+    assert d.preface_full == line and line in d.evidence()
 
 # The runs of the notebook's table (a tabular learner, 2 CPUs, 2 torch threads): wall s, the main thread's wait s, others' CPU s, own CPUs, switches
 MEASURED = {'quiet': (.98, .001, .01, 1.99, 33), '1 spinner': (3.46, 1.2, 2.5, 1.27, 718), '2 spinners': (9.83, 5., 9.8, .97, 2523),
@@ -135,7 +135,7 @@ def test_where_proc_is_missing_it_says_what_was_not_measured(monkeypatch, tmp_pa
     assert m.line().startswith(f"Machine load not measured (no {missing}): the run-queue wait and other processes' CPU use are unknown. "
                                "The main thread ran ") and 'involuntary context switches' in m.line()
     d = diagnose(learn)  # not a busy machine: said where the diagnosis says what it rests on, not before its verdict
-    assert d.machine is None and d.lines()[0].startswith('Bound by ') and m.line() in d.basis, d.basis
+    assert d.preface is None and d.lines()[0].startswith('Bound by ') and m.line() in d.basis, d.basis
 
 def _burn(ready, seconds):
     "A child process that uses `seconds` of CPU, says so, and waits to be stopped"
@@ -197,3 +197,15 @@ def test_a_busy_machine_is_a_warning_above_the_verdict_in_every_renderer():
         assert re.search(r'<p class="fp-headline">Bound by ', h) and ('<p class="fp-warn">Busy machine: ' in h) == bool(preface)
         assert re.search(r'\n\*\*Bound by ', md) and ('> Busy machine: ' in md) == bool(preface)
         if preface: assert h.index('fp-warn') < h.index('fp-headline') and md.index('> Busy machine') < md.index('**Bound by')
+
+def test_the_0_2_0_names_of_the_preface_still_read():
+    "`Diagnosis.machine` and `machine_detail`, 0.2.0's names, read what the probes say before the verdict, with a `DeprecationWarning`"
+    from fastprofile.engine.core import Facts, ProfileResult
+    from fastprofile.engine.record import ProfileRecord
+    from fastprofile.testing import FakeClock, drive_record
+    clock = FakeClock()
+    rec = drive_record(ProfileRecord(warmup=0, clock=clock), clock, n_train=10, n_valid=2)
+    d = diagnose(ProfileResult(rec, Facts(num_workers=0, cpus=2, machine=_load(*MEASURED['2 spinners']))))
+    assert d.preface.startswith('Busy machine: ') and d.preface_full == _load(*MEASURED['2 spinners']).line()
+    with pytest.warns(DeprecationWarning, match=r'`Diagnosis.machine` is now `Diagnosis.preface`'): assert d.machine == d.preface
+    with pytest.warns(DeprecationWarning, match=r'machine_detail` is now `Diagnosis.preface_full`'): assert d.machine_detail == d.preface_full

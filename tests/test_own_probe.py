@@ -127,3 +127,52 @@ def test_its_live_scalars_reach_tensorboard_per_logged_batch(tmp_path):
     rate = [(e.step, e.value) for e in ea.Scalars('samples_per_second/train_batch')]
     assert len(rate) >= 3 and [(e.step, e.value) for e in ea.Scalars('live_reads/batch_rate')] == rate  # at each logged batch
     assert [(e.step, e.value) for e in ea.Scalars('live_reads/reads')] == [(s, i+1) for i,(s,_) in enumerate(rate)]
+
+class Thermometer(Probe):
+    "A probe that reads the room's temperature (made up): what it says before the verdict, in its evidence and *Rests on*, its number"
+    key = 'room'
+    def measured(self): return {'celsius': 41.}
+    @classmethod
+    def preface(cls, t, full=False):
+        return None if t['celsius'] < 35 else f"Hot room: {t['celsius']:.0f} °C" + (", read once by a thermometer." if full else '.')
+    @classmethod
+    def evidence(cls, t, ev): return [f"The room was {t['celsius']:.0f} °C; the fit took {ev.fit:.3f} s."]
+    @classmethod
+    def rests_on(cls, t, ev): return "The room's temperature, read once."
+    @classmethod
+    def numbers(cls, t, ev): return {'celsius': t['celsius']}
+
+def test_its_words_reach_the_diagnosis(tmp_path):
+    "What a probe of yours says through `Probe.preface`, `evidence`, `rests_on` and `numbers` is in every diagnosis, of a saved profile too"
+    learn = _learner()
+    try:
+        learn.profile(probes=[Thermometer()], show_report=False, logger_callback=None).fit(1)
+        for r in (learn.simple_profile, load_profile(learn.simple_profile.save(tmp_path/'p.json'))):
+            d = diagnose(r)
+            # after the machine's, if it was busy (fastprofile's probes first, in `probe_order`)
+            assert d.preface.endswith('Hot room: 41 °C.') and d.lines()[0] == d.preface and d.lines()[1].startswith('Bound by')
+            ev = d.evidence()
+            assert ev[1] == d.preface_full and d.preface_full.endswith('Hot room: 41 °C, read once by a thermometer.'), ev
+            said = f"The room was 41 °C; the fit took {d.numbers['fit']:.3f} s."
+            assert said in ev and ev.index(said) > next(i for i,l in enumerate(ev) if l.startswith('Main-process time')), ev
+            assert d.basis.endswith(" The room's temperature, read once.") and d.numbers['celsius'] == 41.
+            sec = r.report.section('Diagnosis')
+            assert sec.preface == 1 and sec.lines[0] == d.preface and said in sec.more
+    finally: PROBES.pop('room', None)
+
+def test_a_hook_that_fails_leaves_the_diagnosis_standing(tmp_path, monkeypatch):
+    "A probe whose `Probe.evidence` raises: the diagnosis warns, says the rest (its preface too), and gives the verdict; in strict mode it raises"
+    class Broken(Thermometer):
+        key = 'broken_room'
+        @classmethod
+        def evidence(cls, t, ev): raise RuntimeError('no thermometer')
+    learn = _learner()
+    try:
+        learn.profile(probes=[Broken()], show_report=False, logger_callback=None).fit(1)
+        with pytest.raises(RuntimeError, match='no thermometer'): diagnose(learn)  # the tests' strict mode
+        monkeypatch.setenv('FASTPROFILE_STRICT', '0')
+        with pytest.warns(UserWarning, match=r"the diagnosis' `evidence` of the probe 'broken_room' failed and was skipped \(RuntimeError: no thermometer\)"):
+            d = diagnose(learn)
+        assert d.preface.endswith('Hot room: 41 °C.') and d.numbers['celsius'] == 41. and d.head.startswith('Bound by')
+        assert not any('The room was' in l for l in d.evidence())
+    finally: PROBES.pop('broken_room', None)

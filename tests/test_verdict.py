@@ -126,6 +126,37 @@ def test_the_diagnosis_and_the_engine_import_no_measurement():
                                                          'fastprofile.analysis', 'fastprofile.lifecycle', 'fastai'))]
         assert not bad, f"{p.relative_to(root.parent)} imports {bad}"
 
+# the probes' facts the diagnosis' pipeline model is built from, read by name in diagnosis.py: each phase's loader timing
+# (`loading`), the callbacks' and transforms' costs (`breakdown`, else `callback_costs`), the compile time set apart from the
+# warm-up (`compile`); every other measurement speaks through its probe
+CORE_READS = {'loading', 'breakdown', 'callback_costs', 'compile'}
+
+def keys_named(path, keys) -> dict:
+    """key -> how many times `path`'s code names it: an attribute `.key`, a string 'key', or 'facts.key' in a string
+    (0.2.0's names in `MOVED_OUT`, each kept where it moved, aside)"""
+    import ast
+    from collections import Counter
+    tree,got = ast.parse(path.read_text(encoding='utf-8')),Counter()
+    moved = {id(x) for n in ast.walk(tree) if isinstance(n, ast.Assign) and any(getattr(t, 'id', None) == 'MOVED_OUT' for t in n.targets)
+             for x in ast.walk(n)}
+    for n in ast.walk(tree):
+        if id(n) in moved: continue
+        if isinstance(n, ast.Attribute) and n.attr in keys: got[n.attr] += 1
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            got.update(k for k in [n.value, *re.findall(r'facts\.(\w+)', n.value)] if k in keys)
+    return dict(got)
+
+def test_the_diagnosis_reads_no_measurement_by_name():
+    """What a measurement adds to the diagnosis comes through its probe (`Probe.preface`, `evidence`, `rests_on`, `numbers`,
+    `rules`): diagnosis.py names no probe's key but the pipeline model's inputs (`CORE_READS`)"""
+    from pathlib import Path
+    import fastprofile.all
+    from fastprofile.engine.core import PROBES
+    keys = {k for k,c in PROBES.items() if c.__module__.startswith('fastprofile.')}
+    assert {'machine', 'layers', 'batch_sizes', 'telemetry', 'efficiency', 'loading'} <= keys, keys  # fastprofile's probes
+    named = keys_named(Path(__file__).parent.parent/'fastprofile'/'analysis'/'diagnosis.py', keys)
+    assert {k:n for k,n in named.items() if k not in CORE_READS} == {}, named
+
 def test_the_rules_apply_in_their_order():
     "The core's rules and each measurement's (registered with its probe, imported first) apply in one declared order (`Rule.order`), a rule of yours after them"
     builtin = ['host', 'batch_size', 'input', 'copy', 'batch_tfms', 'compute', 'efficiency', 'layers', 'throttling', 'optimizer',

@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 from ..engine.checks import check_int, check_type, check_items
 from ..engine.record import ProfileRecord, Row, STEPS, PHASES
 from ..engine.tables import Section, fmt_time, fmt_pct
-from ..engine.core import Facts, ProfileResult
+from ..engine.core import Facts, ProfileResult, PROBES, guarded
 from ..engine.rules import (Finding, Rule, RULES, register_rule, rule, rank, tied, suppress, weigh, MIN_GAIN, LABELS,
                                       CEILING_LEAD, OPTIMISATION_LEAD, TIE)
 from ..engine.evidence import (CATEGORIES, HIGHLY_INPUT_BOUND, MODERATELY_INPUT_BOUND, CORE_CBS, OWN_CBS,
@@ -433,7 +433,7 @@ def outside_rule(ev:Evidence) -> list:
 # the core's rules (on the timing pair's table), in `Rule.order`: a measurement's rules are its probe's (`Probe.rules`:
 # batch sizes 20, efficiency 61, layers 62, throttling 70, callbacks 90, compile 110); a rule of yours comes after them
 RULES_BUILTIN = [
-    Rule('host', host_rule, 'host', ('phases', 'facts.telemetry', 'facts.batch_sizes'),
+    Rule('host', host_rule, 'host', ('phases', 'gpu_waits', 'batch_choice'),  # the GPU's readings, batch sizes
          covers=('input', 'compute', 'optimizer', 'per_batch'),
          overlaps=('input', 'callbacks', 'optimizer', 'per_batch'), order=10),
     Rule('input', input_rule, 'input', ('phases', 'facts.loading'), order=30),
@@ -457,9 +457,9 @@ class Diagnosis:
     input_bound:str; findings:list; change:dict|None=None
     details:list=field(default_factory=list)  # Evidence: the costliest layers, tokens/s and padding
     gpu:str|None=None  # What the measurements say of the verdict (`Rule.note`: the GPU's readings, NVML, `telemetry`)
-    # The machine was busy (other processes took the CPUs), short: said before the verdict, which it may have moved
-    machine:str|None=None
-    machine_detail:str|None=None  # ... in full, with where it was read
+    # What a measurement says before the verdict, which it may have moved (`Probe.preface`: a busy machine), short
+    preface:str|None=None
+    preface_full:str|None=None  # ... in full, with where it was read, after the verdict
     overlaps:dict=field(default_factory=dict)  # rule name -> resources whose time its findings' share also counts
 
     @property
@@ -500,7 +500,7 @@ class Diagnosis:
     def lines(self) -> list:
         """The verdict, short: a busy machine, the headline, the first fix (and its ties) as code with its speedup, at
         most three more"""
-        out = ([self.machine] if self.machine else []) + [self.head]
+        out = ([self.preface] if self.preface else []) + [self.head]
         lead = self.lead
         if not lead or not lead[0].offered: return out + ["Fix: no change is predicted to gain 5% or more."]
         f = lead[0]  # the fix known to pay, first: for another resource than the headline's, it says which
@@ -513,7 +513,7 @@ class Diagnosis:
     def evidence(self) -> list:
         """What the verdict rests on, in full: each fix with its reasons and the model's numbers, the shares, the
         layers, the sources"""
-        out = ([self.statement] + ([self.machine_detail] if self.machine_detail else [])
+        out = ([self.statement] + ([self.preface_full] if self.preface_full else [])
                + ([self.gpu] if self.gpu else []))
         out.append(f"Fixes, ranked by the time each saves: a ceiling counted {1/CEILING_LEAD:.0%}, a change to the "
                    f"optimisation {1/OPTIMISATION_LEAD:.0%}; within {TIE - 1:.0%} of the first: a tie.")
@@ -536,6 +536,18 @@ class Diagnosis:
 
     def __repr__(self): return '\n'.join(self.lines() + [''] + self.evidence())
 
+    # fastprofile 0.2.0's names, when only the machine's load said anything before the verdict
+    @property
+    def machine(self) -> str|None:
+        "`preface`, by its 0.2.0 name (deprecated)"
+        warnings.warn("`Diagnosis.machine` is now `Diagnosis.preface`", DeprecationWarning, stacklevel=2)
+        return self.preface
+    @property
+    def machine_detail(self) -> str|None:
+        "`preface_full`, by its 0.2.0 name (deprecated)"
+        warnings.warn("`Diagnosis.machine_detail` is now `Diagnosis.preface_full`", DeprecationWarning, stacklevel=2)
+        return self.preface_full
+
 # %% ../../nbs/09_diagnosis.ipynb #69232b7d
 def _source(src, facts):
     "The record, facts and result of `src`: a profiled `Learner`, a `ProfileResult`, or a `ProfileRecord` (no result)"
@@ -545,7 +557,17 @@ def _source(src, facts):
     if isinstance(src, ProfileResult): return src.record,(facts if facts is not None else src.facts),src
     raise TypeError(f"`src` must be a profiled Learner, a ProfileResult or a ProfileRecord, got {type(src).__name__}")
 
-def _basis(ev:Evidence, W, known:bool) -> str:
+def _measured(facts:Facts) -> list:
+    "(probe class, what it measured) of each registered probe whose facts `facts` holds, in `probe_order`"
+    return [(c, facts.extra[k]) for k,c in sorted(PROBES.items(), key=lambda kc: kc[1].probe_order) if k in facts.extra]
+
+def _ask(said:list, hook:str, *args) -> list:
+    """What each probe of `said` (`_measured`) answers to `Probe.<hook>(data, *args)`, in order: one that fails is
+    skipped with a warning (it raises in strict mode), as a report section is"""
+    return [guarded(f"the diagnosis' `{hook}` of the probe {c.key!r}", getattr(c, hook), data, *args)
+            for c,data in said]
+
+def _basis(ev:Evidence, W, known:bool, said:list) -> str:
     counts = ' + '.join(f"{ph.n} {p}" for p,ph in ev.phases.items())
     gpu = any(ph.gpu for ph in ev.phases.values())
     out = (f"{'wall-clock phases and their GPU spans (CUDA events)' if gpu else 'wall-clock phases'} of {counts} "
@@ -563,16 +585,8 @@ def _basis(ev:Evidence, W, known:bool) -> str:
         out += (f"; {what} timed on {' + '.join(f'{c.batches[p]} {p}' for p in ev.phases if c.batches.get(p))} sampled "
                 "batches.")
     else: out += "; callbacks and metrics not timed."
-    m = _load(ev.facts)
-    # where /proc is missing: what was not measured
-    if m is not None and not m.busy() and (said := m.line()): out += ' ' + said
-    sc,bs,ns = measured_sizes(ev)
-    if ns:
-        out += (f" Batch sizes {', '.join(map(str, [bs, *ns]))} timed after the fit ({fmt_time(sc.seconds)}, median of "
-                f"{sc.reps})" + (f"; {sc.stopped}." if sc.stopped else "."))
-    elif sc is None and getattr(bsf := getattr(ev.facts, 'batch_sizes', None), 'failure', None):
-        out += f" Batch sizes {bsf.failure}."
-    return out
+    # what each measurement adds: how it was measured, or why not (`Probe.rests_on`)
+    return out + ''.join(' ' + s for s in _ask(said, 'rests_on', ev) if s)
 
 # %% ../../nbs/09_diagnosis.ipynb #d5fea045
 def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord`
@@ -630,17 +644,13 @@ def diagnose(src, # A profiled `Learner`, a `ProfileResult`, or a `ProfileRecord
                    num_workers=W, cpus=ev.cpus, warmup=warm, totals=tot,
                    phases={p:{**asdict(d), 'step':d.step, 'main':d.main} for p,d in ph.items()})
     ok = best.offered
-    details = _details(rec, facts, numbers)
-    sc,bs,ns = measured_sizes(ev)
-    if sc is not None:  # what was measured, and the speedup the model predicts at each size
-        numbers['batch_sizes'] = dict(sizes=sc.sizes, train=sc.train, valid=sc.valid, draw=sc.draw,
-                                        seconds=sc.seconds, predicted={
-                                            n:ev.steady/ev.after(lambda ph, n=n: at_size(ph, sc, n, bs)) for n in ns})
+    said = _measured(facts)
+    details = _details(rec, facts, numbers, ev, said)
+    pre = lambda full: ' '.join(s for s in _ask(said, 'preface', full) if s) or None
     return Diagnosis(best.resource, best.fix if ok else '', best.speedup if ok else math.nan, best.kind, shares,
-                     numbers, _basis(ev, W, known), ib, found, best.change if ok else None, details,
+                     numbers, _basis(ev, W, known, said), ib, found, best.change if ok else None, details,
                      ' '.join(n for r in rs if r.note is not None and (n := r.note(ev, best))) or None,
-                     _busy_short(facts), _busy(facts),
-                     {r.name:r.overlaps for r in rs})
+                     pre(False), pre(True), {r.name:r.overlaps for r in rs})
 
 def _apply(ev:Evidence, rules:list) -> list:
     "The findings of `rules` on `ev`: each rule where it applies, those another covers left out, in their rank (`rank`)"
@@ -659,34 +669,11 @@ def _worth_measuring(ev:Evidence, found:list, rules:list) -> bool:
     most = [math.inf if r.most is None else r.most(ev) for r in costly]  # inf: unknown, or measured already
     return any(m == math.inf or weigh(m, optimises=True) > said[-1] for m in most)
 
-def _load(facts:Facts):
-    "The machine's load during the run (`facts.machine`, a `fastprofile.probes.machine.MachineLoad`), or None"
-    try: return facts.machine
-    except AttributeError: return None  # no probe of the machine's load registered
-
-def _busy_short(facts:Facts) -> str|None:
-    "The busy machine in at most two lines, before the verdict; None on a quiet machine"
-    m = _load(facts)
-    if m is None or not m.busy(): return None
-    p,w,o = m.judged,m.wait_share(m.judged),m.other_cpus(m.judged)
-    waited = (f"the main thread waited for a CPU {fmt_pct(100*w)} of training" if w is not None
-              else "this process shared its CPUs")
-    return (f"Busy machine: {waited}; other processes kept {o:.1f} CPUs busy. The times include that wait: a quiet "
-            "machine may give another verdict.")
-
-def _busy(facts:Facts) -> str|None:
-    """What the machine's load says before the verdict: a line when it was busy (other processes held its CPUs), else
-    None"""
-    m = _load(facts)
-    return m.line() if m is not None and m.busy() else None
-
-def _details(rec, facts:Facts, numbers:dict) -> list:
-    "The diagnosis' lines on the model's layers and on tokens (their numbers into `numbers`)"
-    out,lay = [],facts.layers
-    # a model with no submodules is its only layer: nothing to add
-    if lay is not None and (len(lay.layers) > 1 or lay.failure):
-        out += lay.lines(3)
-        if lay.layers: numbers['layers'] = lay.table().head(10).to_dict('records')
+def _details(rec, facts:Facts, numbers:dict, ev:Evidence, said:list) -> list:
+    """The diagnosis' lines on what the probes measured (`Probe.evidence`: the costliest layers) and on tokens, their
+    numbers into `numbers` (`Probe.numbers`)"""
+    out = [s for got in _ask(said, 'evidence', ev) for s in got or ()]
+    for got in _ask(said, 'numbers', ev): numbers.update(got or {})
     tl = tokens_line(rec, facts.tokens)
     if tl is not None:
         out.append(tl)
@@ -703,7 +690,7 @@ def diagnosis_section(result:ProfileResult) -> Section|None:
     d = diagnose(result)
     # a busy machine is said before the verdict; the evidence one step away (collapsed in HTML, `diagnose(learn)` in a
     # terminal)
-    return Section('Diagnosis', d.lines(), d, preface=int(bool(d.machine)), more=d.evidence(),
+    return Section('Diagnosis', d.lines(), d, preface=int(bool(d.preface)), more=d.evidence(),
                    hint="Evidence: `diagnose(learn)` prints what this rests on.")
 
 # %% ../../nbs/09_diagnosis.ipynb #5a7e0b01

@@ -365,6 +365,25 @@ class Probe:
         """Lines comparing the ranks of a distributed run, in the report's *Distributed* section: `ranks` their
         `RankProfile`s (each rank's record carries what the probe put on it), `stragglers` the slow ranks found"""
         return []
+    # What it adds to the diagnosis (`fastprofile.analysis.diagnosis.diagnose`) of a profile holding its facts: `data`
+    # (what `measured` returned, also when read back from a saved profile) and `ev`, the diagnosis' `Evidence`
+    @classmethod
+    def preface(cls, data, full:bool=False) -> str|None:
+        """A line the diagnosis says before its verdict when what was measured may have moved it (a busy machine), at
+        most two lines; `full`: in full, with where it was read, said after the verdict. The default says nothing"""
+        return None
+    @classmethod
+    def evidence(cls, data, ev) -> list:
+        "Lines the diagnosis' evidence adds after its shares (the costliest layers); the default adds none"
+        return []
+    @classmethod
+    def rests_on(cls, data, ev) -> str|None:
+        "A sentence the diagnosis' *Rests on* adds: how it was measured, or why not; the default adds none (None)"
+        return None
+    @classmethod
+    def numbers(cls, data, ev) -> dict:
+        "Numbers the diagnosis adds to its `numbers`, `{name: value}`; the default adds none"
+        return {}
     # How the loggers name `scalars` and `live_scalars`: True `{key}/{name}`; False as given (fastprofile's efficiency
     # and telemetry, whose names group by what they measure: `mfu/fit`, `gpu/power_w`)
     keyed_scalars:bool = True

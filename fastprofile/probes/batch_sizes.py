@@ -347,6 +347,22 @@ class BatchSizesProbe(Probe):
     def to_json(cls, r:BatchSizes) -> dict: return to_plain(asdict(r.ensure()))
     @classmethod
     def from_json(cls, d:dict) -> BatchSizes: return BatchSizes(**from_plain(d))
+    @classmethod
+    def rests_on(cls, r:BatchSizes, ev:Evidence) -> str|None:
+        "The sizes timed after the fit (measured now if the diagnosis may), or why they were not; None when not asked"
+        sc,bs,ns = measured_sizes(ev)
+        if ns:
+            return (f"Batch sizes {', '.join(map(str, [bs, *ns]))} timed after the fit ({fmt_time(sc.seconds)}, median "
+                    f"of {sc.reps})" + (f"; {sc.stopped}." if sc.stopped else "."))
+        if sc is None and r.failure: return f"Batch sizes {r.failure}."
+    @classmethod
+    def numbers(cls, r:BatchSizes, ev:Evidence) -> dict:
+        "What was measured, and the speedup the model predicts at each larger size, `batch_sizes`; none if not measured"
+        sc,bs,ns = measured_sizes(ev)
+        if sc is None: return {}
+        at = lambda n: ev.steady/ev.after(lambda ph: at_size(ph, sc, n, bs))  # the speedup predicted at size n
+        return {'batch_sizes':dict(sizes=sc.sizes, train=sc.train, valid=sc.valid, draw=sc.draw, seconds=sc.seconds,
+                                   predicted={n:at(n) for n in ns})}
 
 register(BatchSizesProbe)
 

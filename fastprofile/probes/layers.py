@@ -340,6 +340,14 @@ class LayersProbe(Probe):
     def from_json(cls, d:dict) -> LayerTimes:
         d = from_plain(d)
         return LayerTimes(**{**d, 'layers':{k:LayerTime(**v) for k,v in d['layers'].items()}})
+    @classmethod
+    def evidence(cls, t:LayerTimes, ev) -> list:
+        "The three costliest layers (or why none was timed) in the diagnosis' evidence; none for a model of one layer"
+        return t.lines(3) if len(t.layers) > 1 or t.failure else []
+    @classmethod
+    def numbers(cls, t:LayerTimes, ev) -> dict:
+        "The ten costliest layers' table, `layers`, where the evidence names them"
+        return {'layers':t.table().head(10).to_dict('records')} if (len(t.layers) > 1 or t.failure) and t.layers else {}
 
     def _new_batch(self, it=None):
         "Forget the batch in flight; start batch `it` if given"

@@ -410,5 +410,20 @@ class MachineProbe(Probe):
                 for k,v in (('wait_share', m.wait_share(p)), ('other_cpus', m.other_cpus(p)),
                             ('cpu_share', m.cpu_share(p)))
                 if v is not None}
+    @classmethod
+    def preface(cls, m:MachineLoad, full:bool=False) -> str|None:
+        """A busy machine, before the verdict it may have moved: short, or in full with where it was read (`line`); None
+        on a quiet machine"""
+        if not m.busy(): return None
+        if full: return m.line()
+        p,w,o = m.judged,m.wait_share(m.judged),m.other_cpus(m.judged)
+        waited = (f"the main thread waited for a CPU {fmt_pct(100*w)} of training" if w is not None
+                  else "this process shared its CPUs")
+        return (f"Busy machine: {waited}; other processes kept {o:.1f} CPUs busy. The times include that wait: a quiet "
+                "machine may give another verdict.")
+    @classmethod
+    def rests_on(cls, m:MachineLoad, ev) -> str|None:
+        "Where /proc is missing, what was not measured (`line`); None when measured (a busy machine is said before)"
+        return None if m.busy() else m.line()
 
 register(MachineProbe)
