@@ -331,7 +331,7 @@ def test_rank_lines_name_a_hot_straggler():
     from fastprofile.analysis.distributed import RankProfile, distributed_lines, merge_records
     recs = []
     for reading in (busy_gpu, throttled_gpu):
-        learn = synth_learner(n_trn=10, n_val=1)
+        learn = synth_learner(n_trn=60, n_val=1)  # long enough for the 5 ms sampler to read the GPU on a busy machine
         arm(learn, FakeNvml(reading), telemetry=True, telemetry_every=.005)
         learn.fit(1)
         recs.append(pickle.loads(pickle.dumps(learn.simple_profile_record)))  # as it travels to rank 0
