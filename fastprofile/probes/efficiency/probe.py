@@ -7,7 +7,6 @@ Docs: https://fastprofile.github.io/fastprofile/efficiency_probe.html.md"""
 # %% ../../../nbs/16a_efficiency_probe.ipynb #023b0655
 from __future__ import annotations
 import time, warnings
-from functools import cache
 from fastai.basics import *
 from ...engine.checks import check_int, check_bool, check_number
 from dataclasses import asdict
@@ -17,18 +16,12 @@ from ...lifecycle.session import ProbeCallback, train_device, FIT_EVENTS
 from .flops import FlopCount, prepare_flop_counter
 from .facts import Efficiency, StageFlops, rss_bytes, maxrss_bytes, mem_available
 from ...engine.rules import Rule
-from .report import efficiency_amend
+from .report import efficiency_amend, efficiency_section, efficiency_fit_scalars, efficiency_scalars
 
 # %% auto #0
 __all__ = ['EfficiencyProbe']
 
 # %% ../../../nbs/16a_efficiency_probe.ipynb #cb6d0f30
-@cache
-def _report():
-    "`fastprofile.probes.efficiency.report`, imported at first use: it reads the diagnosis, which imports the probes"
-    from fastprofile.probes.efficiency import report
-    return report
-
 class EfficiencyProbe(ProbeCallback):
     """Count FLOPs per sample on the warm-up batches; sample peak memory per phase (CUDA) and the process's resident
     memory"""
@@ -80,16 +73,16 @@ class EfficiencyProbe(ProbeCallback):
     def from_json(cls, d:dict) -> Efficiency:
         d = from_plain(d)
         return Efficiency(**{**d, 'stages':[StageFlops(**s) for s in d['stages']]})
-    # its report section and logged numbers are in `fastprofile.probes.efficiency.report` (`_report()`); the numbers
+    # its report section and logged numbers are in `fastprofile.probes.efficiency.report`; the numbers
     # keep their names (`mfu/fit`), the section shows after yours
     keyed_scalars,section_order = False,80
     @classmethod
-    def section(cls, data:Efficiency, result): return _report().efficiency_section(result)
+    def section(cls, data:Efficiency, result): return efficiency_section(result)
     @classmethod
-    def scalars(cls, data:Efficiency, result) -> dict: return _report().efficiency_fit_scalars(result)
+    def scalars(cls, data:Efficiency, result) -> dict: return efficiency_fit_scalars(result)
     def live_scalars(self, rates:dict, state:dict) -> dict:
         "FLOP/s of the training forward, backward and batch (and MFU) at the logger's samples/second, once counted"
-        return _report().efficiency_scalars(self.result, rates)
+        return efficiency_scalars(self.result, rates)
 
     def __call__(self, event_name):
         "Run the handler of `event_name`, if the table has one: one dictionary lookup for the events not used"
