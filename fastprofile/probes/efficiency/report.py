@@ -16,8 +16,8 @@ from ...engine.evidence import Evidence, larger_batch, batch_text
 from ...engine.rules import Rule
 
 # %% auto #0
-__all__ = ['LOW_MFU', 'efficiency_summary', 'efficiency_advice', 'efficiency_lines', 'efficiency_fix', 'efficiency_amend',
-           'efficiency_section', 'efficiency_scalars', 'efficiency_fit_scalars']
+__all__ = ['LOW_MFU', 'efficiency_summary', 'efficiency_advice', 'efficiency_lines', 'efficiency_amend', 'efficiency_section',
+           'efficiency_scalars', 'efficiency_fit_scalars']
 
 # %% ../../../nbs/16b_efficiency_report.ipynb #0a171fc1
 LOW_MFU = .3  # below this a compute-bound GPU run leaves most of the device idle (well-tuned training reaches 35-55%)
@@ -166,16 +166,6 @@ def efficiency_lines(result:ProfileResult, advice:bool=True) -> list:
     return out
 
 # %% ../../../nbs/16b_efficiency_report.ipynb #0e321031
-def efficiency_fix(result:ProfileResult,
-    diagnosis, # The run's `Diagnosis` (`fastprofile.analysis.diagnosis.diagnose(result)`)
-) -> str|None:
-    "The measured compute fix for the diagnosis when it says model compute and MFU is low; None otherwise"
-    if _efficiency(result) is None or not result.record.stats[Row('train','batch')].n: return None
-    d = diagnosis
-    if d is None or d.verdict != 'compute' or not d.knob: return None
-    adv = efficiency_advice(result, compute_bound=True)
-    return ' '.join(adv) if len(adv) > 1 else None  # a low MFU and something to try
-
 def efficiency_amend(ev:Evidence, found:list):
     """The compute fix made specific by what was measured (`efficiency_advice`) when the verdict is model compute and
     MFU is low: the efficiency rule's `Rule.amend`; the Efficiency section then leaves its advice out"""

@@ -301,7 +301,7 @@ class TelemetryProbe(Probe):
         return state['window'].scalars(self.result)
     @classmethod
     def rank_lines(cls, ranks:list, stragglers:list) -> list:
-        "The spread of the ranks' telemetry (each rank's `Telemetry` travels on its record: `end`)"
+        "The spread of the ranks' telemetry (each rank's `Telemetry` travels on its record: `after_call`)"
         return telemetry_rank_lines(ranks, stragglers)
     def _where(self): return where(self._profile.record, self._nested)
 
